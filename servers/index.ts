@@ -1,0 +1,18 @@
+/** The bundled MCP servers, by name. */
+import type { ServerDefinition } from './common.ts';
+import { kvServer } from './kv.ts';
+
+export { EPISODE_META_KEY, DEFAULT_EPISODE, ToolError, EpisodeStore, defineServer, defineTool, buildMcpServer, serverFactory } from './common.ts';
+export type { ServerDefinition, ToolDef, Backend, BackendOptions } from './common.ts';
+export { serveOverStdio, serveOverHttp } from './serve.ts';
+export type { HttpOptions, HttpServing, StdioServing } from './serve.ts';
+
+export const bundledServers: Record<string, ServerDefinition<never>> = {
+  kv: kvServer as ServerDefinition<never>,
+};
+
+export function bundledServer(name: string): ServerDefinition<never> {
+  const def = bundledServers[name];
+  if (!def) throw new Error(`Unknown bundled server '${name}'. Bundled servers: ${Object.keys(bundledServers).join(', ')}`);
+  return def;
+}
