@@ -1,0 +1,491 @@
+/**
+ * `files`: a real file system sandboxed in one directory per episode. Paths are relative to the
+ * episode's sandbox root; absolute paths, paths that climb out (`..`) and symbolic links that
+ * lead outside are refused. Contents are text (utf8).
+ *
+ * The tools run synchronously (like kv's SQLite calls), so each call is atomic with respect to
+ * the others and to an episode's release, and the per-episode counters stay exact.
+ */
+import { createHash } from 'node:crypto';
+import { appendFileSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, renameSync, rmSync, statSync, writeFileSync, type Stats } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { basename, dirname, join, posix, sep } from 'node:path';
+import { z } from 'zod';
+import { defineServer, defineTool, EpisodeStore, ToolError, type Backend } from './common.ts';
+
+interface FilesState {
+  /** The episode's sandbox directory, realpath'd. */
+  root: string;
+  /** Regular files and their bytes in the sandbox (kept up to date by the tools). */
+  files: number;
+  bytes: number;
+}
+
+const MAX_PATH = 1024;
+const MAX_READ_CHARS = 100_000;
+const MAX_READ_BYTES = 10_000_000;
+const MAX_FILE_BYTES = 1_000_000;
+const MAX_FILES = 10_000;
+const MAX_EPISODE_BYTES = 50_000_000;
+const MAX_ENTRIES = 1000;
+const MAX_MATCHES = 200;
+const MAX_MATCH_TEXT = 400;
+const SEARCH_BUDGET_MS = 5000;
+
+const fmt = (n: number) => n.toLocaleString('en-US');
+
+/** A path as shown in messages: quoted, cut short, NUL bytes made visible. */
+function show(path: string): string {
+  const s = path.length > 200 ? `${path.slice(0, 200)}…` : path;
+  return `'${s.replace(/\0/g, '\\0')}'`;
+}
+
+/** A sandbox-relative path as returned to the agent ('.' for the root). */
+const shown = (rel: string) => (rel === '' ? '.' : rel);
+
+function errCode(err: unknown): string | undefined {
+  const code = (err as { code?: unknown } | null)?.code;
+  return typeof code === 'string' ? code : undefined;
+}
+
+/** Turns a file system error into a ToolError about `path` (never showing the host's absolute paths). */
+function fsFail(err: unknown, path: string): never {
+  if (err instanceof ToolError) throw err;
+  const code = errCode(err);
+  switch (code) {
+    case undefined:
+      throw err;
+    case 'ENOENT':
+      throw new ToolError(`No such file or directory: ${show(path)}`);
+    case 'ENOTDIR':
+      throw new ToolError(`Not a directory: a parent of ${show(path)} is a file`);
+    case 'EISDIR':
+      throw new ToolError(`${show(path)} is a directory`);
+    case 'EEXIST':
+      throw new ToolError(`${show(path)} already exists`);
+    case 'ENOTEMPTY':
+      throw new ToolError(`Directory ${show(path)} is not empty`);
+    case 'ENAMETOOLONG':
+      throw new ToolError(`Path ${show(path)} is too long`);
+    case 'ELOOP':
+      throw new ToolError(`Path ${show(path)} has too many levels of symbolic links`);
+    case 'EACCES':
+    case 'EPERM':
+      throw new ToolError(`Permission denied: ${show(path)}`);
+    case 'ENOSPC':
+    case 'EDQUOT':
+      throw new ToolError(`No space left to write ${show(path)}`);
+    default:
+      throw new ToolError(`Cannot access ${show(path)}: ${code}`);
+  }
+}
+
+/** Runs a file system operation, reporting its errors as ToolErrors about `path`. */
+function attempt<T>(path: string, op: () => T): T {
+  try {
+    return op();
+  } catch (err) {
+    fsFail(err, path);
+  }
+}
+
+/** stat (following links) or lstat, with undefined for a missing entry. */
+function statOrNull(abs: string, follow = true): Stats | undefined {
+  try {
+    return follow ? statSync(abs) : lstatSync(abs);
+  } catch (err) {
+    const code = errCode(err);
+    if (code === 'ENOENT' || code === 'ENOTDIR') return undefined;
+    throw err;
+  }
+}
+
+function isInside(root: string, real: string): boolean {
+  return real === root || real.startsWith(root.endsWith(sep) ? root : root + sep);
+}
+
+interface Target {
+  /** Absolute path on the host (lexically under the root). */
+  abs: string;
+  /** Normalised path relative to the root, '/'-separated; '' for the root itself. */
+  rel: string;
+}
+
+/**
+ * Maps an agent's path onto the episode's sandbox, refusing NUL bytes, absolute paths, paths
+ * that climb out after normalisation, and symbolic links that lead outside (the deepest existing
+ * ancestor of the target, realpath'd, must still be inside the realpath'd root).
+ */
+function resolveIn(state: FilesState, path: string): Target {
+  if (path.includes('\0')) throw new ToolError(`Path ${show(path)} contains a NUL byte`);
+  const slashed = path.replace(/\\/g, '/');
+  if (posix.isAbsolute(slashed) || /^[a-zA-Z]:/.test(slashed)) {
+    throw new ToolError(`Path ${show(path)} is absolute; give a path relative to the sandbox root`);
+  }
+  const normal = posix.normalize(slashed === '' ? '.' : slashed).replace(/\/+$/, '');
+  if (normal === '..' || normal.startsWith('../')) throw new ToolError(`Path ${show(path)} is outside the sandbox`);
+  const rel = normal === '.' || normal === '' ? '' : normal;
+  const abs = rel === '' ? state.root : join(state.root, ...rel.split('/'));
+  if (!isInside(state.root, abs)) throw new ToolError(`Path ${show(path)} is outside the sandbox`);
+
+  for (let cur = abs; ; cur = dirname(cur)) {
+    let real: string;
+    try {
+      real = realpathSync(cur);
+    } catch (err) {
+      const code = errCode(err);
+      if (code === 'ELOOP') throw new ToolError(`Path ${show(path)} has too many levels of symbolic links`);
+      if (code !== 'ENOENT' && code !== 'ENOTDIR') fsFail(err, path);
+      // A dangling link would let a write create its target wherever it points.
+      if (code === 'ENOENT' && statOrNull(cur, false)?.isSymbolicLink()) {
+        throw new ToolError(`Path ${show(path)} goes through a broken symbolic link`);
+      }
+      if (cur === state.root || !isInside(state.root, cur)) throw new ToolError(`The sandbox of this episode is gone; retry the call`);
+      continue;
+    }
+    if (!isInside(state.root, real)) throw new ToolError(`Path ${show(path)} is outside the sandbox (through a symbolic link)`);
+    return { abs, rel };
+  }
+}
+
+const byName = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);
+
+interface Entry {
+  abs: string;
+  rel: string;
+  type: 'file' | 'dir';
+  size: number;
+}
+
+/**
+ * The entries under a directory, depth-first with names sorted in each directory. Symbolic
+ * links are followed only when they resolve inside the sandbox, and linked directories are
+ * listed but never descended into (no cycles, no escapes); other entries (sockets, ...) are skipped.
+ */
+function* walk(state: FilesState, abs: string, rel: string, recursive: boolean): Generator<Entry> {
+  let dirents;
+  try {
+    dirents = readdirSync(abs, { withFileTypes: true });
+  } catch {
+    return; // vanished or unreadable: nothing to list
+  }
+  dirents.sort((a, b) => byName(a.name, b.name));
+  for (const d of dirents) {
+    const childAbs = join(abs, d.name);
+    const childRel = rel === '' ? d.name : `${rel}/${d.name}`;
+    const linked = d.isSymbolicLink();
+    if (linked) {
+      let real: string;
+      try {
+        real = realpathSync(childAbs);
+      } catch {
+        continue;
+      }
+      if (!isInside(state.root, real)) continue;
+    }
+    const st = linked || (!d.isDirectory() && !d.isFile()) ? statOrNull(childAbs) : statOrNull(childAbs, false);
+    if (st?.isDirectory()) {
+      yield { abs: childAbs, rel: childRel, type: 'dir', size: 0 };
+      if (recursive && !linked) yield* walk(state, childAbs, childRel, true);
+    } else if (st?.isFile()) {
+      yield { abs: childAbs, rel: childRel, type: 'file', size: st.size };
+    }
+  }
+}
+
+/** Regular files and their bytes under a directory (links not followed). */
+function usageOf(abs: string): { files: number; bytes: number } {
+  const total = { files: 0, bytes: 0 };
+  const pending = [abs];
+  for (let dir = pending.pop(); dir !== undefined; dir = pending.pop()) {
+    let dirents;
+    try {
+      dirents = readdirSync(dir, { withFileTypes: true });
+    } catch {
+      continue;
+    }
+    for (const d of dirents) {
+      const child = join(dir, d.name);
+      if (d.isDirectory()) pending.push(child);
+      else if (d.isFile()) {
+        total.files += 1;
+        total.bytes += statOrNull(child, false)?.size ?? 0;
+      }
+    }
+  }
+  return total;
+}
+
+function forget(state: FilesState, files: number, bytes: number): void {
+  state.files = Math.max(0, state.files - files);
+  state.bytes = Math.max(0, state.bytes - bytes);
+}
+
+/** Creates the parent directories of a target (all inside the sandbox: resolveIn checked the existing part). */
+function makeParents(target: Target, path: string): void {
+  attempt(path, () => mkdirSync(dirname(target.abs), { recursive: true }));
+}
+
+/** A line cut to at most MAX_MATCH_TEXT characters around the match at `index`. */
+function excerpt(line: string, index: number): string {
+  if (line.length <= MAX_MATCH_TEXT) return line;
+  const start = Math.max(0, Math.min(index - MAX_MATCH_TEXT / 4, line.length - MAX_MATCH_TEXT));
+  return `${start > 0 ? '…' : ''}${line.slice(start, start + MAX_MATCH_TEXT)}${start + MAX_MATCH_TEXT < line.length ? '…' : ''}`;
+}
+
+const Path = z.string().max(MAX_PATH, `path must be at most ${MAX_PATH} characters`);
+const FileType = z.enum(['file', 'dir']);
+
+const tools = [
+  defineTool({
+    name: 'read_file',
+    description: `Read a text file (utf8). offset and length are in characters; at most ${fmt(MAX_READ_CHARS)} characters come back at a time, and truncated=true says there is more after them. size is the whole file's size in bytes.`,
+    input: z.object({
+      path: Path.describe('The file, relative to the sandbox root (e.g. "notes/a.txt")'),
+      offset: z.number().int().min(0).default(0).describe('Start at this character'),
+      length: z.number().int().min(1).max(MAX_READ_CHARS).default(MAX_READ_CHARS).describe('Read at most this many characters'),
+    }),
+    output: z.object({ path: z.string(), content: z.string(), size: z.number().int(), truncated: z.boolean() }),
+    readOnly: true,
+    run: ({ path, offset, length }, state: FilesState) => {
+      const target = resolveIn(state, path);
+      const st = attempt(path, () => statOrNull(target.abs));
+      if (!st) throw new ToolError(`No such file: ${show(path)}`);
+      if (st.isDirectory()) throw new ToolError(`${show(path)} is a directory, not a file (use list_dir)`);
+      if (!st.isFile()) throw new ToolError(`${show(path)} is not a regular file`);
+      if (st.size > MAX_READ_BYTES) throw new ToolError(`${show(path)} is too large to read (${fmt(st.size)} bytes, the limit is ${fmt(MAX_READ_BYTES)})`);
+      const text = attempt(path, () => readFileSync(target.abs, 'utf8'));
+      const content = text.slice(offset, offset + length);
+      return { path: shown(target.rel), content, size: st.size, truncated: offset + content.length < text.length };
+    },
+  }),
+  defineTool({
+    name: 'write_file',
+    description: `Write a text file (utf8), creating it and its parent directories as needed, or replacing its content (append=true adds to the end instead). A file holds at most ${fmt(MAX_FILE_BYTES)} bytes; a sandbox at most ${fmt(MAX_FILES)} files and ${fmt(MAX_EPISODE_BYTES)} bytes. created says whether the file is new.`,
+    input: z.object({
+      path: Path.describe('The file, relative to the sandbox root (e.g. "notes/a.txt")'),
+      content: z.string().max(MAX_FILE_BYTES, `content must be at most ${fmt(MAX_FILE_BYTES)} characters`).describe('The text to write'),
+      append: z.boolean().default(false).describe('Add to the end of the file instead of replacing it'),
+    }),
+    output: z.object({ path: z.string(), size: z.number().int(), created: z.boolean() }),
+    readOnly: false,
+    run: ({ path, content, append }, state: FilesState) => {
+      const target = resolveIn(state, path);
+      if (target.rel === '') throw new ToolError(`${show(path)} is the sandbox root, a directory; give a file path`);
+      const st = attempt(path, () => statOrNull(target.abs));
+      if (st?.isDirectory()) throw new ToolError(`${show(path)} is a directory, not a file`);
+      if (st && !st.isFile()) throw new ToolError(`${show(path)} is not a regular file`);
+      const created = st === undefined;
+      const oldSize = st?.size ?? 0;
+      const added = Buffer.byteLength(content, 'utf8');
+      const size = append ? oldSize + added : added;
+      if (size > MAX_FILE_BYTES) throw new ToolError(`${show(path)} would be ${fmt(size)} bytes; a file holds at most ${fmt(MAX_FILE_BYTES)}`);
+      if (created && state.files >= MAX_FILES) throw new ToolError(`Cannot create ${show(path)}: the sandbox already holds ${fmt(MAX_FILES)} files, the limit`);
+      if (state.bytes - oldSize + size > MAX_EPISODE_BYTES) throw new ToolError(`Cannot write ${show(path)}: the sandbox would hold more than ${fmt(MAX_EPISODE_BYTES)} bytes`);
+      if (created) makeParents(target, path);
+      attempt(path, () => (append ? appendFileSync(target.abs, content, 'utf8') : writeFileSync(target.abs, content, 'utf8')));
+      if (created) state.files += 1;
+      state.bytes += size - oldSize;
+      return { path: shown(target.rel), size, created };
+    },
+  }),
+  defineTool({
+    name: 'list_dir',
+    description: `List a directory's files and subdirectories (recursive=true: everything below it), in path order, with paths relative to the sandbox root and sizes in bytes (0 for directories). At most ${fmt(MAX_ENTRIES)} entries; truncated=true says there are more.`,
+    input: z.object({
+      path: Path.default('').describe('The directory, relative to the sandbox root ("" or "." for the root)'),
+      recursive: z.boolean().default(false).describe('Also list everything in subdirectories'),
+    }),
+    output: z.object({
+      path: z.string(),
+      entries: z.array(z.object({ path: z.string(), type: FileType, size: z.number().int() })),
+      truncated: z.boolean(),
+    }),
+    readOnly: true,
+    run: ({ path, recursive }, state: FilesState) => {
+      const target = resolveIn(state, path);
+      const st = attempt(path, () => statOrNull(target.abs));
+      if (!st) throw new ToolError(`No such directory: ${show(path)}`);
+      if (!st.isDirectory()) throw new ToolError(`Not a directory: ${show(path)} is a file (use read_file)`);
+      const entries: { path: string; type: 'file' | 'dir'; size: number }[] = [];
+      let truncated = false;
+      for (const e of walk(state, target.abs, target.rel, recursive)) {
+        if (entries.length >= MAX_ENTRIES) {
+          truncated = true;
+          break;
+        }
+        entries.push({ path: e.rel, type: e.type, size: e.size });
+      }
+      return { path: shown(target.rel), entries, truncated };
+    },
+  }),
+  defineTool({
+    name: 'move',
+    description: 'Move or rename a file or directory. `to` is the full new path (its parent directories are created); an existing file there is replaced only with overwrite=true, and an existing directory never.',
+    input: z.object({
+      from: Path.describe('The file or directory to move, relative to the sandbox root'),
+      to: Path.describe('Its new path, relative to the sandbox root'),
+      overwrite: z.boolean().default(false).describe('Replace an existing file at `to`'),
+    }),
+    output: z.object({ from: z.string(), to: z.string() }),
+    readOnly: false,
+    run: ({ from, to, overwrite }, state: FilesState) => {
+      const src = resolveIn(state, from);
+      const dst = resolveIn(state, to);
+      if (src.rel === '') throw new ToolError('Cannot move the sandbox root');
+      if (dst.rel === '') throw new ToolError('Cannot move onto the sandbox root');
+      const s = attempt(from, () => statOrNull(src.abs, false));
+      if (!s) throw new ToolError(`No such file or directory: ${show(from)}`);
+      const result = { from: shown(src.rel), to: shown(dst.rel) };
+      if (dst.abs === src.abs) return result;
+      if (s.isDirectory() && dst.abs.startsWith(src.abs + sep)) throw new ToolError(`Cannot move ${show(from)} into itself (${show(to)})`);
+      const d = attempt(to, () => statOrNull(dst.abs, false));
+      // The same entry under another name (a case-only rename on a case-insensitive file system) is no clash.
+      if (d && !(d.dev === s.dev && d.ino === s.ino)) {
+        if (d.isDirectory()) throw new ToolError(`${show(to)} is an existing directory; give the full new path, e.g. '${to.replace(/\/+$/, '')}/${basename(src.rel)}'`);
+        if (!overwrite) throw new ToolError(`${show(to)} already exists (pass overwrite: true to replace it)`);
+        attempt(to, () => rmSync(dst.abs, { force: true }));
+        if (d.isFile()) forget(state, 1, d.size);
+      }
+      makeParents(dst, to);
+      attempt(from, () => renameSync(src.abs, dst.abs));
+      return result;
+    },
+  }),
+  defineTool({
+    name: 'delete',
+    description: 'Delete a file or directory. A directory that is not empty needs recursive=true. Returns deleted=false when nothing was there.',
+    input: z.object({
+      path: Path.describe('The file or directory, relative to the sandbox root'),
+      recursive: z.boolean().default(false).describe('Also delete everything in a non-empty directory'),
+    }),
+    output: z.object({ path: z.string(), deleted: z.boolean() }),
+    readOnly: false,
+    run: ({ path, recursive }, state: FilesState) => {
+      const target = resolveIn(state, path);
+      if (target.rel === '') throw new ToolError('Cannot delete the sandbox root');
+      const st = attempt(path, () => statOrNull(target.abs, false));
+      if (!st) return { path: shown(target.rel), deleted: false };
+      if (st.isDirectory()) {
+        const count = attempt(path, () => readdirSync(target.abs).length);
+        if (count > 0 && !recursive) throw new ToolError(`Directory ${show(path)} is not empty (pass recursive: true to delete it and everything in it)`);
+        const usage = usageOf(target.abs);
+        attempt(path, () => rmSync(target.abs, { recursive: true, force: true }));
+        forget(state, usage.files, usage.bytes);
+      } else {
+        attempt(path, () => rmSync(target.abs, { force: true }));
+        if (st.isFile()) forget(state, 1, st.size);
+      }
+      return { path: shown(target.rel), deleted: true };
+    },
+  }),
+  defineTool({
+    name: 'search',
+    description: `Search the files under a directory (or one file): every line containing the query (regex=true: matching a JavaScript regular expression), with 1-based line numbers, and every file whose name matches, as line 0. Binary files are skipped. At most ${fmt(MAX_MATCHES)} matches; truncated=true says there may be more.`,
+    input: z.object({
+      query: z.string().min(1, 'query must not be empty').max(1000, 'query must be at most 1000 characters').describe('The text (or regular expression) to look for'),
+      path: Path.default('').describe('Search under this directory or in this file, relative to the sandbox root (default: everything)'),
+      regex: z.boolean().default(false).describe('Treat the query as a JavaScript regular expression'),
+    }),
+    output: z.object({
+      matches: z.array(z.object({ path: z.string(), line: z.number().int(), text: z.string() })),
+      truncated: z.boolean(),
+    }),
+    readOnly: true,
+    run: ({ query, path, regex }, state: FilesState) => {
+      let find: (text: string) => number;
+      if (regex) {
+        let re: RegExp;
+        try {
+          re = new RegExp(query);
+        } catch (err) {
+          throw new ToolError(`Invalid regular expression ${JSON.stringify(query)}: ${err instanceof Error ? err.message : String(err)}`);
+        }
+        find = (text) => text.search(re);
+      } else {
+        find = (text) => text.indexOf(query);
+      }
+      const target = resolveIn(state, path);
+      const st = attempt(path, () => statOrNull(target.abs));
+      if (!st) throw new ToolError(`No such file or directory: ${show(path)}`);
+      const files: Iterable<Entry> = st.isFile()
+        ? [{ abs: target.abs, rel: target.rel, type: 'file', size: st.size }]
+        : st.isDirectory()
+          ? walk(state, target.abs, target.rel, true)
+          : [];
+      const matches: { path: string; line: number; text: string }[] = [];
+      const deadline = Date.now() + SEARCH_BUDGET_MS;
+      let truncated = false;
+      const add = (match: { path: string; line: number; text: string }): boolean => {
+        if (matches.length >= MAX_MATCHES) {
+          truncated = true;
+          return false;
+        }
+        matches.push(match);
+        return true;
+      };
+      scan: for (const file of files) {
+        if (file.type !== 'file') continue;
+        if (Date.now() > deadline) {
+          truncated = true;
+          break;
+        }
+        const name = basename(file.rel);
+        const at = find(name);
+        if (at >= 0 && !add({ path: file.rel, line: 0, text: name })) break;
+        if (file.size > MAX_READ_BYTES) continue;
+        let buf: Buffer;
+        try {
+          buf = readFileSync(file.abs);
+        } catch {
+          continue;
+        }
+        if (buf.subarray(0, 8000).includes(0)) continue; // binary
+        const lines = buf.toString('utf8').split(/\r?\n/);
+        for (let i = 0; i < lines.length; i++) {
+          const line = lines[i] ?? '';
+          const index = find(line);
+          if (index >= 0 && !add({ path: file.rel, line: i + 1, text: excerpt(line, index) })) break scan;
+        }
+      }
+      return { matches, truncated };
+    },
+  }),
+];
+
+/** The directory name of an episode's sandbox: a hash of its id, never the id itself. */
+function episodeDirName(id: string): string {
+  return `ep-${createHash('sha256').update(id).digest('hex').slice(0, 32)}`;
+}
+
+export const filesServer = defineServer<FilesState>({
+  name: 'files',
+  version: '0.1.0',
+  description: 'A file system sandboxed in one directory; paths are relative to its root. Tools: read_file, write_file, list_dir, move, delete, search.',
+  isolation: 'each episode (the `mcp-gym/episode` key of a request\'s _meta) gets its own empty sandbox directory; a released episode\'s directory is deleted',
+  tools: tools as never,
+  backend(options): Backend<FilesState> {
+    const ownDir = options.dataDir === undefined;
+    const dir = options.dataDir ?? mkdtempSync(join(tmpdir(), 'mcp-gym-files-'));
+    mkdirSync(dir, { recursive: true });
+    const store = new EpisodeStore<FilesState>(
+      (id) => {
+        const root = join(dir, episodeDirName(id));
+        // A fresh episode starts empty, even over the leftovers of an earlier process.
+        rmSync(root, { recursive: true, force: true });
+        mkdirSync(root, { recursive: true });
+        return { root: realpathSync(root), files: 0, bytes: 0 };
+      },
+      (_id, state) => rmSync(state.root, { recursive: true, force: true }),
+      options,
+    );
+    return {
+      episode: (id) => store.get(id),
+      release: (id) => store.release(id),
+      close() {
+        store.clear();
+        if (ownDir) rmSync(dir, { recursive: true, force: true });
+      },
+    };
+  },
+});

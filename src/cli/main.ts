@@ -1,0 +1,95 @@
+/** The `mcp-gym` command line. */
+import { parseArgs } from 'node:util';
+import { bundledServer, bundledServers, serveOverHttp, serveOverStdio } from '../../servers/index.ts';
+
+const HELP = `mcp-gym: tasks, training and benchmarks for tool-using agents over MCP
+
+Usage: mcp-gym <command> [options]
+
+Commands:
+  serve <name>        Serve a bundled MCP server over stdio (default) or streamable HTTP
+                        --http            serve over streamable HTTP instead of stdio
+                        --port N          HTTP port (default 3000; 0 picks a free one)
+                        --host H          interface to bind (default 127.0.0.1)
+                        --token T         require "Authorization: Bearer T" (or env MCP_GYM_TOKEN)
+                        --data-dir D      where the server keeps its files (default: a temp dir)
+                        --delay-ms N      add N ms to every tool call (for benchmarks)
+  servers             List the bundled servers and how each isolates episodes
+  help                Show this help
+
+Bundled servers: ${Object.keys(bundledServers).join(', ')}
+`;
+
+export class UsageError extends Error {}
+
+function int(value: string | undefined, flag: string, fallback: number): number {
+  if (value === undefined) return fallback;
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 0) throw new UsageError(`${flag} must be a non-negative integer, got '${value}'`);
+  return n;
+}
+
+async function serve(argv: string[]): Promise<void> {
+  const { values, positionals } = parseArgs({
+    args: argv,
+    allowPositionals: true,
+    options: {
+      http: { type: 'boolean', default: false },
+      port: { type: 'string' },
+      host: { type: 'string' },
+      token: { type: 'string' },
+      'data-dir': { type: 'string' },
+      'delay-ms': { type: 'string' },
+    },
+  });
+  const name = positionals[0];
+  if (!name) throw new UsageError(`serve needs a server name: one of ${Object.keys(bundledServers).join(', ')}`);
+  const def = bundledServer(name);
+  const backendOptions = { dataDir: values['data-dir'], delayMs: int(values['delay-ms'], '--delay-ms', 0) };
+  if (!values.http) {
+    await serveOverStdio(def, backendOptions);
+    return;
+  }
+  const serving = await serveOverHttp(def, {
+    ...backendOptions,
+    port: int(values.port, '--port', 3000),
+    host: values.host,
+    token: values.token ?? process.env.MCP_GYM_TOKEN,
+  });
+  process.stderr.write(`mcp-gym ${name} serving on ${serving.url}${values.token ?? process.env.MCP_GYM_TOKEN ? ' (bearer token required)' : ''}\n`);
+  const stop = () => void serving.close().then(() => process.exit(0));
+  process.once('SIGINT', stop);
+  process.once('SIGTERM', stop);
+}
+
+function listServers(): void {
+  for (const def of Object.values(bundledServers)) {
+    console.log(`${def.name.padEnd(12)} ${def.description}`);
+    console.log(`${''.padEnd(12)} tools: ${def.tools.map((t) => t.name).join(', ')}`);
+    console.log(`${''.padEnd(12)} episodes: ${def.isolation}`);
+  }
+}
+
+export async function main(argv: string[]): Promise<void> {
+  const [command, ...rest] = argv;
+  try {
+    switch (command) {
+      case undefined:
+      case 'help':
+      case '--help':
+      case '-h':
+        process.stdout.write(HELP);
+        return;
+      case 'serve':
+        return await serve(rest);
+      case 'servers':
+        return listServers();
+      default:
+        throw new UsageError(`Unknown command '${command}'. Run 'mcp-gym --help' for the list of commands.`);
+    }
+  } catch (err) {
+    const message = err instanceof Error ? err.message : String(err);
+    process.stderr.write(`mcp-gym: ${message}\n`);
+    process.exitCode = err instanceof UsageError ? 2 : 1;
+  }
+}

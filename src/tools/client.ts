@@ -1,0 +1,317 @@
+/**
+ * One way to reach an MCP server whatever its transport (stdio command, streamable HTTP URL,
+ * in-process factory): discover its tools and call them. A call never throws: every failure
+ * (unknown tool, bad arguments, timeout, crash, closed transport) is a result with
+ * `isError: true` and a message an agent can act on. A crashed stdio server is restarted for
+ * the next call; closing ends the server's whole process tree, or its HTTP session.
+ */
+import { Client, InMemoryTransport, ProtocolError, SdkError, SdkErrorCode, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
+import type { CallToolResult, Transport } from '@modelcontextprotocol/client';
+import {
+  errorResult,
+  ServerSpecSchema,
+  type ContentBlock,
+  type HttpSpec,
+  type InProcessSpec,
+  type ServerSpec,
+  type StdioSpec,
+  type ToolInfo,
+  type ToolResult,
+} from './contracts.ts';
+import { describeExit, ProcessStdioTransport } from './stdio.ts';
+
+export const EPISODE_META_KEY = 'mcp-gym/episode';
+const INVALID_PARAMS = -32602;
+
+export interface ConnectOptions {
+  /** Client name sent to the server. */
+  name?: string;
+  /** Default timeout of a tool call, ms. Default 30,000. */
+  callTimeoutMs?: number;
+  /** Timeout of connecting (spawn + initialize, or the HTTP handshake), ms. Default 20,000. */
+  connectTimeoutMs?: number;
+  /** Copy a stdio server's stderr to ours. Default false. */
+  forwardStderr?: boolean;
+}
+
+export interface CallOptions {
+  timeoutMs?: number;
+  signal?: AbortSignal;
+  onProgress?: (progress: { progress: number; total?: number; message?: string }) => void;
+  /** With `onProgress`: each progress notification restarts the timeout. */
+  resetTimeoutOnProgress?: boolean;
+  /** The episode whose server state this call acts on (sent in the request's `_meta`). */
+  episode?: string;
+  /** Extra `_meta` for the request. */
+  meta?: Record<string, unknown>;
+}
+
+export interface CallRequest {
+  name: string;
+  arguments?: Record<string, unknown>;
+}
+
+interface Live {
+  client: Client;
+  transport: Transport;
+  dead: boolean;
+  closeServer?: () => Promise<void>;
+}
+
+function messageOf(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
+
+export class ToolClient {
+  readonly spec: StdioSpec | HttpSpec | InProcessSpec;
+  /** How many times a crashed server was restarted. */
+  restarts = 0;
+  private live?: Live;
+  private connecting?: Promise<Live>;
+  private toolMap?: Map<string, ToolInfo>;
+  private toolList?: ToolInfo[];
+  private restartTimes: number[] = [];
+  private closed = false;
+  private readonly options: Required<Omit<ConnectOptions, 'name'>> & { name: string };
+
+  private constructor(spec: ServerSpec, options: ConnectOptions) {
+    const parsed = ServerSpecSchema.safeParse(spec);
+    if (!parsed.success) {
+      const issue = parsed.error.issues[0]!;
+      throw new Error(`Invalid server spec: ${issue.path.join('.') || '(root)'}: ${issue.message}`);
+    }
+    this.spec = parsed.data;
+    this.options = {
+      name: options.name ?? 'mcp-gym',
+      callTimeoutMs: options.callTimeoutMs ?? 30_000,
+      connectTimeoutMs: options.connectTimeoutMs ?? 20_000,
+      forwardStderr: options.forwardStderr ?? false,
+    };
+  }
+
+  /** Connects to a server and returns a client; throws with a clear message if it cannot. */
+  static async connect(spec: ServerSpec, options: ConnectOptions = {}): Promise<ToolClient> {
+    const client = new ToolClient(spec, options);
+    client.live = await client.open();
+    return client;
+  }
+
+  /** The stdio server's process id (undefined for other transports or while it is down). */
+  get pid(): number | undefined {
+    const t = this.live?.transport;
+    return t instanceof ProcessStdioTransport ? t.pid : undefined;
+  }
+
+  /** The server's name and version as it reported them. */
+  get serverInfo(): { name: string; version: string } | undefined {
+    return this.live?.client.getServerVersion();
+  }
+
+  private describe(): string {
+    const s = this.spec;
+    if (s.transport === 'stdio') return `stdio server '${[s.command, ...s.args].join(' ')}'`;
+    if (s.transport === 'http') return `HTTP server ${s.url}`;
+    return 'in-process server';
+  }
+
+  private async open(): Promise<Live> {
+    const spec = this.spec;
+    const client = new Client({ name: this.options.name, version: '0.1.0' });
+    let transport: Transport;
+    let closeServer: (() => Promise<void>) | undefined;
+    if (spec.transport === 'stdio') {
+      transport = new ProcessStdioTransport({ command: spec.command, args: spec.args, env: spec.env, cwd: spec.cwd, forwardStderr: this.options.forwardStderr });
+    } else if (spec.transport === 'http') {
+      const headers: Record<string, string> = { ...spec.headers };
+      if (spec.token !== undefined) headers.authorization = `Bearer ${spec.token}`;
+      transport = new StreamableHTTPClientTransport(new URL(spec.url), { requestInit: { headers } });
+    } else {
+      const [clientSide, serverSide] = InMemoryTransport.createLinkedPair();
+      const server = (await spec.factory()) as { connect(t: Transport): Promise<void>; close(): Promise<void> };
+      if (typeof server?.connect !== 'function') throw new Error('Invalid server spec: factory must return an McpServer or Server');
+      await server.connect(serverSide);
+      transport = clientSide;
+      closeServer = () => server.close();
+    }
+    const live: Live = { client, transport, dead: false, closeServer };
+    try {
+      await client.connect(transport, { timeout: this.options.connectTimeoutMs });
+    } catch (err) {
+      await transport.close().catch(() => {});
+      let detail = messageOf(err);
+      if (transport instanceof ProcessStdioTransport) {
+        if (transport.exit) detail = `${describeExit(transport.exit)}${transport.stderrTail ? `; its stderr ends with: ${transport.stderrTail.trim().slice(-500)}` : ''}`;
+      }
+      throw new Error(`Cannot connect to ${this.describe()}: ${detail}`);
+    }
+    // Chain after the SDK's own handler: mark the connection dead when the transport closes.
+    const sdkOnClose = transport.onclose;
+    transport.onclose = () => {
+      live.dead = true;
+      sdkOnClose?.();
+    };
+    return live;
+  }
+
+  /** The live connection, restarting a crashed stdio server when allowed. */
+  private async ensure(): Promise<Live> {
+    if (this.live && !this.live.dead) return this.live;
+    if (this.closed) throw new ClosedError('The tool client was closed');
+    if (this.connecting) return this.connecting;
+    const spec = this.spec;
+    if (spec.transport !== 'stdio' || !spec.restart) {
+      throw new ClosedError(`The connection to the ${this.describe()} is closed`);
+    }
+    const now = Date.now();
+    this.restartTimes = this.restartTimes.filter((t) => now - t < 60_000);
+    if (this.restartTimes.length >= spec.maxRestartsPerMinute) {
+      throw new ClosedError(`The ${this.describe()} keeps crashing: gave up after ${this.restartTimes.length} restarts within a minute`);
+    }
+    this.restartTimes.push(now);
+    this.connecting = (async () => {
+      try {
+        await this.live?.transport.close().catch(() => {});
+        const live = await this.open();
+        this.restarts++;
+        this.live = live;
+        return live;
+      } finally {
+        this.connecting = undefined;
+      }
+    })();
+    return this.connecting;
+  }
+
+  /** Every tool of the server, paging through `tools/list` to the end. Cached; `refresh` re-reads. */
+  async listTools(options: { refresh?: boolean; timeoutMs?: number } = {}): Promise<ToolInfo[]> {
+    if (this.toolList && !options.refresh) return this.toolList;
+    const live = await this.ensure();
+    const tools: ToolInfo[] = [];
+    const seen = new Set<string>();
+    let cursor: string | undefined;
+    for (let page = 0; ; page++) {
+      if (page >= 1000) throw new Error(`tools/list of the ${this.describe()} did not end after 1000 pages`);
+      const res = await live.client.listTools(cursor === undefined ? {} : { cursor }, { timeout: options.timeoutMs ?? this.options.callTimeoutMs, cacheMode: 'bypass' } as never);
+      for (const t of res.tools) {
+        tools.push({
+          name: t.name,
+          title: t.title,
+          description: t.description,
+          inputSchema: t.inputSchema as Record<string, unknown>,
+          outputSchema: t.outputSchema as Record<string, unknown> | undefined,
+          annotations: t.annotations as Record<string, unknown> | undefined,
+        });
+      }
+      cursor = res.nextCursor;
+      if (!cursor) break;
+      if (seen.has(cursor)) throw new Error(`tools/list of the ${this.describe()} repeated the cursor ${JSON.stringify(cursor)}`);
+      seen.add(cursor);
+    }
+    this.toolList = tools;
+    this.toolMap = new Map(tools.map((t) => [t.name, t]));
+    return tools;
+  }
+
+  /** Calls a tool. Never throws: failures are results with `isError: true`. */
+  async call(request: CallRequest, options: CallOptions = {}): Promise<ToolResult> {
+    const t0 = performance.now();
+    const name = request.name;
+    const args = request.arguments ?? {};
+    if (typeof args !== 'object' || args === null || Array.isArray(args)) {
+      return errorResult('invalid_arguments', `Invalid arguments for tool '${name}': expected a JSON object, got ${Array.isArray(args) ? 'an array' : args === null ? 'null' : typeof args}`, performance.now() - t0);
+    }
+    let live: Live;
+    try {
+      if (!this.toolMap) await this.listTools();
+      if (!this.toolMap!.has(name)) {
+        const names = [...this.toolMap!.keys()];
+        return errorResult('unknown_tool', `Unknown tool '${name}'. Available tools: ${names.join(', ') || '(none)'}`, performance.now() - t0);
+      }
+      live = this.live && !this.live.dead ? this.live : await this.ensure();
+    } catch (err) {
+      return this.failure(err, name, options, t0);
+    }
+    let meta = options.meta;
+    if (options.episode !== undefined) meta = { ...meta, [EPISODE_META_KEY]: options.episode };
+    try {
+      const res = (await live.client.callTool(
+        meta ? { name, arguments: args, _meta: meta } : { name, arguments: args },
+        {
+          timeout: options.timeoutMs ?? this.options.callTimeoutMs,
+          signal: options.signal,
+          onprogress: options.onProgress,
+          resetTimeoutOnProgress: options.resetTimeoutOnProgress,
+        },
+      )) as CallToolResult;
+      const ms = performance.now() - t0;
+      const content = (res.content ?? []) as ContentBlock[];
+      if (res.isError) {
+        const first = content[0];
+        const text = first && typeof first.text === 'string' ? first.text : '';
+        const kind = text.startsWith('Input validation error') ? 'invalid_arguments' : 'tool';
+        return { content, structured: res.structuredContent, isError: true, ms, errorKind: kind };
+      }
+      return { content, structured: res.structuredContent, isError: false, ms };
+    } catch (err) {
+      return this.failure(err, name, options, t0, live);
+    }
+  }
+
+  private failure(err: unknown, name: string, options: CallOptions, t0: number, live?: Live): ToolResult {
+    const ms = performance.now() - t0;
+    const timeout = options.timeoutMs ?? this.options.callTimeoutMs;
+    if (options.signal?.aborted) return errorResult('aborted', `The call to tool '${name}' was cancelled`, ms);
+    const transport = live?.transport;
+    if (transport instanceof ProcessStdioTransport && (live?.dead || transport.exit)) {
+      const tail = transport.stderrTail.trim();
+      const restart = this.spec.transport === 'stdio' && this.spec.restart && !this.closed;
+      return errorResult(
+        'crashed',
+        `The tool server crashed during the call to '${name}': ${describeExit(transport.exit)}.` +
+          (tail ? ` Its stderr ends with: ${tail.slice(-300)}` : '') +
+          (restart ? ' It will be restarted for the next call.' : ''),
+        ms,
+      );
+    }
+    if (err instanceof ClosedError) return errorResult(this.closed ? 'closed' : 'crashed', err.message, ms);
+    if (err instanceof SdkError) {
+      if (err.code === SdkErrorCode.RequestTimeout) return errorResult('timeout', `The call to tool '${name}' timed out after ${timeout} ms`, ms);
+      if (err.code === SdkErrorCode.ConnectionClosed || err.code === SdkErrorCode.NotConnected || err.code === SdkErrorCode.SendFailed) {
+        return errorResult('closed', `The connection to the ${this.describe()} closed during the call to '${name}': ${err.message}`, ms);
+      }
+      return errorResult('protocol', `The call to tool '${name}' failed: ${err.message}`, ms);
+    }
+    if (err instanceof ProtocolError) {
+      if (err.code === INVALID_PARAMS && /not found|unknown tool/i.test(err.message)) {
+        return errorResult('unknown_tool', `Unknown tool '${name}': ${err.message}`, ms);
+      }
+      if (err.code === INVALID_PARAMS) return errorResult('invalid_arguments', `Invalid arguments for tool '${name}': ${err.message}`, ms);
+      return errorResult('protocol', `The server answered the call to '${name}' with an error: ${err.message}`, ms);
+    }
+    const msg = messageOf(err);
+    if (/ECONNREFUSED|fetch failed|ECONNRESET|socket hang up/i.test(msg + String((err as { cause?: unknown })?.cause ?? ''))) {
+      return errorResult('closed', `Cannot reach the ${this.describe()}: ${msg}`, ms);
+    }
+    return errorResult('protocol', `The call to tool '${name}' failed: ${msg}`, ms);
+  }
+
+  /** Closes the connection: ends an HTTP session, or the stdio server's whole process tree. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await this.connecting?.catch(() => {});
+    const live = this.live;
+    this.live = undefined;
+    if (!live) return;
+    const t = live.transport;
+    if (t instanceof StreamableHTTPClientTransport && t.sessionId) {
+      await t.terminateSession().catch(() => {});
+    }
+    await live.client.close().catch(() => {});
+    await t.close().catch(() => {});
+    await live.closeServer?.().catch(() => {});
+    if (this.spec.transport === 'inprocess') await this.spec.onClose?.();
+  }
+}
+
+class ClosedError extends Error {}

@@ -1,0 +1,95 @@
+/**
+ * The contracts of the tool layer (DESIGN.md): a tool call, its result, a tool's description,
+ * and the ways to reach a server. Each is one zod schema; the types are derived from it.
+ */
+import { z } from 'zod';
+
+export const ToolCallSchema = z.object({
+  id: z.string(),
+  name: z.string(),
+  arguments: z.record(z.string(), z.unknown()),
+});
+export type ToolCall = z.infer<typeof ToolCallSchema>;
+
+/** Why a call failed, when it did. `tool` means the tool itself reported an error. */
+export const ToolErrorKindSchema = z.enum([
+  'tool',
+  'unknown_tool',
+  'invalid_arguments',
+  'timeout',
+  'aborted',
+  'crashed',
+  'closed',
+  'protocol',
+]);
+export type ToolErrorKind = z.infer<typeof ToolErrorKindSchema>;
+
+export const ContentBlockSchema = z.looseObject({ type: z.string() });
+export type ContentBlock = z.infer<typeof ContentBlockSchema>;
+
+export const ToolResultSchema = z.object({
+  content: z.array(ContentBlockSchema),
+  structured: z.unknown().optional(),
+  isError: z.boolean(),
+  /** Wall time of the call, milliseconds. */
+  ms: z.number(),
+  errorKind: ToolErrorKindSchema.optional(),
+});
+export type ToolResult = z.infer<typeof ToolResultSchema>;
+
+/** A tool as discovered through `tools/list`, its schemas as JSON Schema. */
+export const ToolInfoSchema = z.object({
+  name: z.string(),
+  title: z.string().optional(),
+  description: z.string().optional(),
+  inputSchema: z.record(z.string(), z.unknown()),
+  outputSchema: z.record(z.string(), z.unknown()).optional(),
+  annotations: z.record(z.string(), z.unknown()).optional(),
+});
+export type ToolInfo = z.infer<typeof ToolInfoSchema>;
+
+export const StdioSpecSchema = z.object({
+  transport: z.literal('stdio'),
+  command: z.string().min(1),
+  args: z.array(z.string()).default([]),
+  /** Added to the inherited environment. */
+  env: z.record(z.string(), z.string()).optional(),
+  cwd: z.string().optional(),
+  /** Restart a crashed server for the next call. Default true. */
+  restart: z.boolean().default(true),
+  /** Give up after this many restarts within a minute. Default 5. */
+  maxRestartsPerMinute: z.number().int().min(0).default(5),
+});
+
+export const HttpSpecSchema = z.object({
+  transport: z.literal('http'),
+  url: z.url(),
+  headers: z.record(z.string(), z.string()).optional(),
+  /** Sent as `Authorization: Bearer <token>`. */
+  token: z.string().optional(),
+});
+
+/** A server in this process: a factory of SDK server instances, reached over the in-memory transport. */
+export const InProcessSpecSchema = z.object({
+  transport: z.literal('inprocess'),
+  factory: z.custom<() => unknown>((v) => typeof v === 'function', 'factory must be a function returning an McpServer'),
+  /** Called once when the connection closes (e.g. to close the server's backend). */
+  onClose: z.custom<() => unknown>((v) => typeof v === 'function').optional(),
+});
+
+export const ServerSpecSchema = z.discriminatedUnion('transport', [StdioSpecSchema, HttpSpecSchema, InProcessSpecSchema]);
+export type ServerSpec = z.input<typeof ServerSpecSchema>;
+export type StdioSpec = z.output<typeof StdioSpecSchema>;
+export type HttpSpec = z.output<typeof HttpSpecSchema>;
+export type InProcessSpec = z.output<typeof InProcessSpecSchema>;
+
+export function errorResult(kind: ToolErrorKind, message: string, ms: number): ToolResult {
+  return { content: [{ type: 'text', text: message }], isError: true, ms, errorKind: kind };
+}
+
+/** The text of a result's text blocks, joined (what an agent reads). */
+export function resultText(result: Pick<ToolResult, 'content'>): string {
+  return result.content
+    .map((c) => (c.type === 'text' && typeof c.text === 'string' ? c.text : `[${c.type}]`))
+    .join('\n');
+}
