@@ -154,7 +154,6 @@ interface City {
 
 interface Person {
   name: string;
-  first: string;
   surname: string;
   born: number;
   city: City;
@@ -183,6 +182,7 @@ interface Company {
   employees: number;
 }
 
+/** How many documents of each kind the corpus holds. */
 export const CORPUS_COUNTS = { country: 20, city: 100, person: 180, element: 40, company: 60 } as const;
 const NEAR_NAMESAKES = 12;
 const PREFIXES = ['New', 'Upper', 'Lower', 'Port', 'North', 'South'];
@@ -281,7 +281,7 @@ export function buildCorpus(seed: number = CORPUS_SEED): Doc[] {
     } while (personNames.has(`${first} ${surname}`));
     const name = `${first} ${surname}`;
     personNames.add(name);
-    const person: Person = { name, first, surname, born, city, profession, discovered: [], founded: [] };
+    const person: Person = { name, surname, born, city, profession, discovered: [], founded: [] };
     people.push(person);
     return person;
   };

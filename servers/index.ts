@@ -1,6 +1,7 @@
 /** The bundled MCP servers, by name. */
 import type { ServerDefinition } from './common.ts';
 import { kvServer } from './kv.ts';
+import { searchServer } from './search.ts';
 
 export { EPISODE_META_KEY, DEFAULT_EPISODE, ToolError, EpisodeStore, defineServer, defineTool, buildMcpServer, serverFactory } from './common.ts';
 export type { ServerDefinition, ToolDef, Backend, BackendOptions } from './common.ts';
@@ -9,6 +10,7 @@ export type { HttpOptions, HttpServing, StdioServing } from './serve.ts';
 
 export const bundledServers: Record<string, ServerDefinition<never>> = {
   kv: kvServer as ServerDefinition<never>,
+  search: searchServer as ServerDefinition<never>,
 };
 
 export function bundledServer(name: string): ServerDefinition<never> {
