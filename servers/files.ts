@@ -223,7 +223,14 @@ function forget(state: FilesState, files: number, bytes: number): void {
 
 /** Creates the parent directories of a target (all inside the sandbox: resolveIn checked the existing part). */
 function makeParents(target: Target, path: string): void {
-  attempt(path, () => mkdirSync(dirname(target.abs), { recursive: true }));
+  try {
+    mkdirSync(dirname(target.abs), { recursive: true });
+  } catch (err) {
+    // mkdir -p reports a file in the way as EEXIST (or ENOTDIR further down).
+    const code = errCode(err);
+    if (code === 'EEXIST' || code === 'ENOTDIR') throw new ToolError(`Not a directory: a parent of ${show(path)} is a file`);
+    fsFail(err, path);
+  }
 }
 
 /** A line cut to at most MAX_MATCH_TEXT characters around the match at `index`. */

@@ -1,6 +1,7 @@
 /** The bundled MCP servers, by name. */
 import type { ServerDefinition } from './common.ts';
 import { kvServer } from './kv.ts';
+import { filesServer } from './files.ts';
 import { searchServer } from './search.ts';
 
 export { EPISODE_META_KEY, DEFAULT_EPISODE, ToolError, EpisodeStore, defineServer, defineTool, buildMcpServer, serverFactory } from './common.ts';
@@ -10,6 +11,7 @@ export type { HttpOptions, HttpServing, StdioServing } from './serve.ts';
 
 export const bundledServers: Record<string, ServerDefinition<never>> = {
   kv: kvServer as ServerDefinition<never>,
+  files: filesServer as ServerDefinition<never>,
   search: searchServer as ServerDefinition<never>,
 };
 
