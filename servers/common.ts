@@ -59,6 +59,8 @@ export interface ServerDefinition<S = unknown> {
   /** How a fresh state per episode is given, in one sentence (shown by `mcp-gym serve --help`). */
   isolation: string;
   tools: ToolDef<S, z.ZodObject, z.ZodObject>[];
+  /** Calls that show what the server does (used by `mcp-gym demo`, tests and benchmarks). */
+  examples?: { tool: string; arguments: Record<string, unknown> }[];
   backend(options: BackendOptions): Backend<S>;
 }
 

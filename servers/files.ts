@@ -471,6 +471,11 @@ export const filesServer = defineServer<FilesState>({
   description: 'A file system sandboxed in one directory; paths are relative to its root. Tools: read_file, write_file, list_dir, move, delete, search.',
   isolation: 'each episode (the `mcp-gym/episode` key of a request\'s _meta) gets its own empty sandbox directory; a released episode\'s directory is deleted',
   tools: tools as never,
+  examples: [
+    { tool: 'write_file', arguments: { path: 'notes/todo.txt', content: 'buy milk\ncall Ada\n' } },
+    { tool: 'search', arguments: { query: 'Ada' } },
+    { tool: 'list_dir', arguments: { path: '', recursive: true } },
+  ],
   backend(options): Backend<FilesState> {
     const ownDir = options.dataDir === undefined;
     const dir = options.dataDir ?? mkdtempSync(join(tmpdir(), 'mcp-gym-files-'));

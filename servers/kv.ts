@@ -127,6 +127,11 @@ export const kvServer = defineServer<KvState>({
   description: 'A key-value store (SQLite). Tools: get, set, delete, list (by prefix), incr.',
   isolation: 'each episode (the `mcp-gym/episode` key of a request\'s _meta) is its own namespace in the SQLite table; a released episode\'s rows are deleted',
   tools: tools as never,
+  examples: [
+    { tool: 'set', arguments: { key: 'user:1', value: 'ada' } },
+    { tool: 'incr', arguments: { key: 'visits', by: 41 } },
+    { tool: 'list', arguments: { prefix: 'user:' } },
+  ],
   backend(options): Backend<KvState> {
     const ownDir = options.dataDir === undefined;
     const dir = options.dataDir ?? mkdtempSync(join(tmpdir(), 'mcp-gym-kv-'));

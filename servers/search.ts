@@ -226,6 +226,10 @@ export const searchServer = defineServer<SearchState>({
   description: `A read-only encyclopedia of ${CORPUS.length} fictional documents (countries, cities, people, chemical elements, companies) with BM25 search. Tools: search, open.`,
   isolation: 'none needed: the corpus is fixed and read-only, so every episode shares one index built once per process and no call changes any state',
   tools: tools as never,
+  examples: [
+    { tool: 'search', arguments: { query: 'river founded mayor', k: 3 } },
+    { tool: 'open', arguments: { id: 'city-001' } },
+  ],
   backend(): Backend<SearchState> {
     const state: SearchState = { index: corpusIndex() };
     return {

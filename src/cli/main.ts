@@ -1,6 +1,7 @@
 /** The `mcp-gym` command line. */
 import { parseArgs } from 'node:util';
 import { bundledServer, bundledServers, serveOverHttp, serveOverStdio } from '../../servers/index.ts';
+import { demo } from './demo.ts';
 
 const HELP = `mcp-gym: tasks, training and benchmarks for tool-using agents over MCP
 
@@ -15,6 +16,7 @@ Commands:
                         --data-dir D      where the server keeps its files (default: a temp dir)
                         --delay-ms N      add N ms to every tool call (for benchmarks)
   servers             List the bundled servers and how each isolates episodes
+  demo                Start every bundled server over stdio, list its tools, run example calls
   help                Show this help
 
 Bundled servers: ${Object.keys(bundledServers).join(', ')}
@@ -84,6 +86,8 @@ export async function main(argv: string[]): Promise<void> {
         return await serve(rest);
       case 'servers':
         return listServers();
+      case 'demo':
+        return await demo();
       default:
         throw new UsageError(`Unknown command '${command}'. Run 'mcp-gym --help' for the list of commands.`);
     }

@@ -1,0 +1,51 @@
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
+import { describe, expect, it } from 'vitest';
+import { bundledServers } from '../servers/index.ts';
+import { CLI, ROOT } from './helpers.ts';
+
+const run = async (args: string[]) => {
+  try {
+    const { stdout, stderr } = await promisify(execFile)(process.execPath, [CLI, ...args], { cwd: ROOT });
+    return { code: 0, stdout, stderr };
+  } catch (err) {
+    const e = err as { code: number; stdout: string; stderr: string };
+    return { code: e.code, stdout: e.stdout, stderr: e.stderr };
+  }
+};
+
+describe('mcp-gym command line', () => {
+  it('--help lists its commands and the bundled servers', async () => {
+    const { code, stdout } = await run(['--help']);
+    expect(code).toBe(0);
+    for (const command of ['serve <name>', 'servers', 'demo', 'help']) expect(stdout).toContain(command);
+    expect(stdout).toContain(`Bundled servers: ${Object.keys(bundledServers).join(', ')}`);
+  });
+
+  it('lists the servers with their tools and how they isolate episodes', async () => {
+    const { code, stdout } = await run(['servers']);
+    expect(code).toBe(0);
+    for (const def of Object.values(bundledServers)) {
+      expect(stdout).toContain(def.name);
+      expect(stdout).toContain(def.tools.map((t) => t.name).join(', '));
+    }
+  });
+
+  it('refuses bad usage with a clear message and exit code 2', async () => {
+    const unknown = await run(['frobnicate']);
+    expect(unknown.code).toBe(2);
+    expect(unknown.stderr).toContain("Unknown command 'frobnicate'. Run 'mcp-gym --help'");
+    const noName = await run(['serve']);
+    expect(noName.code).toBe(2);
+    expect(noName.stderr).toContain('serve needs a server name: one of');
+    const badServer = await run(['serve', 'nope']);
+    expect(badServer.code).toBe(1);
+    expect(badServer.stderr).toContain("Unknown bundled server 'nope'. Bundled servers:");
+    const badPort = await run(['serve', 'kv', '--http', '--port', 'abc']);
+    expect(badPort.code).toBe(2);
+    expect(badPort.stderr).toContain("--port must be a non-negative integer, got 'abc'");
+    const badFlag = await run(['serve', 'kv', '--bogus']);
+    expect(badFlag.code).not.toBe(0);
+    expect(badFlag.stderr).toContain("Unknown option '--bogus'");
+  });
+});
