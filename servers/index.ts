@@ -3,6 +3,7 @@ import type { ServerDefinition } from './common.ts';
 import { kvServer } from './kv.ts';
 import { filesServer } from './files.ts';
 import { searchServer } from './search.ts';
+import { sqlServer } from './sql.ts';
 
 export { EPISODE_META_KEY, DEFAULT_EPISODE, ToolError, EpisodeStore, defineServer, defineTool, buildMcpServer, serverFactory } from './common.ts';
 export type { ServerDefinition, ToolDef, Backend, BackendOptions } from './common.ts';
@@ -13,6 +14,7 @@ export const bundledServers: Record<string, ServerDefinition<never>> = {
   kv: kvServer as ServerDefinition<never>,
   files: filesServer as ServerDefinition<never>,
   search: searchServer as ServerDefinition<never>,
+  sql: sqlServer as ServerDefinition<never>,
 };
 
 export function bundledServer(name: string): ServerDefinition<never> {
