@@ -60,7 +60,7 @@ export interface ServerDefinition<S = unknown> {
   isolation: string;
   tools: ToolDef<S, z.ZodObject, z.ZodObject>[];
   /** Calls that show what the server does (used by `mcp-gym demo`, tests and benchmarks). */
-  examples?: { tool: string; arguments: Record<string, unknown> }[];
+  examples: { tool: string; arguments: Record<string, unknown> }[];
   backend(options: BackendOptions): Backend<S>;
 }
 

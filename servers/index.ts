@@ -1,5 +1,6 @@
 /** The bundled MCP servers, by name. */
 import type { ServerDefinition } from './common.ts';
+import { calculatorServer } from './calculator.ts';
 import { kvServer } from './kv.ts';
 import { filesServer } from './files.ts';
 import { searchServer } from './search.ts';
@@ -11,6 +12,7 @@ export { serveOverStdio, serveOverHttp } from './serve.ts';
 export type { HttpOptions, HttpServing, StdioServing } from './serve.ts';
 
 export const bundledServers: Record<string, ServerDefinition<never>> = {
+  calculator: calculatorServer as ServerDefinition<never>,
   kv: kvServer as ServerDefinition<never>,
   files: filesServer as ServerDefinition<never>,
   search: searchServer as ServerDefinition<never>,

@@ -17,7 +17,7 @@ export async function demo(): Promise<void> {
       const tools = await client.listTools();
       console.log(`\n== ${def.name} (stdio, pid ${client.pid}, connected in ${(performance.now() - t0).toFixed(0)} ms): ${def.description}`);
       console.log(`   tools: ${tools.map((t) => t.name).join(', ')}`);
-      for (const ex of def.examples ?? []) {
+      for (const ex of def.examples) {
         const r = await client.call({ name: ex.tool, arguments: ex.arguments }, { episode: 'demo' });
         if (r.isError) failures++;
         const text = resultText(r).replace(/\s+/g, ' ');
