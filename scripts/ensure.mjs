@@ -1,0 +1,43 @@
+#!/usr/bin/env node
+// Installs what is missing before `npm start` and `npm test`: the npm packages (when
+// node_modules is absent or older than package-lock.json), and checks that the native
+// module better-sqlite3 loads. Uses only Node's built-ins, since it runs before the install.
+import { execFileSync } from 'node:child_process';
+import { existsSync, statSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const root = join(dirname(fileURLToPath(import.meta.url)), '..');
+const lock = join(root, 'package-lock.json');
+const installed = join(root, 'node_modules', '.package-lock.json');
+const quiet = process.argv.includes('--quiet');
+const log = (m) => quiet || process.stderr.write(`[ensure] ${m}\n`);
+
+function npm(args) {
+  log(`npm ${args.join(' ')}`);
+  execFileSync(process.platform === 'win32' ? 'npm.cmd' : 'npm', args, { cwd: root, stdio: ['ignore', 'inherit', 'inherit'] });
+}
+
+const stale = !existsSync(installed) || (existsSync(lock) && statSync(lock).mtimeMs > statSync(installed).mtimeMs + 1000);
+if (stale) npm(existsSync(lock) ? ['ci', '--no-audit', '--no-fund'] : ['install', '--no-audit', '--no-fund']);
+
+// The native SQLite binding must load on this Node; rebuild it once if it does not.
+const require = createRequire(join(root, 'package.json'));
+function sqliteLoads() {
+  try {
+    const Database = require('better-sqlite3');
+    new Database(':memory:').close();
+    return true;
+  } catch (err) {
+    log(`better-sqlite3 does not load: ${err.message.split('\n')[0]}`);
+    return false;
+  }
+}
+if (!sqliteLoads()) {
+  npm(['rebuild', 'better-sqlite3']);
+  if (!sqliteLoads()) {
+    process.stderr.write('better-sqlite3 could not be built: it needs python3, make and g++ (apt-get install python3 make g++)\n');
+    process.exit(1);
+  }
+}
