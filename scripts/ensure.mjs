@@ -20,7 +20,9 @@ function npm(args) {
 }
 
 const stale = !existsSync(installed) || (existsSync(lock) && statSync(lock).mtimeMs > statSync(installed).mtimeMs + 1000);
-if (stale) npm(existsSync(lock) ? ['ci', '--no-audit', '--no-fund'] : ['install', '--no-audit', '--no-fund']);
+// `npm install`, not `npm ci`: vite lists an optional dependency the registry does not have, which
+// `npm ci` takes for a lock file out of sync. `npm install` still follows package-lock.json.
+if (stale) npm(['install', '--no-audit', '--no-fund']);
 
 // The native SQLite binding must load on this Node; rebuild it once if it does not.
 const require = createRequire(join(root, 'package.json'));
