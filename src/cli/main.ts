@@ -2,6 +2,8 @@
 import { parseArgs } from 'node:util';
 import { bundledServer, bundledServers, serveOverHttp, serveOverStdio } from '../../servers/index.ts';
 import { demo } from './demo.ts';
+import { intFlag, UsageError } from './args.ts';
+import { rolloutCommand, suitesCommand } from './rollout.ts';
 
 const HELP = `mcp-gym: tasks, training and benchmarks for tool-using agents over MCP
 
@@ -16,20 +18,28 @@ Commands:
                         --data-dir D      where the server keeps its files (default: a temp dir)
                         --delay-ms N      add N ms to every tool call (for benchmarks)
   servers             List the bundled servers and how each isolates episodes
+  suites              List the bundled task suites (train and eval tasks per suite)
+  rollout             Run a policy on a task suite; write trajectories (JSONL) and a summary
+                        --suite S | --tasks F   a bundled suite (or 'all'), or a .json/.jsonl task file
+                        --split eval|train|all  (default eval)     --limit N   first N tasks
+                        --policy P              expert (default), random[:seed]
+                        --group G               rollouts per task (default 1)
+                        --concurrency C         episodes at once (default 8)
+                        --out DIR               where trajectories.jsonl and summary.json go
+                        --resume                continue DIR's run: skip the episodes it holds
+                        --reward R              art (default), rlvr, composer, verifier
+                        --json                  print the summary as one JSON line last
+                        --export-openai F       also write successful trajectories as OpenAI fine-tuning JSONL
+                        --delay-ms N            slow every bundled server call by N ms
+                        --stdio                 run bundled servers as stdio processes (default: in-process)
   demo                Start every bundled server over stdio, list its tools, run example calls
   help                Show this help
 
 Bundled servers: ${Object.keys(bundledServers).join(', ')}
 `;
 
-export class UsageError extends Error {}
-
-function int(value: string | undefined, flag: string, fallback: number): number {
-  if (value === undefined) return fallback;
-  const n = Number(value);
-  if (!Number.isInteger(n) || n < 0) throw new UsageError(`${flag} must be a non-negative integer, got '${value}'`);
-  return n;
-}
+export { UsageError };
+const int = intFlag;
 
 async function serve(argv: string[]): Promise<void> {
   const { values, positionals } = parseArgs({
@@ -88,6 +98,10 @@ export async function main(argv: string[]): Promise<void> {
         return listServers();
       case 'demo':
         return await demo();
+      case 'suites':
+        return await suitesCommand();
+      case 'rollout':
+        return await rolloutCommand(rest);
       default:
         throw new UsageError(`Unknown command '${command}'. Run 'mcp-gym --help' for the list of commands.`);
     }

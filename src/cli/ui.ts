@@ -1,0 +1,46 @@
+/** Terminal output: a progress bar on stderr and plain tables. */
+
+export class ProgressBar {
+  private last = 0;
+  private readonly tty = process.stderr.isTTY === true;
+  private lastPercent = -1;
+  private readonly t0 = performance.now();
+
+  constructor(
+    private readonly label: string,
+    private readonly total: number,
+  ) {}
+
+  /** Redraws (at most every 100 ms on a terminal; every 10% otherwise). */
+  update(done: number, extra = ''): void {
+    const now = performance.now();
+    const pct = this.total ? Math.floor((100 * done) / this.total) : 100;
+    if (this.tty) {
+      if (now - this.last < 100 && done < this.total) return;
+      this.last = now;
+      const width = 24;
+      const filled = Math.round((width * done) / Math.max(1, this.total));
+      const rate = done / Math.max(1e-9, (now - this.t0) / 1000);
+      process.stderr.write(`\r${this.label} [${'#'.repeat(filled)}${'.'.repeat(width - filled)}] ${done}/${this.total} ${extra} ${rate.toFixed(1)}/s   `);
+    } else if (Math.floor(pct / 10) !== Math.floor(this.lastPercent / 10) || done === this.total) {
+      this.lastPercent = pct;
+      process.stderr.write(`${this.label} ${done}/${this.total} (${pct}%) ${extra}\n`);
+    }
+  }
+
+  done(): void {
+    if (this.tty) process.stderr.write('\n');
+  }
+}
+
+/** A left-aligned text table. */
+export function table(rows: (string | number)[][]): string {
+  const cells = rows.map((r) => r.map((c) => (typeof c === 'number' ? fmt(c) : c)));
+  const widths = cells[0]!.map((_, i) => Math.max(...cells.map((r) => (r[i] ?? '').length)));
+  return cells.map((r) => r.map((c, i) => c.padEnd(widths[i]!)).join('  ').trimEnd()).join('\n');
+}
+
+export function fmt(x: number): string {
+  if (Number.isInteger(x)) return String(x);
+  return Math.abs(x) >= 100 ? x.toFixed(1) : x.toFixed(3);
+}

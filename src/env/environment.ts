@@ -1,0 +1,301 @@
+/**
+ * The multi-turn environment: it connects the servers a task needs, gives each episode its own
+ * fresh server state, lets a policy act until it answers or runs out of turns, executes its tool
+ * calls over MCP, checks the outcome and scores it. Nothing a policy or a server does can crash
+ * an episode batch: every failure becomes a message the agent reads, or an episode marked error.
+ */
+import { randomUUID } from 'node:crypto';
+import { bundledServer, serverFactory, type Backend } from '../../servers/index.ts';
+import { resultText, ToolClient, type ConnectOptions, type ServerSpec, type ToolResult } from '../tools/index.ts';
+import { runChecks } from './checks.ts';
+import { RewardConfigSchema, scoreEpisode, type RewardConfig, type RewardConfigInput } from './rewards.ts';
+import { openingMessages, type ServerRef, type Task, type TaskCall } from './task.ts';
+import type { AgentTool, ChatMessage, Policy, PolicyAction, ToolStep, Trajectory, Turn } from './types.ts';
+
+export interface EnvironmentOptions {
+  /** Timeout of each tool call, ms. Default 10,000. */
+  callTimeoutMs?: number;
+  /** How bundled servers run: in this process (default, fastest) or as stdio processes. */
+  bundled?: 'inprocess' | 'stdio';
+  /** Options for bundled servers' backends (e.g. `delayMs` to slow every call, `dataDir`). */
+  serverOptions?: { delayMs?: number; dataDir?: string };
+  connect?: ConnectOptions;
+  rewards?: RewardConfigInput;
+  /** Characters of a tool result shown to the agent. Default 4,000. */
+  maxResultChars?: number;
+}
+
+export interface EpisodeOptions {
+  groupId?: string;
+  sample?: number;
+  runId?: string;
+  signal?: AbortSignal;
+}
+
+interface Connected {
+  client: ToolClient;
+  /** For bundled in-process servers: releases an episode's state. */
+  backend?: Backend<unknown>;
+  /** A server connected for one episode only (closed after it). */
+  perEpisode: boolean;
+}
+
+const CLI = new URL('../../bin/mcp-gym.js', import.meta.url).pathname;
+
+/** The names the agent sees: a tool's own name, or `server_tool` where two servers share a name. */
+export function agentTools(listed: { server: string; tools: { name: string; description?: string; inputSchema: Record<string, unknown> }[] }[]): AgentTool[] {
+  const count = new Map<string, number>();
+  for (const s of listed) for (const t of s.tools) count.set(t.name, (count.get(t.name) ?? 0) + 1);
+  return listed.flatMap((s) =>
+    s.tools.map((t) => ({
+      name: (count.get(t.name) ?? 0) > 1 ? `${s.server}_${t.name}` : t.name,
+      description: t.description ?? '',
+      inputSchema: t.inputSchema,
+      server: s.server,
+      tool: t.name,
+    })),
+  );
+}
+
+function refKey(ref: ServerRef): string {
+  return typeof ref === 'string' ? `bundled:${ref}` : JSON.stringify(ref);
+}
+
+export class Environment {
+  readonly rewards: RewardConfig;
+  private readonly shared = new Map<string, Promise<Connected>>();
+  private readonly options: EnvironmentOptions;
+  private closed = false;
+
+  constructor(options: EnvironmentOptions = {}) {
+    this.options = options;
+    this.rewards = RewardConfigSchema.parse(options.rewards ?? {});
+  }
+
+  private async connect(ref: ServerRef): Promise<Connected> {
+    const connectOptions = { callTimeoutMs: this.options.callTimeoutMs ?? 10_000, ...this.options.connect };
+    if (typeof ref === 'string') {
+      const def = bundledServer(ref);
+      if ((this.options.bundled ?? 'inprocess') === 'inprocess') {
+        const { factory, backend } = serverFactory(def, this.options.serverOptions ?? {});
+        const client = await ToolClient.connect({ transport: 'inprocess', factory, onClose: () => backend.close() }, connectOptions);
+        return { client, backend: backend as Backend<unknown>, perEpisode: false };
+      }
+      const extra: string[] = [];
+      if (this.options.serverOptions?.delayMs) extra.push('--delay-ms', String(this.options.serverOptions.delayMs));
+      if (this.options.serverOptions?.dataDir) extra.push('--data-dir', this.options.serverOptions.dataDir);
+      const client = await ToolClient.connect({ transport: 'stdio', command: process.execPath, args: [CLI, 'serve', ref, ...extra] }, connectOptions);
+      return { client, perEpisode: false };
+    }
+    // A third-party stdio server gets a process per episode: a fresh state whatever it keeps.
+    const client = await ToolClient.connect(ref as ServerSpec, connectOptions);
+    return { client, perEpisode: ref.transport === 'stdio' };
+  }
+
+  private async server(ref: ServerRef): Promise<Connected> {
+    if (this.closed) throw new Error('The environment is closed');
+    if (typeof ref !== 'string' && ref.transport === 'stdio') return this.connect(ref);
+    const key = refKey(ref);
+    let p = this.shared.get(key);
+    if (!p) {
+      p = this.connect(ref);
+      this.shared.set(key, p);
+      p.catch(() => this.shared.delete(key));
+    }
+    return p;
+  }
+
+  /** Runs one episode of `task` with `policy`; never throws for what the policy or servers do. */
+  async runEpisode(task: Task, policy: Policy, options: EpisodeOptions = {}): Promise<Trajectory> {
+    const startedAt = new Date();
+    const t0 = performance.now();
+    const episodeId = `${options.runId ?? 'run'}:${task.id}:${options.sample ?? 0}:${randomUUID().slice(0, 8)}`;
+    const messages: ChatMessage[] = openingMessages(task).map((m) => ({ ...m }));
+    const turns: Turn[] = [];
+    const calls: { server?: string; tool?: string; arguments: unknown; isError: boolean }[] = [];
+    let answer: string | null = null;
+    let finish: Trajectory['finish'] = 'max_turns';
+    let error: string | undefined;
+    let policyMs = 0;
+    let toolMs = 0;
+    let tools: AgentTool[] = [];
+    const servers = new Map<string, Connected>();
+    const timeout = this.options.callTimeoutMs ?? 10_000;
+    const maxChars = this.options.maxResultChars ?? 4000;
+
+    const callOn = async (alias: string, tool: string, args: Record<string, unknown>): Promise<ToolResult> => {
+      const s = servers.get(alias);
+      if (!s) return { content: [{ type: 'text', text: `No server '${alias}' in this task` }], isError: true, ms: 0, errorKind: 'unknown_tool' };
+      return s.client.call({ name: tool, arguments: args }, { timeoutMs: timeout, episode: episodeId, signal: options.signal });
+    };
+    const stateCall = (c: TaskCall) => callOn(c.server, c.tool, c.arguments as Record<string, unknown>);
+
+    try {
+      // Servers and their tools.
+      const listed: { server: string; tools: Awaited<ReturnType<ToolClient['listTools']>> }[] = [];
+      for (const [alias, ref] of Object.entries(task.servers)) {
+        const s = await this.server(ref);
+        servers.set(alias, s);
+        listed.push({ server: alias, tools: await s.client.listTools() });
+      }
+      tools = agentTools(listed);
+      const byName = new Map(tools.map((t) => [t.name, t]));
+
+      // The starting state.
+      for (const [i, c] of task.setup.entries()) {
+        const r = await stateCall(c);
+        if (r.isError) throw new SetupError(`setup call ${i} (${c.server}.${c.tool}) failed: ${resultText(r).slice(0, 300)}`);
+      }
+
+      let newMessages: ChatMessage[] = [...messages];
+      for (let turn = 0; turn < task.max_turns; turn++) {
+        if (options.signal?.aborted) throw new Error('the episode was cancelled');
+        const p0 = performance.now();
+        let action: PolicyAction;
+        try {
+          action = await policy.act({ task, messages: [...messages], tools, turn, newMessages, episodeId }, options.signal);
+        } catch (err) {
+          throw new PolicyError(`the policy failed: ${(err as Error).message}`);
+        }
+        const pms = performance.now() - p0;
+        policyMs += pms;
+        newMessages = [];
+        const proposed = action.toolCalls ?? [];
+        const record: Turn = {
+          action: { content: action.content, tool_calls: [] },
+          tool_results: [],
+          step_reward: 0,
+          policy_ms: pms,
+          ...(action.tokens ? { tokens: action.tokens } : {}),
+          ...(action.logprobs ? { logprobs: action.logprobs } : {}),
+          ...(action.envTokens ? { env_tokens: action.envTokens } : {}),
+          ...(action.parseError ? { parse_error: action.parseError } : {}),
+        };
+        turns.push(record);
+
+        if (proposed.length === 0 && !action.parseError) {
+          messages.push({ role: 'assistant', content: action.content });
+          answer = action.content;
+          finish = 'answer';
+          break;
+        }
+
+        const withIds = proposed.map((c, i) => ({ ...c, id: c.id ?? `call_${turn}_${i}` }));
+        messages.push({
+          role: 'assistant',
+          content: action.content,
+          ...(withIds.length
+            ? { tool_calls: withIds.map((c) => ({ id: c.id, type: 'function' as const, function: { name: c.name, arguments: typeof c.arguments === 'string' ? c.arguments : JSON.stringify(c.arguments) } })) }
+            : {}),
+        });
+        if (action.parseError) {
+          const m: ChatMessage = { role: 'tool', tool_call_id: `invalid_${turn}`, name: 'error', content: `Error: ${action.parseError}` };
+          messages.push(m);
+          newMessages.push(m);
+        }
+        for (const c of withIds) {
+          const target = byName.get(c.name);
+          let args: Record<string, unknown> | undefined;
+          let result: ToolResult;
+          if (typeof c.arguments === 'string') {
+            try {
+              const parsed: unknown = c.arguments.trim() === '' ? {} : JSON.parse(c.arguments);
+              if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) throw new Error('expected a JSON object');
+              args = parsed as Record<string, unknown>;
+            } catch (err) {
+              args = undefined;
+              result = { content: [{ type: 'text', text: `Invalid arguments for tool '${c.name}': not a JSON object (${(err as Error).message})` }], isError: true, ms: 0, errorKind: 'invalid_arguments' };
+            }
+          } else {
+            args = c.arguments;
+          }
+          if (!target) {
+            result = { content: [{ type: 'text', text: `Unknown tool '${c.name}'. Available tools: ${tools.map((t) => t.name).join(', ')}` }], isError: true, ms: 0, errorKind: 'unknown_tool' };
+          } else if (args !== undefined) {
+            result = await callOn(target.server, target.tool, args);
+          }
+          toolMs += result!.ms;
+          const text = resultText(result!);
+          const step: ToolStep = {
+            id: c.id,
+            name: c.name,
+            server: target?.server,
+            tool: target?.tool,
+            arguments: args ?? c.arguments,
+            isError: result!.isError,
+            ...(result!.errorKind ? { errorKind: result!.errorKind } : {}),
+            ms: result!.ms,
+            text: text.length > maxChars ? text.slice(0, maxChars) + ` ...[${text.length - maxChars} more characters]` : text,
+            ...(result!.structured !== undefined ? { structured: result!.structured } : {}),
+          };
+          record.action.tool_calls.push({ id: c.id, name: c.name, arguments: step.arguments });
+          record.tool_results.push(step);
+          calls.push({ server: target?.server, tool: target?.tool, arguments: args, isError: step.isError });
+          const m: ChatMessage = { role: 'tool', tool_call_id: c.id, name: c.name, content: step.text };
+          messages.push(m);
+          newMessages.push(m);
+        }
+      }
+      const crashed = turns.flatMap((t) => t.tool_results).find((s) => s.errorKind === 'crashed' || s.errorKind === 'closed');
+      if (crashed) {
+        finish = 'error';
+        error = `a tool server failed during the episode: ${crashed.text.slice(0, 200)}`;
+      }
+    } catch (err) {
+      finish = 'error';
+      error = err instanceof SetupError || err instanceof PolicyError ? err.message : `the episode failed: ${(err as Error).message}`;
+    }
+
+    const checks = finish === 'error' ? task.checks.map((c) => ({ kind: c.kind, weight: c.weight, score: 0, detail: 'not checked: the episode failed' })) : await runChecks(task, { answer, calls }, stateCall);
+    const scored = scoreEpisode(task, turns, answer, checks, this.rewards);
+    turns.forEach((t, i) => (t.step_reward = scored.stepRewards[i] ?? 0));
+    for (const s of servers.values()) {
+      if (s.perEpisode) await s.client.close();
+      else s.backend?.release(episodeId);
+    }
+    policy.endEpisode?.(episodeId);
+
+    const steps = turns.flatMap((t) => t.tool_results);
+    return {
+      id: episodeId,
+      ...(options.runId ? { run_id: options.runId } : {}),
+      task_id: task.id,
+      group_id: options.groupId ?? task.id,
+      sample: options.sample ?? 0,
+      split: task.split,
+      difficulty: task.difficulty,
+      ...(task.family ? { family: task.family } : {}),
+      policy: { id: policy.id, ...(policy.version !== undefined ? { version: policy.version } : {}) },
+      tools: tools.map((t) => ({ name: t.name, description: t.description, parameters: t.inputSchema })),
+      messages,
+      turns,
+      answer,
+      success: finish !== 'error' && scored.success,
+      reward: scored.reward,
+      reward_parts: scored.parts,
+      checks,
+      metrics: {
+        turns: turns.length,
+        tool_calls: steps.length,
+        tool_errors: steps.filter((s) => s.isError).length,
+        policy_tokens: turns.reduce((s, t) => s + (t.tokens?.length ?? 0), 0),
+      },
+      timings: { started_at: startedAt.toISOString(), total_ms: performance.now() - t0, policy_ms: policyMs, tool_ms: toolMs },
+      finish,
+      ...(error ? { error } : {}),
+    };
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    const all = [...this.shared.values()];
+    this.shared.clear();
+    for (const p of all) {
+      const s = await p.catch(() => undefined);
+      await s?.client.close();
+    }
+  }
+}
+
+class SetupError extends Error {}
+class PolicyError extends Error {}

@@ -1,0 +1,15 @@
+/** Tasks, the multi-turn environment, rollouts, trajectories and rewards. */
+export { TaskSchema, CheckSchema, MatcherSchema, ServerRefSchema, TaskCallSchema, TaskFileError, defineTask, parseTasks, loadTasks, openingMessages } from './task.ts';
+export type { Task, TaskInput, Check, Matcher, ServerRef, TaskCall } from './task.ts';
+export { ChatMessageSchema, TrajectorySchema, TurnSchema, ToolStepSchema } from './types.ts';
+export type { ChatMessage, Observation, Policy, PolicyAction, ProposedCall, AgentTool, Trajectory, Turn, ToolStep, CheckResult } from './types.ts';
+export { runChecks, extractAnswer, hasAnswerFormat, match, checkScore, solved, parseExact, isSubset, valueAt } from './checks.ts';
+export type { EpisodeRecord } from './checks.ts';
+export { RewardConfigSchema, DEFAULT_REWARDS, scoreEpisode, stepReward, efficiency, relevantTools, isUseful } from './rewards.ts';
+export type { RewardConfig, RewardConfigInput, ScoredEpisode } from './rewards.ts';
+export { Environment, agentTools } from './environment.ts';
+export type { EnvironmentOptions, EpisodeOptions } from './environment.ts';
+export { rollout, gatherGroup, groupId, summarize } from './rollout.ts';
+export type { RolloutOptions, RolloutResult, RolloutSummary, TrajectoryGroup } from './rollout.ts';
+export { TrajectoryWriter, JsonlWriter, readTrajectories, readJsonl, repairJsonl, episodeKey, exportOpenAI, toOpenAIFineTune } from './store.ts';
+export { runCode, extractCode } from './code-runner.ts';

@@ -1,0 +1,209 @@
+/**
+ * What every bundled task suite is made of: a seeded PRNG, the train/eval partition (a hash of
+ * each candidate's split keys, independent of the seed, so no parameter is ever in both splits),
+ * and the loop that draws a suite's tasks from its sampler.
+ */
+import { bundledServers } from '../../../servers/index.ts';
+import { mulberry32 } from '../../../servers/corpus.ts';
+import type { z } from 'zod';
+import { defineTask, type MatcherSchema, type Task, type TaskCall, type TaskInput } from '../task.ts';
+
+export type Split = 'train' | 'eval';
+export type MatcherInput = z.input<typeof MatcherSchema>;
+export type CheckInput = TaskInput['checks'][number];
+export type Json = string | number | boolean | null | Json[] | { [key: string]: Json };
+
+/** Percent of the hash buckets that belong to the eval split. */
+export const EVAL_PERCENT = 25;
+
+/** FNV-1a, 32 bits: the hash behind the train/eval partition and the per-suite seeds. */
+export function fnv1a(text: string): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < text.length; i++) {
+    h ^= text.charCodeAt(i);
+    h = Math.imul(h, 0x01000193) >>> 0;
+  }
+  return h >>> 0;
+}
+
+/** The split a key belongs to, whatever the seed. */
+export function splitOfKey(key: string): Split {
+  return fnv1a(`mcp-gym-split/${key}`) % 100 < EVAL_PERCENT ? 'eval' : 'train';
+}
+
+/** The split of a candidate: every one of its keys must agree, else undefined (the candidate is dropped). */
+export function splitOf(keys: readonly string[]): Split | undefined {
+  const splits = new Set(keys.map(splitOfKey));
+  return splits.size === 1 ? [...splits][0] : undefined;
+}
+
+/** A JSON text with object keys sorted: the canonical key of a task's `params`. */
+export function canonicalJson(value: unknown): string {
+  if (value === null || typeof value !== 'object') return JSON.stringify(value);
+  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(',')}]`;
+  const entries = Object.entries(value as Record<string, unknown>).filter(([, v]) => v !== undefined);
+  entries.sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+  return `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${canonicalJson(v)}`).join(',')}}`;
+}
+
+/** The canonical key of a task (what the split disjointness is about). */
+export function paramsKey(task: Pick<Task, 'family' | 'params'>): string {
+  return canonicalJson({ family: task.family ?? null, params: task.params ?? null });
+}
+
+export class Rng {
+  private readonly next: () => number;
+
+  constructor(seed: number) {
+    this.next = mulberry32(seed);
+  }
+
+  float(): number {
+    return this.next();
+  }
+
+  /** An integer in [lo, hi]. */
+  int(lo: number, hi: number): number {
+    return lo + Math.floor(this.next() * (hi - lo + 1));
+  }
+
+  chance(p: number): boolean {
+    return this.next() < p;
+  }
+
+  pick<T>(items: readonly T[]): T {
+    if (items.length === 0) throw new Error('pick from an empty list');
+    return items[Math.floor(this.next() * items.length)] as T;
+  }
+
+  shuffle<T>(items: readonly T[]): T[] {
+    const out = [...items];
+    for (let i = out.length - 1; i > 0; i--) {
+      const j = Math.floor(this.next() * (i + 1));
+      [out[i], out[j]] = [out[j] as T, out[i] as T];
+    }
+    return out;
+  }
+
+  /** `n` distinct items. */
+  sample<T>(items: readonly T[], n: number): T[] {
+    return this.shuffle(items).slice(0, n);
+  }
+
+  /** A positive integer with exactly `digits` digits, as a string (any size). */
+  digits(digits: number): string {
+    let s = String(this.int(1, 9));
+    for (let i = 1; i < digits; i++) s += String(this.int(0, 9));
+    return s;
+  }
+}
+
+/** A task a sampler proposes, before it gets its id and split. */
+export interface Candidate {
+  family: string;
+  /** The generator's parameters: the task's identity for the split partition. */
+  params: Record<string, Json>;
+  /**
+   * What decides the split (hashed): entity ids ("entity:city-017", "sql:product:7") where a task
+   * is about named entities (so eval entities never appear in train prompts), else the params.
+   * Defaults to the canonical params key.
+   */
+  splitKeys?: string[];
+  prompt: string;
+  servers: Record<string, string>;
+  setup?: TaskCall[];
+  checks: TaskInput['checks'];
+  solution: { calls: TaskCall[]; answer: string };
+  /** Default: solution calls + 2. */
+  max_turns?: number;
+}
+
+/** Proposes a task of a difficulty (1-5) for a split; undefined when it could not. */
+export type Sampler = (rng: Rng, difficulty: number, split: Split) => Candidate | undefined;
+
+const MAX_ATTEMPTS = 3000;
+
+/** The seed of one suite's split, mixed from the user's seed. */
+function splitSeed(seed: number, suite: string, split: Split): number {
+  return fnv1a(`${seed}/${suite}/${split}`);
+}
+
+/**
+ * Draws `count` tasks of a split: difficulties 1..5 in turn, candidates in the other split
+ * dropped, and a params key used twice only once the sampler cannot find a new one.
+ */
+export function drawTasks(suite: string, split: Split, count: number, seed: number, sampler: Sampler): Task[] {
+  const rng = new Rng(splitSeed(seed, suite, split));
+  const seen = new Set<string>();
+  const tasks: Task[] = [];
+  for (let i = 0; i < count; i++) {
+    const difficulty = 1 + (i % 5);
+    let chosen: Candidate | undefined;
+    let fallback: Candidate | undefined;
+    for (let attempt = 0; attempt < MAX_ATTEMPTS && !chosen; attempt++) {
+      const c = sampler(rng, difficulty, split);
+      if (!c) continue;
+      const keys = c.splitKeys ?? [canonicalJson({ family: c.family, params: c.params })];
+      if (splitOf(keys) !== split) continue;
+      const key = paramsKey(c);
+      if (seen.has(key)) fallback ??= c;
+      else chosen = c;
+    }
+    chosen ??= fallback;
+    if (!chosen) throw new Error(`suite '${suite}': found no ${split} task of difficulty ${difficulty}`);
+    seen.add(paramsKey(chosen));
+    tasks.push(
+      defineTask({
+        id: `${suite}-${split}-${String(i + 1).padStart(4, '0')}`,
+        split,
+        difficulty,
+        family: chosen.family,
+        prompt: chosen.prompt,
+        servers: chosen.servers,
+        setup: chosen.setup ?? [],
+        max_turns: chosen.max_turns ?? chosen.solution.calls.length + 2,
+        checks: chosen.checks,
+        solution: chosen.solution,
+        params: chosen.params,
+      }),
+    );
+  }
+  return tasks;
+}
+
+/** The bundled servers' tool names. */
+function toolNames(server: string): string[] {
+  const def = bundledServers[server];
+  if (!def) throw new Error(`no bundled server '${server}'`);
+  return def.tools.map((t) => t.name);
+}
+
+/**
+ * The name the agent sees for a tool of a task's server: qualified as `alias_tool` when another of
+ * the task's servers has a tool of the same name (as the environment does), else the plain name.
+ */
+export function agentTool(servers: Record<string, string>, alias: string, tool: string): string {
+  const clash = Object.entries(servers).some(([other, name]) => other !== alias && toolNames(name).includes(tool));
+  return clash ? `${alias}_${tool}` : tool;
+}
+
+export function call(server: string, tool: string, args: Record<string, Json> = {}): TaskCall {
+  return { server, tool, arguments: args };
+}
+
+/** An answer check on a number, compared exactly (a string keeps big integers and fractions exact). */
+export function answerNumber(value: string | number): CheckInput {
+  return { kind: 'answer', expect: { kind: 'number', value: String(value) } };
+}
+
+/** An answer check on a name or a text, ignoring case and spacing. */
+export function answerText(value: string): CheckInput {
+  return { kind: 'answer', expect: { kind: 'exact', value, ignore_case: true } };
+}
+
+/** Hash bucket helper for entity keys. */
+export const entityKey = (id: string) => `entity:${id}`;
+
+export function quote(s: string): string {
+  return `"${s}"`;
+}

@@ -1,0 +1,245 @@
+/**
+ * The task format: one zod schema, used from TypeScript (`defineTask`) and from JSON / JSONL
+ * files (`loadTasks`). A task says what the agent is asked, which MCP servers it gets, the state
+ * they start in (setup calls), how many turns it has, and how success is checked.
+ */
+import { readFileSync } from 'node:fs';
+import { z } from 'zod';
+import { HttpSpecSchema, InProcessSpecSchema, StdioSpecSchema } from '../tools/index.ts';
+
+const Json = z.json();
+
+/** A server a task needs: a bundled server's name, or any server spec of src/tools. */
+export const ServerRefSchema = z.union([
+  z.string().min(1).describe('the name of a bundled server'),
+  StdioSpecSchema,
+  HttpSpecSchema,
+  InProcessSpecSchema,
+]);
+export type ServerRef = z.input<typeof ServerRefSchema>;
+
+const Alias = z.string().regex(/^[a-z][a-z0-9_-]{0,31}$/, 'a server alias is 1-32 lower-case letters, digits, _ or -, starting with a letter');
+
+/** A tool call of the task's own (setup, state checks, reference solutions). */
+export const TaskCallSchema = z.strictObject({
+  server: Alias,
+  tool: z.string().min(1),
+  arguments: z.record(z.string(), Json).default({}),
+});
+export type TaskCall = z.output<typeof TaskCallSchema>;
+
+/** How a value is compared with what was expected. */
+export const MatcherSchema = z.discriminatedUnion('kind', [
+  z.strictObject({ kind: z.literal('equals'), value: Json }),
+  z.strictObject({ kind: z.literal('contains'), value: z.string(), ignore_case: z.boolean().default(false) }),
+  z.strictObject({ kind: z.literal('number'), value: z.union([z.number(), z.string()]), tolerance: z.number().min(0).default(1e-6) }),
+  z.strictObject({ kind: z.literal('subset'), value: Json }),
+  z.strictObject({ kind: z.literal('exact'), value: z.string(), ignore_case: z.boolean().default(false) }),
+  z.strictObject({ kind: z.literal('regex'), value: z.string(), flags: z.string().regex(/^[imsu]*$/).default('') }),
+]);
+export type Matcher = z.output<typeof MatcherSchema>;
+
+export const StateCheckSchema = z.strictObject({
+  kind: z.literal('state'),
+  /** After the episode, this call is made on the episode's server state... */
+  call: TaskCallSchema,
+  /** ...and the value at this dotted path of its structured result (e.g. "value", "rows.0.0") ... */
+  path: z.string().optional(),
+  /** ...is compared. */
+  expect: MatcherSchema,
+  weight: z.number().min(0).default(1),
+});
+
+export const AnswerCheckSchema = z.strictObject({
+  kind: z.literal('answer'),
+  /** The final answer, taken out of \boxed{}, <answer></answer> or "答案是" when present. */
+  expect: MatcherSchema,
+  weight: z.number().min(0).default(1),
+});
+
+export const CallCheckSchema = z.strictObject({
+  kind: z.literal('call'),
+  server: Alias,
+  tool: z.string().min(1),
+  /** Only these arguments are compared (each by equality); others may be anything. */
+  arguments: z.record(z.string(), Json).default({}),
+  /** The call must have succeeded (not isError). Default true. */
+  succeeded: z.boolean().default(true),
+  weight: z.number().min(0).default(1),
+});
+
+export const CodeCheckSchema = z.strictObject({
+  kind: z.literal('code'),
+  language: z.literal('javascript').default('javascript'),
+  /** The answer must define this function; it is called with each test's input. */
+  function: z.string().regex(/^[A-Za-z_$][\w$]*$/, 'function must be a JavaScript identifier'),
+  tests: z.array(z.strictObject({ input: z.array(Json), output: Json })).min(1).max(100),
+  timeout_ms: z.number().int().min(10).max(60_000).default(2000),
+  weight: z.number().min(0).default(1),
+});
+
+export const CheckSchema = z.discriminatedUnion('kind', [StateCheckSchema, AnswerCheckSchema, CallCheckSchema, CodeCheckSchema]);
+export type Check = z.output<typeof CheckSchema>;
+
+export const MessageSchema = z.strictObject({
+  role: z.enum(['system', 'user', 'assistant']),
+  content: z.string(),
+});
+
+export const TaskSchema = z
+  .strictObject({
+    id: z.string().min(1).max(200),
+    split: z.enum(['train', 'eval']),
+    difficulty: z.number().int().min(1).max(5),
+    /** The family of generated tasks it belongs to (e.g. "calculator.arith"). */
+    family: z.string().optional(),
+    system: z.string().optional(),
+    /** The user's request; or give `messages` for a conversation. */
+    prompt: z.string().min(1).optional(),
+    messages: z.array(MessageSchema).min(1).optional(),
+    /** The servers the task needs, by alias: a bundled server's name or a server spec. */
+    servers: z.record(Alias, ServerRefSchema).refine((s) => Object.keys(s).length > 0, 'a task needs at least one server'),
+    /** Calls that put the servers into the task's starting state, made before the agent starts. */
+    setup: z.array(TaskCallSchema).default([]),
+    max_turns: z.number().int().min(1).max(100).default(8),
+    checks: z.array(CheckSchema).min(1, 'a task needs at least one check'),
+    /** A reference solution: the calls an expert makes, and its final answer. */
+    solution: z.strictObject({ calls: z.array(TaskCallSchema), answer: z.string() }).optional(),
+    /** The generator's parameters, kept for the record. */
+    params: z.record(z.string(), Json).optional(),
+  })
+  .superRefine((task, ctx) => {
+    if ((task.prompt === undefined) === (task.messages === undefined)) {
+      ctx.addIssue({ code: 'custom', path: ['prompt'], message: 'give exactly one of prompt or messages' });
+    }
+    const aliases = new Set(Object.keys(task.servers));
+    const checkAlias = (server: string, path: (string | number)[]) => {
+      if (!aliases.has(server)) ctx.addIssue({ code: 'custom', path, message: `unknown server '${server}'; the task's servers are ${[...aliases].join(', ')}` });
+    };
+    task.setup.forEach((c, i) => checkAlias(c.server, ['setup', i, 'server']));
+    task.checks.forEach((c, i) => {
+      if (c.kind === 'state') checkAlias(c.call.server, ['checks', i, 'call', 'server']);
+      if (c.kind === 'call') checkAlias(c.server, ['checks', i, 'server']);
+      if (c.kind === 'answer' && c.expect.kind === 'regex') {
+        try {
+          new RegExp(c.expect.value, c.expect.flags);
+        } catch (err) {
+          ctx.addIssue({ code: 'custom', path: ['checks', i, 'expect', 'value'], message: `invalid regular expression: ${(err as Error).message}` });
+        }
+      }
+    });
+    task.solution?.calls.forEach((c, i) => checkAlias(c.server, ['solution', 'calls', i, 'server']));
+  });
+
+export type Task = z.output<typeof TaskSchema>;
+export type TaskInput = z.input<typeof TaskSchema>;
+
+/** Error in a task file: names the file, the line (for JSONL) and the field. */
+export class TaskFileError extends Error {
+  constructor(
+    readonly file: string,
+    readonly line: number | undefined,
+    readonly field: string,
+    readonly reason: string,
+  ) {
+    super(`${file}${line !== undefined ? `:${line}` : ''}: ${field ? `${field}: ` : ''}${reason}`);
+    this.name = 'TaskFileError';
+  }
+}
+
+function fieldOf(path: PropertyKey[]): string {
+  return path.map((p, i) => (typeof p === 'number' ? `[${p}]` : `${i ? '.' : ''}${String(p)}`)).join('');
+}
+
+/** Validates a task given in TypeScript; throws with the field named. */
+export function defineTask(input: TaskInput): Task {
+  const r = TaskSchema.safeParse(input);
+  if (!r.success) {
+    const issue = r.error.issues[0]!;
+    const id = typeof (input as { id?: unknown }).id === 'string' ? ` '${(input as { id: string }).id}'` : '';
+    throw new Error(`Invalid task${id}: ${fieldOf(issue.path) || '(task)'}: ${issue.message}`);
+  }
+  return r.data;
+}
+
+function parseOne(value: unknown, file: string, line: number | undefined, prefix = ''): Task {
+  const r = TaskSchema.safeParse(value);
+  if (r.success) return r.data;
+  const issue = r.error.issues[0]!;
+  throw new TaskFileError(file, line, (prefix + fieldOf(issue.path)).replace(/\.$/, ''), issue.message);
+}
+
+/** The line (1-based) of a character offset in a text. */
+function lineAt(text: string, offset: number): number {
+  let line = 1;
+  for (let i = 0; i < offset && i < text.length; i++) if (text.charCodeAt(i) === 10) line++;
+  return line;
+}
+
+/**
+ * Parses tasks from text: JSON Lines (one task per line; blank lines and lines starting with
+ * `//` are skipped), a JSON array of tasks, or one JSON task. Errors name the file, line and field.
+ */
+export function parseTasks(text: string, file = '<tasks>'): Task[] {
+  const tasks: Task[] = [];
+  let whole: { value: unknown } | undefined;
+  let wholeError: Error | undefined;
+  if (!file.endsWith('.jsonl')) {
+    try {
+      whole = { value: JSON.parse(text) };
+    } catch (err) {
+      wholeError = err as Error;
+    }
+  }
+  const lines = text.split('\n');
+  const looksJsonl = lines.filter((l) => l.trim() && !l.trim().startsWith('//')).every((l) => l.trim().startsWith('{'));
+  if (whole === undefined && (file.endsWith('.jsonl') || looksJsonl)) {
+    lines.forEach((raw, i) => {
+      const lineText = raw.trim();
+      if (!lineText || lineText.startsWith('//')) return;
+      let value: unknown;
+      try {
+        value = JSON.parse(lineText);
+      } catch (err) {
+        throw new TaskFileError(file, i + 1, '', `invalid JSON: ${(err as Error).message}`);
+      }
+      tasks.push(parseOne(value, file, i + 1));
+    });
+  } else if (whole === undefined) {
+    const m = /position (\d+)/.exec(wholeError!.message);
+    throw new TaskFileError(file, m ? lineAt(text, Number(m[1])) : undefined, '', `invalid JSON: ${wholeError!.message}`);
+  } else if (Array.isArray(whole.value)) {
+    // Find where each element starts, to report its line.
+    whole.value.forEach((v, i) => {
+      const id = (v as { id?: unknown })?.id;
+      const at = typeof id === 'string' ? text.indexOf(JSON.stringify(id)) : -1;
+      tasks.push(parseOne(v, file, at >= 0 ? lineAt(text, at) : undefined, `[${i}].`));
+    });
+  } else {
+    tasks.push(parseOne(whole.value, file, undefined));
+  }
+  const seen = new Map<string, number>();
+  tasks.forEach((t, i) => {
+    if (seen.has(t.id)) throw new TaskFileError(file, undefined, `[${i}].id`, `duplicate task id '${t.id}' (also task ${seen.get(t.id)})`);
+    seen.set(t.id, i);
+  });
+  return tasks;
+}
+
+/** Loads tasks from a .json or .jsonl file. */
+export function loadTasks(file: string): Task[] {
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (err) {
+    throw new TaskFileError(file, undefined, '', `cannot read the file: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+  }
+  return parseTasks(text, file);
+}
+
+/** The messages a task opens with. */
+export function openingMessages(task: Task): { role: 'system' | 'user' | 'assistant'; content: string }[] {
+  const msgs = task.messages ? [...task.messages] : [{ role: 'user' as const, content: task.prompt! }];
+  if (task.system && msgs[0]?.role !== 'system') msgs.unshift({ role: 'system', content: task.system });
+  return msgs;
+}

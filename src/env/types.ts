@@ -1,0 +1,134 @@
+/**
+ * The contracts between the environment, policies and training: chat messages (OpenAI format),
+ * what a policy sees and returns, and the trajectory that records an episode.
+ */
+import { z } from 'zod';
+import type { Task } from './task.ts';
+
+export const ToolCallMessageSchema = z.object({
+  id: z.string(),
+  type: z.literal('function'),
+  function: z.object({ name: z.string(), arguments: z.string() }),
+});
+
+/** A chat message in the OpenAI format, with `tool_calls` on assistant messages. */
+export const ChatMessageSchema = z.object({
+  role: z.enum(['system', 'user', 'assistant', 'tool']),
+  content: z.string(),
+  tool_calls: z.array(ToolCallMessageSchema).optional(),
+  tool_call_id: z.string().optional(),
+  name: z.string().optional(),
+});
+export type ChatMessage = z.infer<typeof ChatMessageSchema>;
+
+/** A tool as the agent sees it (its name may be qualified as `server_tool` when names collide). */
+export interface AgentTool {
+  name: string;
+  description: string;
+  inputSchema: Record<string, unknown>;
+  /** Which task server and which of its tools this is. */
+  server: string;
+  tool: string;
+}
+
+export interface Observation {
+  task: Task;
+  messages: ChatMessage[];
+  tools: AgentTool[];
+  /** 0 for the first assistant turn. */
+  turn: number;
+  /** The environment's messages added since the policy's last action (tool results). */
+  newMessages: ChatMessage[];
+  /** Identifies the episode, for policies that keep per-episode state (e.g. token sequences). */
+  episodeId: string;
+}
+
+/** A tool call as a policy proposes it; `arguments` may be the raw text when it did not parse. */
+export interface ProposedCall {
+  id?: string;
+  name: string;
+  arguments: Record<string, unknown> | string;
+}
+
+export interface PolicyAction {
+  /** The assistant's text (with any reasoning); without tool calls it is the final answer. */
+  content: string;
+  toolCalls?: ProposedCall[];
+  /** Token ids of this turn, as sampled, and their logprobs (for training). */
+  tokens?: number[];
+  logprobs?: number[];
+  /** Token ids the environment contributed before this turn (prompt, tool results), when tokenised. */
+  envTokens?: number[];
+  /** A message about text that looked like a tool call but could not be parsed. */
+  parseError?: string;
+}
+
+export interface Policy {
+  /** Name and version, recorded in every trajectory. */
+  readonly id: string;
+  readonly version?: string | number;
+  act(observation: Observation, signal?: AbortSignal): Promise<PolicyAction>;
+  /** Called once an episode ends (to release per-episode state). */
+  endEpisode?(episodeId: string): void;
+}
+
+export const ToolStepSchema = z.object({
+  id: z.string(),
+  name: z.string(),
+  server: z.string().optional(),
+  tool: z.string().optional(),
+  arguments: z.unknown(),
+  isError: z.boolean(),
+  errorKind: z.string().optional(),
+  ms: z.number(),
+  text: z.string(),
+  structured: z.unknown().optional(),
+});
+export type ToolStep = z.infer<typeof ToolStepSchema>;
+
+export const TurnSchema = z.object({
+  tokens: z.array(z.number().int()).optional(),
+  logprobs: z.array(z.number()).optional(),
+  env_tokens: z.array(z.number().int()).optional(),
+  action: z.object({ content: z.string(), tool_calls: z.array(z.object({ id: z.string(), name: z.string(), arguments: z.unknown() })) }),
+  tool_results: z.array(ToolStepSchema),
+  step_reward: z.number(),
+  parse_error: z.string().optional(),
+  policy_ms: z.number(),
+});
+export type Turn = z.infer<typeof TurnSchema>;
+
+export const CheckResultSchema = z.object({ kind: z.string(), score: z.number(), weight: z.number(), detail: z.string() });
+export type CheckResult = z.infer<typeof CheckResultSchema>;
+
+export const TrajectorySchema = z.object({
+  id: z.string(),
+  run_id: z.string().optional(),
+  task_id: z.string(),
+  group_id: z.string(),
+  /** Index of this rollout within its group. */
+  sample: z.number().int(),
+  split: z.enum(['train', 'eval']),
+  difficulty: z.number().int(),
+  family: z.string().optional(),
+  policy: z.object({ id: z.string(), version: z.union([z.string(), z.number()]).optional() }),
+  /** The tools the agent was given (OpenAI function format, for export). */
+  tools: z.array(z.object({ name: z.string(), description: z.string(), parameters: z.record(z.string(), z.unknown()) })).optional(),
+  messages: z.array(ChatMessageSchema),
+  turns: z.array(TurnSchema),
+  answer: z.string().nullable(),
+  success: z.boolean(),
+  reward: z.number(),
+  reward_parts: z.record(z.string(), z.number()),
+  checks: z.array(CheckResultSchema),
+  metrics: z.object({
+    turns: z.number().int(),
+    tool_calls: z.number().int(),
+    tool_errors: z.number().int(),
+    policy_tokens: z.number().int(),
+  }),
+  timings: z.object({ started_at: z.string(), total_ms: z.number(), policy_ms: z.number(), tool_ms: z.number() }),
+  finish: z.enum(['answer', 'max_turns', 'error']),
+  error: z.string().optional(),
+});
+export type Trajectory = z.infer<typeof TrajectorySchema>;
