@@ -19,6 +19,7 @@ import {
   type ToolResult,
 } from './contracts.ts';
 import { describeExit, ProcessStdioTransport } from './stdio.ts';
+import { linkedFetch } from './http-fetch.ts';
 
 export const EPISODE_META_KEY = 'mcp-gym/episode';
 const INVALID_PARAMS = -32602;
@@ -124,7 +125,7 @@ export class ToolClient {
     } else if (spec.transport === 'http') {
       const headers: Record<string, string> = { ...spec.headers };
       if (spec.token !== undefined) headers.authorization = `Bearer ${spec.token}`;
-      transport = new StreamableHTTPClientTransport(new URL(spec.url), { requestInit: { headers } });
+      transport = new StreamableHTTPClientTransport(new URL(spec.url), { requestInit: { headers }, fetch: linkedFetch });
     } else {
       const [clientSide, serverSide] = InMemoryTransport.createLinkedPair();
       const server = (await spec.factory()) as { connect(t: Transport): Promise<void>; close(): Promise<void> };

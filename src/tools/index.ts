@@ -18,3 +18,4 @@ export { ProcessStdioTransport } from './stdio.ts';
 export { descendants, isAlive, killTree } from './process-tree.ts';
 export { sampleFromSchema, seededRng } from './schema-sample.ts';
 export type { Rng } from './schema-sample.ts';
+export { linkedFetch, linkedListeners } from './http-fetch.ts';

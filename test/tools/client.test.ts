@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { McpServer as V1McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { StreamableHTTPServerTransport as V1HttpTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import { z } from 'zod';
-import { descendants, isAlive, resultText, ToolClient } from '../../src/tools/index.ts';
+import { descendants, isAlive, linkedListeners, resultText, ToolClient } from '../../src/tools/index.ts';
 import { serveOverHttp, serverFactory, type HttpServing } from '../../servers/index.ts';
 import { kvServer } from '../../servers/kv.ts';
 import { cliStdioSpec, pagedServer, ROOT, CLI, sleep, testServer } from '../helpers.ts';
@@ -223,6 +223,10 @@ describe('streamable HTTP transport', () => {
     // handle per call would add about 1,000 between each count.
     expect(middle).toBeLessThanOrEqual(before + 32);
     expect(after).toBeLessThanOrEqual(before + 32);
+    // No abort listener is left on the transport's signal once the calls (and their response
+    // streams, read to the end a moment after the result) are done.
+    await sleep(50);
+    expect(linkedListeners()).toBe(0);
     await client.close();
   });
 
