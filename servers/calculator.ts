@@ -713,6 +713,11 @@ function result(expression: string, x: Rational): CalcResult {
   };
 }
 
+/** What an agent reads: the exact value, and its decimal when it is a fraction. */
+function resultText(r: CalcResult): string {
+  return r.is_integer ? r.value : `${r.value} (= ${r.decimal})`;
+}
+
 const Operand = (name: string) =>
   z
     .union([z.string().max(MAX_EXPRESSION_LENGTH, `${name} must be at most ${MAX_EXPRESSION_LENGTH} characters`), z.number()])
@@ -731,6 +736,7 @@ function binaryTool(name: string, symbol: string, verb: string, op: (a: Rational
     input: z.object({ a: Operand('a'), b: Operand('b') }),
     output: Result,
     readOnly: true,
+    text: resultText,
     run: ({ a, b }) => {
       const x = parseNumber(String(a), 'a');
       const y = parseNumber(String(b), 'b');
@@ -762,6 +768,7 @@ const tools = [
     output: Result,
     readOnly: true,
     run: ({ expression }) => result(expression, evaluateExpression(expression)),
+    text: resultText,
   }),
   binaryTool('add', '+', 'Add two numbers (a + b)', (a, b) => a.add(b)),
   binaryTool('subtract', '-', 'Subtract b from a (a - b)', (a, b) => a.sub(b)),

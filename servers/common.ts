@@ -28,6 +28,8 @@ export interface ToolDef<S, I extends z.ZodObject = z.ZodObject, O extends z.Zod
   output: O;
   readOnly?: boolean;
   run(args: z.infer<I>, state: S, signal: AbortSignal | undefined): z.infer<O> | Promise<z.infer<O>>;
+  /** The text content of a result (default: the structured result as JSON). */
+  text?(out: z.infer<O>): string;
 }
 
 /** Identity helper that keeps each tool's argument and result types inferred. */
@@ -158,7 +160,7 @@ export function buildMcpServer<S>(def: ServerDefinition<S>, backend: Backend<S>,
           if (delayMs > 0) await sleep(delayMs);
           const state = backend.episode(episodeOf(ctx));
           const out = await tool.run(args as never, state, ctx.mcpReq.signal);
-          return { content: [{ type: 'text', text: JSON.stringify(out) }], structuredContent: out as Record<string, unknown> };
+          return { content: [{ type: 'text', text: tool.text ? tool.text(out) : JSON.stringify(out) }], structuredContent: out as Record<string, unknown> };
         } catch (err) {
           if (err instanceof ToolError) return errorResult(err.message);
           const message = err instanceof Error ? err.message : String(err);

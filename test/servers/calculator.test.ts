@@ -300,8 +300,10 @@ describe('calculator server over MCP', () => {
   const ok = async (name: string, args: Record<string, unknown>): Promise<CalcOut> => {
     const r = await call(name, args);
     expect(r.isError, textOf(r)).toBeFalsy();
-    expect(JSON.parse(textOf(r))).toEqual(r.structuredContent);
-    return r.structuredContent as unknown as CalcOut;
+    const out = r.structuredContent as unknown as CalcOut;
+    // The text an agent reads is the exact value (and the decimal of a fraction).
+    expect(textOf(r)).toBe(out.is_integer ? out.value : `${out.value} (= ${out.decimal})`);
+    return out;
   };
   const fails = async (name: string, args: Record<string, unknown>): Promise<string> => {
     const r = await call(name, args);
