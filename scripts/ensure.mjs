@@ -2,7 +2,7 @@
 // Installs what is missing before `npm start` and `npm test`: the npm packages (when
 // node_modules is absent or older than package-lock.json), and checks that the native
 // module better-sqlite3 loads. Uses only Node's built-ins, since it runs before the install.
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import { existsSync, statSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
@@ -40,6 +40,27 @@ if (!sqliteLoads()) {
   npm(['rebuild', 'better-sqlite3']);
   if (!sqliteLoads()) {
     process.stderr.write('better-sqlite3 could not be built: it needs python3, make and g++ (apt-get install python3 make g++)\n');
+    process.exit(1);
+  }
+}
+
+// The learner: Debian's PyTorch (with OpenBLAS: without it torch runs 25 times slower), onnx and
+// pytest, for /usr/bin/python3. Installed with apt-get when missing (CI runs as root).
+const APT = ['python3-torch', 'libopenblas0-pthread', 'python3-onnx', 'python3-pytest'];
+const python = process.env.MCP_GYM_PYTHON ?? '/usr/bin/python3';
+const pythonOk = () => spawnSync(python, ['-c', 'import torch, onnx, pytest'], { stdio: 'ignore' }).status === 0;
+const missingDebs = () => APT.filter((p) => spawnSync('dpkg-query', ['-W', '-f=${Status}', p], { encoding: 'utf8' }).stdout?.includes('install ok installed') !== true);
+if (!process.env.MCP_GYM_PYTHON && (!pythonOk() || missingDebs().length)) {
+  const missing = missingDebs();
+  if (process.getuid?.() !== 0) {
+    process.stderr.write(`The learner needs Debian packages that are missing: ${missing.join(' ')}.\nInstall them as root: apt-get install -y ${APT.join(' ')}\n`);
+    process.exit(1);
+  }
+  log(`apt-get install ${missing.join(' ')}`);
+  execFileSync('apt-get', ['update', '-qq'], { stdio: ['ignore', 'inherit', 'inherit'] });
+  execFileSync('apt-get', ['install', '-y', '-qq', ...APT], { stdio: ['ignore', 'inherit', 'inherit'], env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive' } });
+  if (!pythonOk()) {
+    process.stderr.write(`${python} still cannot import torch, onnx and pytest after installing ${APT.join(' ')}\n`);
     process.exit(1);
   }
 }

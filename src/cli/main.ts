@@ -4,6 +4,8 @@ import { bundledServer, bundledServers, serveOverHttp, serveOverStdio } from '..
 import { demo } from './demo.ts';
 import { intFlag, UsageError } from './args.ts';
 import { rolloutCommand, suitesCommand } from './rollout.ts';
+import { sftCommand } from './sft.ts';
+import { benchCommand } from './bench.ts';
 
 const HELP = `mcp-gym: tasks, training and benchmarks for tool-using agents over MCP
 
@@ -22,7 +24,7 @@ Commands:
   rollout             Run a policy on a task suite; write trajectories (JSONL) and a summary
                         --suite S | --tasks F   a bundled suite (or 'all'), or a .json/.jsonl task file
                         --split eval|train|all  (default eval)     --limit N   first N tasks
-                        --policy P              expert (default), random[:seed]
+                        --policy P              expert (default), random[:seed], onnx:<model dir>
                         --group G               rollouts per task (default 1)
                         --concurrency C         episodes at once (default 8)
                         --out DIR               where trajectories.jsonl and summary.json go
@@ -32,6 +34,21 @@ Commands:
                         --export-openai F       also write successful trajectories as OpenAI fine-tuning JSONL
                         --delay-ms N            slow every bundled server call by N ms
                         --stdio                 run bundled servers as stdio processes (default: in-process)
+                        --temperature T         sampling temperature of an onnx policy (default 1)
+  sft                 Train the embedded model from scratch on expert demonstrations, export it
+                        --suite S | --tasks F   where the demonstrations come from (default calculator)
+                        --demos N               expert demonstrations (default 400)
+                        --out DIR               the model directory to write (required)
+                        --steps N --batch B --lr X --seed S      (defaults 400, 32, 0.003, 0)
+                        --d-model D --layers L --heads H --ctx N (defaults 128, 4, 4, 512)
+                        --no-eval               skip the held-out evaluation at the end
+  bench               Benchmark any MCP server: latency, throughput, fuzzing; agents on tasks
+                        --stdio "CMD ARGS" | --url URL [--token T] [--header K:V]   the server
+                        --concurrency 1,4,16,64 --calls N --duration-ms N --timeout-ms N
+                        --examples F --exclude a,b    example calls; tools never called
+                        --fuzz [--fuzz-cases N] [--seed S] [--save-failures F] | --replay F
+                        --tasks S|F --policy P -k K   agent success: pass@k and pass^k
+                        --json --html F               (mcp-gym bench --help for all options)
   demo                Start every bundled server over stdio, list its tools, run example calls
   help                Show this help
 
@@ -102,6 +119,10 @@ export async function main(argv: string[]): Promise<void> {
         return await suitesCommand();
       case 'rollout':
         return await rolloutCommand(rest);
+      case 'sft':
+        return await sftCommand(rest);
+      case 'bench':
+        return await benchCommand(rest);
       default:
         throw new UsageError(`Unknown command '${command}'. Run 'mcp-gym --help' for the list of commands.`);
     }

@@ -67,10 +67,11 @@ export async function rolloutCommand(argv: string[]): Promise<void> {
       stdio: { type: 'boolean', default: false },
       reward: { type: 'string', default: 'art' },
       'export-openai': { type: 'string' },
+      temperature: { type: 'string' },
     },
   });
   const tasks = selectTasks(values);
-  const policy = makePolicy(values.policy!);
+  const policy = await makePolicy(values.policy!, { temperature: values.temperature === undefined ? undefined : Number(values.temperature) });
   const group = intFlag(values.group, '--group', 1);
   if (group < 1) throw new UsageError('--group must be at least 1');
   const reward = values.reward!;
@@ -120,5 +121,6 @@ export async function rolloutCommand(argv: string[]): Promise<void> {
   } finally {
     process.off('SIGINT', onSigint);
     await env.close();
+    await policy.close?.();
   }
 }

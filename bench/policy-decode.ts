@@ -1,0 +1,91 @@
+/**
+ * Decode throughput of the embedded policy: OnnxPolicy's sampler (onnxruntime-node, slot KV
+ * cache) against PyTorch eager (bench/torch_decode.py, KV cache by concatenation) on the same
+ * weights and the same prompts, at batch 1 and 16, in one run; and the compute-bound ceiling of
+ * this machine for the model (its FLOPs per token against a measured matrix-multiply rate).
+ *
+ *   npx tsx bench/policy-decode.ts [--model models/calc-tiny] [--new-tokens 64] [--threads 1]
+ *
+ * Last line: {"onnx_tok_s_b16", "torch_tok_s_b16", "ratio_b16", "ceiling_fraction_b16", ...}
+ */
+import { spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { OnnxModel, ChatTemplate } from '../src/agents/index.ts';
+import { openingMessages } from '../src/env/index.ts';
+import { generateSuite } from '../src/env/suites/index.ts';
+import { seededRng } from '../src/tools/index.ts';
+import { LearnerClient, learnerPython } from '../src/trainers/index.ts';
+
+const { values } = parseArgs({
+  options: { model: { type: 'string' }, 'new-tokens': { type: 'string', default: '64' }, threads: { type: 'string', default: '1' } },
+});
+const NEW = Number(values['new-tokens']);
+const threads = Number(values.threads);
+
+let dir = values.model ?? 'models/calc-tiny';
+if (!existsSync(join(dir, 'config.json'))) {
+  dir = join(mkdtempSync(join(tmpdir(), 'mcp-gym-decode-')), 'random');
+  console.log(`no model at ${values.model ?? 'models/calc-tiny'}: using a freshly initialised one in ${dir}`);
+  const l = LearnerClient.start();
+  await l.request('create', { model_dir: dir, name: 'random', architecture: { max_seq_len: 512 }, seed: 0 });
+  await l.request('load', { model_dir: dir, device: 'cpu' });
+  await l.request('export', { model_dir: dir, full: true });
+  await l.close();
+}
+
+const model = await OnnxModel.load(dir, { threads });
+const tpl = new ChatTemplate({ maxToolResultBytes: model.config.chat_template.max_tool_result_bytes, systemTools: true });
+const tasks = generateSuite('calculator').filter((t) => t.split === 'eval').slice(0, 16);
+const prompts = tasks.map((t) => tpl.prompt(openingMessages(t), ['evaluate', 'add', 'subtract', 'multiply', 'divide']));
+const a = model.config.architecture;
+const avgPrompt = prompts.reduce((s, p) => s + p.length, 0) / prompts.length;
+
+async function onnxRate(B: number): Promise<number> {
+  const ps = prompts.slice(0, B);
+  await model.generate(ps, { temperature: 1, topK: 0, topP: 1, maxNewTokens: 4, rng: seededRng(0), stop: -1 });
+  const t0 = performance.now();
+  const g = await model.generate(ps, { temperature: 1, topK: 0, topP: 1, maxNewTokens: NEW, rng: seededRng(1), stop: -1 });
+  const n = g.reduce((s, x) => s + x.tokens.length, 0);
+  return n / ((performance.now() - t0) / 1000);
+}
+
+const onnx1 = await onnxRate(1);
+const onnx16 = await onnxRate(16);
+await model.close();
+const py = spawnSync(learnerPython(), [join(import.meta.dirname, 'torch_decode.py')], {
+  input: JSON.stringify({ model_dir: dir, prompts, batch_sizes: [1, 16], new_tokens: NEW, threads }),
+  encoding: 'utf8',
+});
+if (py.status !== 0) throw new Error(`torch_decode.py failed: ${py.stderr}`);
+const torch = JSON.parse(py.stdout.trim().split('\n').pop()!) as { tok_s: Record<string, number>; matmul_gflops: number; torch: string };
+
+// FLOPs per generated token: 2 per weight (blocks and the tied head; embeddings are lookups)
+// plus attention (QK and PV: 4·D per layer per position attended), at the mean context.
+const D = a.d_model;
+const blockParams = a.n_layers * (4 * D * D + 2 * D * a.d_ff);
+const ctx = avgPrompt + NEW / 2;
+const flopsPerToken = 2 * (blockParams + a.vocab_size * D) + 4 * a.n_layers * D * ctx;
+const ceiling = (torch.matmul_gflops * 1e9) / flopsPerToken;
+
+const r = (x: number) => Math.round(x * 10) / 10;
+console.log(`model ${dir}: d=${D}, layers ${a.n_layers}, heads ${a.n_heads}; prompts of ${avgPrompt.toFixed(0)} tokens on average, ${NEW} new tokens each, ${threads} thread(s)`);
+console.log(`batch  1: onnx ${r(onnx1)} tok/s   torch eager ${r(torch.tok_s['1']!)} tok/s   ratio ${(onnx1 / torch.tok_s['1']!).toFixed(2)}`);
+console.log(`batch 16: onnx ${r(onnx16)} tok/s   torch eager ${r(torch.tok_s['16']!)} tok/s   ratio ${(onnx16 / torch.tok_s['16']!).toFixed(2)}`);
+console.log(`ceiling: ${(flopsPerToken / 1e6).toFixed(2)} MFLOP/token at ${torch.matmul_gflops.toFixed(1)} GFLOP/s (512² matmul, torch ${torch.torch}) = ${r(ceiling)} tok/s; onnx at batch 16 reaches ${((100 * onnx16) / ceiling).toFixed(1)}% of it`);
+console.log(
+  JSON.stringify({
+    onnx_tok_s_b1: r(onnx1),
+    torch_tok_s_b1: r(torch.tok_s['1']!),
+    ratio_b1: +(onnx1 / torch.tok_s['1']!).toFixed(3),
+    onnx_tok_s_b16: r(onnx16),
+    torch_tok_s_b16: r(torch.tok_s['16']!),
+    ratio_b16: +(onnx16 / torch.tok_s['16']!).toFixed(3),
+    ceiling_tok_s: r(ceiling),
+    ceiling_fraction_b16: +(onnx16 / ceiling).toFixed(4),
+    flops_per_token: Math.round(flopsPerToken),
+    matmul_gflops: +torch.matmul_gflops.toFixed(1),
+  }),
+);

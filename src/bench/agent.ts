@@ -1,0 +1,157 @@
+/**
+ * Agent success: K rollouts of each task through the environment, and per task the success
+ * rate, pass@k (at least one of k draws succeeds, the unbiased estimator 1 − C(n−c, k)/C(n, k))
+ * and pass^k (all k draws succeed, C(c, k)/C(n, k)), turns, tool calls, tool errors and latency;
+ * averaged over the tasks.
+ */
+import { Environment, rollout, type EnvironmentOptions, type Policy, type Task, type Trajectory } from '../env/index.ts';
+
+/** C(n, k)/C(m, k) computed as a product, stable for large n. */
+function binomRatio(n: number, m: number, k: number): number {
+  // C(n, k) / C(m, k) = Π_{i=0}^{k-1} (n − i) / (m − i)
+  if (k > n) return 0;
+  let r = 1;
+  for (let i = 0; i < k; i++) r *= (n - i) / (m - i);
+  return r;
+}
+
+/** pass@k from n samples with c successes: 1 − C(n−c, k)/C(n, k). */
+export function passAtK(n: number, c: number, k: number): number {
+  if (!(n >= 1) || k < 1 || k > n || c < 0 || c > n) throw new Error(`pass@k needs 1 <= k <= n and 0 <= c <= n (n=${n}, c=${c}, k=${k})`);
+  if (n - c < k) return 1;
+  return 1 - binomRatio(n - c, n, k);
+}
+
+/** pass^k from n samples with c successes: C(c, k)/C(n, k). */
+export function passHatK(n: number, c: number, k: number): number {
+  if (!(n >= 1) || k < 1 || k > n || c < 0 || c > n) throw new Error(`pass^k needs 1 <= k <= n and 0 <= c <= n (n=${n}, c=${c}, k=${k})`);
+  return binomRatio(c, n, k);
+}
+
+export interface TaskAgentStats {
+  task: string;
+  runs: number;
+  successes: number;
+  success_rate: number;
+  /** pass@k for k = 1..runs (index k − 1). */
+  pass_at: number[];
+  /** pass^k for k = 1..runs. */
+  pass_hat: number[];
+  mean_turns: number;
+  mean_tool_calls: number;
+  tool_errors: number;
+  /** Mean wall time of an episode, ms. */
+  mean_episode_ms: number;
+  /** Mean wall time of a tool call, ms. */
+  mean_tool_ms: number;
+  failed_episodes: number;
+}
+
+export interface AgentReport {
+  policy: string;
+  k: number;
+  tasks: number;
+  episodes: number;
+  success_rate: number;
+  /** Averaged over tasks, by k = 1..K: `{"1": ..., "K": ...}`. */
+  pass_at_k: Record<string, number>;
+  pass_hat_k: Record<string, number>;
+  mean_turns: number;
+  mean_tool_calls: number;
+  tool_errors: number;
+  tool_error_rate: number;
+  mean_episode_ms: number;
+  mean_tool_ms: number;
+  failed_episodes: number;
+  seconds: number;
+  per_task: TaskAgentStats[];
+}
+
+/** The statistics of one task's trajectories (`k` = how many were asked for). */
+export function taskStats(task: string, trajectories: Trajectory[]): TaskAgentStats {
+  const n = trajectories.length;
+  const c = trajectories.filter((t) => t.success).length;
+  const mean = (f: (t: Trajectory) => number) => (n ? trajectories.reduce((s, t) => s + f(t), 0) / n : 0);
+  const calls = trajectories.reduce((s, t) => s + t.metrics.tool_calls, 0);
+  const toolMs = trajectories.reduce((s, t) => s + t.timings.tool_ms, 0);
+  const ks = Array.from({ length: n }, (_, i) => i + 1);
+  return {
+    task,
+    runs: n,
+    successes: c,
+    success_rate: n ? c / n : 0,
+    pass_at: ks.map((k) => passAtK(n, c, k)),
+    pass_hat: ks.map((k) => passHatK(n, c, k)),
+    mean_turns: mean((t) => t.metrics.turns),
+    mean_tool_calls: mean((t) => t.metrics.tool_calls),
+    tool_errors: trajectories.reduce((s, t) => s + t.metrics.tool_errors, 0),
+    mean_episode_ms: mean((t) => t.timings.total_ms),
+    mean_tool_ms: calls ? toolMs / calls : 0,
+    failed_episodes: trajectories.filter((t) => t.finish === 'error').length,
+  };
+}
+
+/** Averages per-task statistics into a report. */
+export function agentReport(policy: string, k: number, perTask: TaskAgentStats[], seconds: number): AgentReport {
+  const T = perTask.length;
+  const avg = (f: (s: TaskAgentStats) => number) => (T ? perTask.reduce((s, x) => s + f(x), 0) / T : 0);
+  const episodes = perTask.reduce((s, x) => s + x.runs, 0);
+  const calls = perTask.reduce((s, x) => s + x.mean_tool_calls * x.runs, 0);
+  const errors = perTask.reduce((s, x) => s + x.tool_errors, 0);
+  const pass_at_k: Record<string, number> = {};
+  const pass_hat_k: Record<string, number> = {};
+  for (let j = 1; j <= k; j++) {
+    const ok = perTask.filter((x) => x.runs >= j);
+    pass_at_k[String(j)] = ok.length ? ok.reduce((s, x) => s + x.pass_at[j - 1]!, 0) / ok.length : 0;
+    pass_hat_k[String(j)] = ok.length ? ok.reduce((s, x) => s + x.pass_hat[j - 1]!, 0) / ok.length : 0;
+  }
+  const weighted = (f: (s: TaskAgentStats) => number) => (episodes ? perTask.reduce((s, x) => s + f(x) * x.runs, 0) / episodes : 0);
+  return {
+    policy,
+    k,
+    tasks: T,
+    episodes,
+    success_rate: avg((x) => x.success_rate),
+    pass_at_k,
+    pass_hat_k,
+    mean_turns: weighted((x) => x.mean_turns),
+    mean_tool_calls: weighted((x) => x.mean_tool_calls),
+    tool_errors: errors,
+    tool_error_rate: calls ? errors / calls : 0,
+    mean_episode_ms: weighted((x) => x.mean_episode_ms),
+    mean_tool_ms: calls ? perTask.reduce((s, x) => s + x.mean_tool_ms * x.mean_tool_calls * x.runs, 0) / calls : 0,
+    failed_episodes: perTask.reduce((s, x) => s + x.failed_episodes, 0),
+    seconds,
+    per_task: perTask,
+  };
+}
+
+export interface AgentBenchOptions {
+  /** Runs per task (the group size K). Default 4. */
+  k?: number;
+  /** Episodes at once. Default 8. */
+  concurrency?: number;
+  env?: EnvironmentOptions;
+  signal?: AbortSignal;
+  onEpisode?: (t: Trajectory, done: number, total: number) => void;
+}
+
+/** Runs every task K times with `policy` (through `Environment` and `rollout`) and reports. */
+export async function runAgentBench(policy: Policy, tasks: Task[], options: AgentBenchOptions = {}): Promise<AgentReport> {
+  const k = options.k ?? 4;
+  if (!Number.isInteger(k) || k < 1) throw new Error(`k must be a positive integer, got ${k}`);
+  const env = new Environment(options.env ?? {});
+  try {
+    const r = await rollout(env, policy, tasks, { group: k, concurrency: options.concurrency ?? 8, signal: options.signal, onEpisode: options.onEpisode, maxFailures: k });
+    const byTask = new Map<string, Trajectory[]>();
+    for (const t of r.trajectories) {
+      const list = byTask.get(t.task_id) ?? [];
+      list.push(t);
+      byTask.set(t.task_id, list);
+    }
+    const perTask = tasks.filter((t) => byTask.has(t.id)).map((t) => taskStats(t.id, byTask.get(t.id)!));
+    return agentReport(policy.id, k, perTask, r.seconds);
+  } finally {
+    await env.close();
+  }
+}

@@ -1,0 +1,431 @@
+/**
+ * Robustness: invalid and edge-case arguments generated from a tool's JSON Schema (missing
+ * required fields, wrong types, unknown fields, null, empty and huge strings, odd unicode,
+ * numbers at the edges, deep nesting, huge arrays), seeded and reproducible; each answer
+ * classified; the inputs that crashed the server or hung are saved as JSONL for replay.
+ */
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { dirname } from 'node:path';
+import { isAlive, killTree, seededRng, type Rng, type ToolResult } from '../tools/index.ts';
+import { generateArguments, hashString, type Args } from './args.ts';
+import type { Caller } from './load.ts';
+
+type Schema = Record<string, unknown>;
+
+/**
+ * How the server answered:
+ * - `rejected`: a proper `isError` result (the server refused the input and said why);
+ * - `accepted`: a normal result;
+ * - `protocol_error`: a JSON-RPC error instead of a result (or an answer the client could not use);
+ * - `crash`: the server process died (confirmed by its pid; over HTTP: it no longer answers);
+ * - `hang`: no answer within the timeout.
+ */
+export const OUTCOMES = ['rejected', 'accepted', 'protocol_error', 'crash', 'hang'] as const;
+export type Outcome = (typeof OUTCOMES)[number];
+
+export interface FuzzCase {
+  /** The kind of mutation (`wrong_type`, `huge_string`, ...). */
+  kind: string;
+  /** Which argument it touches (`a.b`), or `(root)`. */
+  path: string;
+  arguments: Args;
+}
+
+export interface FuzzGenOptions {
+  seed?: number;
+  /** Cases per tool, at most. Default 100. */
+  count?: number;
+  /** Length of a huge string. Default 100,000. */
+  hugeLength?: number;
+  /** Depth of a deeply nested value. Default 1,000. */
+  depth?: number;
+  /** Items of a huge array. Default 10,000. */
+  arrayLength?: number;
+}
+
+export const ODD_STRINGS: readonly string[] = [
+  '\u0000',
+  '\ud800',
+  '\udfff',
+  'e\u0301\u0301\u0301\u0301',
+  '👩‍👩‍👧‍👦',
+  '\u202eevil.txt',
+  '\ufeffbom',
+  '\u200b\u200c\u200d',
+  '𝕳𝖊𝖑𝖑𝖔',
+  'Ω≈ç√∫ 中文 عربى',
+  '\n\r\t\v\f',
+  "' OR '1'='1' --",
+  '../../../../etc/passwd',
+  '%s%s%s%n',
+  '<script>alert(1)</script>',
+  '${jndi:ldap://x}',
+  '\\',
+  '__proto__',
+  'constructor',
+  'NaN',
+  '-0',
+  '1e309',
+];
+
+const NUMBER_EDGES: readonly number[] = [
+  0,
+  -1,
+  1,
+  0.5,
+  -0.5,
+  2 ** 31,
+  -(2 ** 31) - 1,
+  2 ** 32,
+  Number.MAX_SAFE_INTEGER,
+  Number.MAX_SAFE_INTEGER + 2,
+  -Number.MAX_SAFE_INTEGER - 2,
+  1e21,
+  1e308,
+  -1e308,
+  Number.MAX_VALUE,
+  Number.MIN_VALUE,
+  -Number.MIN_VALUE,
+];
+
+function typesOf(s: Schema): string[] {
+  if (Array.isArray(s.type)) return s.type as string[];
+  if (typeof s.type === 'string') return [s.type];
+  const alts = (s.anyOf ?? s.oneOf) as Schema[] | undefined;
+  if (Array.isArray(alts)) return [...new Set(alts.flatMap((a) => typesOf(a ?? {})))];
+  if (s.properties) return ['object'];
+  if (s.items) return ['array'];
+  if (Array.isArray(s.enum)) return [...new Set(s.enum.map((v) => (v === null ? 'null' : Array.isArray(v) ? 'array' : typeof v)))];
+  return [];
+}
+
+function deepObject(depth: number): unknown {
+  let v: unknown = 'bottom';
+  for (let i = 0; i < depth; i++) v = { a: v };
+  return v;
+}
+
+function deepArray(depth: number): unknown {
+  let v: unknown = [];
+  for (let i = 0; i < depth; i++) v = [v];
+  return v;
+}
+
+function setAt(base: Args, path: string[], value: unknown, remove = false): Args {
+  const out = structuredClone(base);
+  let node: Record<string, unknown> = out;
+  for (let i = 0; i < path.length - 1; i++) {
+    const k = path[i]!;
+    const next = node[k];
+    if (next === null || typeof next !== 'object' || Array.isArray(next)) node[k] = {};
+    node = node[k] as Record<string, unknown>;
+  }
+  const last = path[path.length - 1]!;
+  if (remove) delete node[last];
+  else node[last] = value;
+  return out;
+}
+
+function shuffle<T>(xs: T[], rng: Rng): T[] {
+  for (let i = xs.length - 1; i > 0; i--) {
+    const j = Math.floor(rng() * (i + 1));
+    [xs[i], xs[j]] = [xs[j]!, xs[i]!];
+  }
+  return xs;
+}
+
+/**
+ * The fuzz cases of one tool: every mutation kind that applies to each argument (one level of
+ * nested objects included), shuffled within each kind and taken round-robin across kinds, so
+ * that a small `count` still covers every kind. The same schema, name and seed always give the
+ * same cases.
+ */
+export function fuzzCases(tool: { name: string; inputSchema: Schema }, options: FuzzGenOptions = {}): FuzzCase[] {
+  const seed = options.seed ?? 1;
+  const count = options.count ?? 100;
+  const hugeLength = options.hugeLength ?? 100_000;
+  const depth = options.depth ?? 1000;
+  const arrayLength = options.arrayLength ?? 10_000;
+  const rng = seededRng((seed ^ hashString(tool.name)) >>> 0);
+  const schema = tool.inputSchema ?? {};
+  const base = generateArguments(schema, 1, seed).args[0] ?? {};
+  const byKind = new Map<string, FuzzCase[]>();
+  const add = (kind: string, path: string[], args: Args) => {
+    const list = byKind.get(kind) ?? [];
+    list.push({ kind, path: path.length ? path.join('.') : '(root)', arguments: args });
+    byKind.set(kind, list);
+  };
+
+  // The whole object.
+  add('empty_object', [], {});
+  add('unknown_field', ['__fuzz_unknown'], { ...structuredClone(base), __fuzz_unknown: 'surprise' });
+  add('unknown_field', ['__proto__x'], { ...structuredClone(base), __proto__x: { polluted: true } });
+  add('deep_nesting', ['__fuzz_deep'], { ...structuredClone(base), __fuzz_deep: deepObject(depth) });
+  add('null', [], Object.fromEntries(Object.keys((schema.properties ?? {}) as Schema).map((k) => [k, null])));
+
+  const visit = (props: Record<string, Schema>, required: string[], prefix: string[], level: number) => {
+    for (const k of required) add('missing_required', [...prefix, k], setAt(base, [...prefix, k], undefined, true));
+    for (const [k, raw] of Object.entries(props)) {
+      const s = (raw ?? {}) as Schema;
+      const path = [...prefix, k];
+      const types = typesOf(s);
+      const at = (v: unknown) => setAt(base, path, v);
+      add('null', path, at(null));
+      // Wrong types: a value of each JSON type the schema does not allow.
+      const samples: Record<string, unknown> = { string: 'not-the-right-type', number: 12345.678, integer: 42, boolean: true, array: ['x', 1], object: { x: 1 } };
+      if (types.length > 0) {
+        // (With no type, any value is allowed: nothing is a wrong type.)
+        for (const [t, v] of Object.entries(samples)) {
+          if (types.includes(t) || (t === 'integer' && types.includes('number'))) continue;
+          add('wrong_type', path, at(v));
+        }
+      }
+      if (types.includes('integer') && !types.includes('number')) add('wrong_type', path, at(1.5));
+      add('deep_nesting', path, at(types.includes('array') ? deepArray(depth) : deepObject(depth)));
+      if (types.includes('string') || types.length === 0) {
+        add('empty_string', path, at(''));
+        add('huge_string', path, at('A'.repeat(hugeLength)));
+        for (const odd of ODD_STRINGS) add('odd_unicode', path, at(odd));
+        if (typeof s.maxLength === 'number') add('out_of_range', path, at('x'.repeat(s.maxLength + 1)));
+        if (typeof s.minLength === 'number' && s.minLength > 1) add('out_of_range', path, at('x'.repeat(s.minLength - 1)));
+        if (typeof s.pattern === 'string') add('out_of_range', path, at('!!not matching!!'));
+        if (typeof s.format === 'string') add('out_of_range', path, at('not a ' + s.format));
+      }
+      if (Array.isArray(s.enum)) add('out_of_range', path, at('__not_in_enum__'));
+      if (types.includes('number') || types.includes('integer')) {
+        for (const n of NUMBER_EDGES) add('number_edge', path, at(n));
+        for (const [key, step] of [['minimum', -1], ['exclusiveMinimum', -1], ['maximum', 1], ['exclusiveMaximum', 1]] as const) {
+          const bound = s[key];
+          if (typeof bound !== 'number') continue;
+          add('number_edge', path, at(bound));
+          add('number_edge', path, at(bound + step));
+        }
+      }
+      if (types.includes('array')) {
+        add('empty_array', path, at([]));
+        add('huge_array', path, at(Array.from({ length: arrayLength }, (_, i) => i)));
+        add('wrong_type', path, at([null, {}, [], 'x', 1]));
+      }
+      if (types.includes('object')) {
+        add('empty_object', path, at({}));
+        if (level < 2 && s.properties) visit(s.properties as Record<string, Schema>, (s.required as string[] | undefined) ?? [], path, level + 1);
+      }
+    }
+  };
+  visit((schema.properties ?? {}) as Record<string, Schema>, (schema.required as string[] | undefined) ?? [], [], 1);
+
+  const kinds = shuffle([...byKind.keys()].sort(), rng);
+  const queues = kinds.map((k) => shuffle(byKind.get(k)!, rng));
+  const out: FuzzCase[] = [];
+  for (let round = 0; out.length < count; round++) {
+    let any = false;
+    for (const q of queues) {
+      if (round < q.length && out.length < count) {
+        out.push(q[round]!);
+        any = true;
+      }
+    }
+    if (!any) break;
+  }
+  return out;
+}
+
+/** What the fuzzer needs of a client: `ToolClient` has it all. */
+export interface FuzzClient extends Caller {
+  readonly pid: number | undefined;
+  readonly restarts: number;
+  readonly spec: { transport: string };
+  listTools(options?: { refresh?: boolean; timeoutMs?: number }): Promise<unknown>;
+}
+
+export interface Classified {
+  outcome: Outcome;
+  detail: string;
+  /** The server was restarted after this call (it crashed, or hung and did not answer a probe). */
+  restarted?: boolean;
+}
+
+function textOf(r: ToolResult): string {
+  const first = r.content[0] as { text?: unknown } | undefined;
+  return typeof first?.text === 'string' ? first.text : JSON.stringify(r.content).slice(0, 300);
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** Whether the server answers at all (a fresh `tools/list`). */
+async function answers(client: FuzzClient, timeoutMs: number): Promise<boolean> {
+  try {
+    await client.listTools({ refresh: true, timeoutMs });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Sends one call and classifies the answer. A crash counts only when the process is really gone
+ * (its pid no longer alive; over HTTP, when the server no longer answers); a hang is followed by
+ * a probe, and a stdio server that does not answer it is killed so the next call gets a fresh one.
+ */
+export async function sendAndClassify(client: FuzzClient, name: string, args: Args, timeoutMs: number): Promise<Classified> {
+  const r = await client.call({ name, arguments: args }, { timeoutMs });
+  const text = textOf(r).slice(0, 300);
+  if (!r.isError) return { outcome: 'accepted', detail: text.slice(0, 120) };
+  switch (r.errorKind) {
+    case undefined:
+    case 'tool':
+      return { outcome: 'rejected', detail: text };
+    case 'invalid_arguments':
+      // An isError result whose text is the SDK's validation message is a proper rejection;
+      // a JSON-RPC "invalid params" error thrown at the client is a protocol error.
+      return text.startsWith('Input validation error') ? { outcome: 'rejected', detail: text } : { outcome: 'protocol_error', detail: text };
+    case 'timeout': {
+      const probeMs = Math.min(Math.max(500, timeoutMs), 5000);
+      if (await answers(client, probeMs)) return { outcome: 'hang', detail: text };
+      const pid = client.pid;
+      if (client.spec.transport === 'stdio' && pid !== undefined) {
+        await killTree(pid, { group: true, graceMs: 500 });
+        return { outcome: 'hang', detail: `${text}; the server did not answer afterwards and was restarted`, restarted: true };
+      }
+      return { outcome: 'hang', detail: `${text}; the server did not answer afterwards` };
+    }
+    case 'crashed':
+    case 'closed': {
+      // A client that gave up restarting a server that keeps crashing: not this input's doing.
+      if (/keeps crashing/.test(text)) return { outcome: 'protocol_error', detail: text };
+      if (client.spec.transport === 'stdio') {
+        const pid = client.pid;
+        // The exit has been seen when the call failed as crashed; give a closing pipe a moment.
+        for (let i = 0; i < 20 && pid !== undefined && isAlive(pid); i++) await sleep(25);
+        if (pid !== undefined && !isAlive(pid)) return { outcome: 'crash', detail: text, restarted: true };
+        return { outcome: 'protocol_error', detail: `${text} (the process is still alive)` };
+      }
+      if (client.spec.transport === 'http' && !(await answers(client, Math.min(timeoutMs, 5000)))) return { outcome: 'crash', detail: `${text} (the server no longer answers)` };
+      return { outcome: 'protocol_error', detail: text };
+    }
+    default:
+      return { outcome: 'protocol_error', detail: text };
+  }
+}
+
+export type OutcomeCounts = Record<Outcome, number>;
+const zero = (): OutcomeCounts => ({ rejected: 0, accepted: 0, protocol_error: 0, crash: 0, hang: 0 });
+
+export interface FuzzFailure {
+  tool: string;
+  arguments: Args;
+  outcome: Outcome;
+  kind?: string;
+  path?: string;
+  detail?: string;
+  seed?: number;
+  case?: number;
+}
+
+export interface ToolFuzz extends OutcomeCounts {
+  tool: string;
+  cases: number;
+  by_kind: Record<string, OutcomeCounts>;
+}
+
+export interface FuzzReport {
+  seed: number;
+  cases_per_tool: number;
+  tools: Record<string, ToolFuzz>;
+  totals: OutcomeCounts & { cases: number };
+  /** The inputs that crashed the server or hung, with what happened. */
+  failures: FuzzFailure[];
+  /** Server restarts during the fuzz run. */
+  restarts: number;
+}
+
+export interface FuzzOptions extends FuzzGenOptions {
+  /** Timeout of each call, ms: longer is a hang. Default 5,000. */
+  timeoutMs?: number;
+  signal?: AbortSignal;
+  onCase?: (tool: string, index: number, total: number, c: FuzzCase, r: Classified) => void;
+}
+
+/** Fuzzes each tool in turn, one call at a time (so a crash or hang is pinned to its input). */
+export async function runFuzz(client: FuzzClient, tools: { name: string; inputSchema: Schema }[], options: FuzzOptions = {}): Promise<FuzzReport> {
+  const seed = options.seed ?? 1;
+  const timeoutMs = options.timeoutMs ?? 5000;
+  const restarts0 = client.restarts;
+  const report: FuzzReport = { seed, cases_per_tool: options.count ?? 100, tools: {}, totals: { ...zero(), cases: 0 }, failures: [], restarts: 0 };
+  let pending = false;
+  for (const tool of tools) {
+    const cases = fuzzCases(tool, { ...options, seed });
+    const row: ToolFuzz = { tool: tool.name, cases: 0, ...zero(), by_kind: {} };
+    report.tools[tool.name] = row;
+    for (const [i, c] of cases.entries()) {
+      if (options.signal?.aborted) break;
+      const r = await sendAndClassify(client, tool.name, c.arguments, timeoutMs);
+      pending = r.restarted === true;
+      row.cases++;
+      row[r.outcome]++;
+      (row.by_kind[c.kind] ??= zero())[r.outcome]++;
+      report.totals.cases++;
+      report.totals[r.outcome]++;
+      if (r.outcome === 'crash' || r.outcome === 'hang') {
+        report.failures.push({ tool: tool.name, arguments: c.arguments, outcome: r.outcome, kind: c.kind, path: c.path, detail: r.detail, seed, case: i });
+      }
+      options.onCase?.(tool.name, i, cases.length, c, r);
+    }
+  }
+  // A server that died on the last case restarts only on the next call: count it as due.
+  report.restarts = client.restarts - restarts0 + (pending ? 1 : 0);
+  return report;
+}
+
+/** Writes failures as JSONL (one `{tool, arguments, outcome, ...}` per line). */
+export function saveFailures(file: string, failures: FuzzFailure[]): void {
+  mkdirSync(dirname(file), { recursive: true });
+  writeFileSync(file, failures.map((f) => JSON.stringify(f)).join('\n') + (failures.length ? '\n' : ''));
+}
+
+/** Reads a failures file (or any JSONL of `{tool, arguments}`). */
+export function readFailures(file: string): FuzzFailure[] {
+  const out: FuzzFailure[] = [];
+  readFileSync(file, 'utf8')
+    .split('\n')
+    .forEach((raw, i) => {
+      const line = raw.trim();
+      if (!line || line.startsWith('//')) return;
+      let e: Partial<FuzzFailure>;
+      try {
+        e = JSON.parse(line) as Partial<FuzzFailure>;
+      } catch (err) {
+        throw new Error(`${file}:${i + 1}: not JSON (${(err as Error).message})`);
+      }
+      if (typeof e.tool !== 'string') throw new Error(`${file}:${i + 1}: expected {"tool": ..., "arguments": {...}}`);
+      const args = e.arguments ?? {};
+      if (typeof args !== 'object' || args === null || Array.isArray(args)) throw new Error(`${file}:${i + 1}: arguments must be a JSON object`);
+      out.push({ ...e, tool: e.tool, arguments: args, outcome: e.outcome ?? 'crash' } as FuzzFailure);
+    });
+  return out;
+}
+
+export interface ReplayResult {
+  tool: string;
+  kind?: string;
+  path?: string;
+  /** What the saved run recorded. */
+  recorded: Outcome;
+  /** What happened now. */
+  outcome: Outcome;
+  reproduced: boolean;
+  detail: string;
+}
+
+/** Sends saved inputs again, one at a time, and tells which failures reproduce. */
+export async function replayFailures(client: FuzzClient, failures: FuzzFailure[], options: { timeoutMs?: number; signal?: AbortSignal } = {}): Promise<{ results: ReplayResult[]; counts: OutcomeCounts; reproduced: number }> {
+  const results: ReplayResult[] = [];
+  const counts = zero();
+  for (const f of failures) {
+    if (options.signal?.aborted) break;
+    const r = await sendAndClassify(client, f.tool, f.arguments, options.timeoutMs ?? 5000);
+    counts[r.outcome]++;
+    results.push({ tool: f.tool, kind: f.kind, path: f.path, recorded: f.outcome, outcome: r.outcome, reproduced: r.outcome === f.outcome, detail: r.detail });
+  }
+  return { results, counts, reproduced: results.filter((r) => r.reproduced).length };
+}

@@ -1,0 +1,172 @@
+/** `mcp-gym bench`: benchmark any MCP server (load, fuzz, replay) and agents on tasks. */
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { makePolicy } from '../agents/index.ts';
+import { loadTasks, type Task } from '../env/index.ts';
+import { generateSuite, SUITE_NAMES } from '../env/suites/index.ts';
+import type { ServerSpec } from '../tools/index.ts';
+import { parseExamples, readFailures, renderHtml, renderText, reportJson, runBench, splitCommandLine, type BenchOptions } from '../bench/index.ts';
+import { intFlag, UsageError } from './args.ts';
+
+export const BENCH_HELP = `Usage: mcp-gym bench (--stdio "<command line>" | --url URL) [options]
+       mcp-gym bench --tasks <suite|file> --policy P [-k K]
+
+Server:   --stdio "CMD ARGS"  a stdio server (split like a shell: quotes work)
+          --url URL           a streamable HTTP server   --token T   --header K:V (repeatable)
+Load:     --examples F        example calls: {"tool": [args, ...]} (JSON) or {"tool", "arguments"} lines (JSONL)
+          --exclude a,b       tools never called (e.g. those with side effects)
+          --concurrency L     levels (default 1,4,16,64)   --calls N   per tool and level (default 500; 0: no load)
+          --duration-ms N     time limit per tool and level (default 5000)   --timeout-ms N  per call (default 10000)
+Fuzz:     --fuzz              invalid and edge-case arguments from each tool's schema
+          --fuzz-cases N      per tool (default 100)   --seed S (default 1)   (a call is a hang after
+                              --timeout-ms, default 5000 here)
+          --save-failures F   where crashing/hanging inputs go (default runs/bench/failures-<time>.jsonl)
+          --replay F          send saved inputs again and tell which failures reproduce
+Agents:   --tasks S|F         a bundled suite (or all) or a task file   --split eval|train|all   --limit N
+          --policy P          expert (default), random[:seed], onnx:<dir>   -k K  runs per task (default 4)
+Output:   --json              also print the report as one JSON object, the last line
+          --html F            write a self-contained HTML report (charts as inline SVG)
+`;
+
+function intList(value: string, flag: string): number[] {
+  const out = value.split(',').map((s) => s.trim()).filter(Boolean).map((s) => intFlag(s, flag, 0));
+  if (!out.length || out.some((n) => n < 1)) throw new UsageError(`${flag} must be a comma-separated list of positive integers, got '${value}'`);
+  return out;
+}
+
+function selectTasks(spec: string, split: string, limit: string | undefined): Task[] {
+  if (!['train', 'eval', 'all'].includes(split)) throw new UsageError(`--split must be train, eval or all, got '${split}'`);
+  let tasks: Task[];
+  if (existsSync(spec)) tasks = loadTasks(spec);
+  else if (spec === 'all' || SUITE_NAMES.includes(spec)) tasks = generateSuite(spec);
+  else throw new UsageError(`--tasks must be a bundled suite (${SUITE_NAMES.join(', ')}, all) or a task file; '${spec}' is neither`);
+  if (split !== 'all') tasks = tasks.filter((t) => t.split === split);
+  if (limit !== undefined) tasks = tasks.slice(0, intFlag(limit, '--limit', 0));
+  if (!tasks.length) throw new UsageError('--tasks selected no tasks');
+  return tasks;
+}
+
+export async function benchCommand(argv: string[]): Promise<void> {
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      stdio: { type: 'string' },
+      url: { type: 'string' },
+      token: { type: 'string' },
+      header: { type: 'string', multiple: true },
+      examples: { type: 'string' },
+      exclude: { type: 'string' },
+      concurrency: { type: 'string' },
+      calls: { type: 'string' },
+      'duration-ms': { type: 'string' },
+      'timeout-ms': { type: 'string' },
+      fuzz: { type: 'boolean', default: false },
+      'fuzz-cases': { type: 'string' },
+      seed: { type: 'string' },
+      'save-failures': { type: 'string' },
+      replay: { type: 'string' },
+      tasks: { type: 'string' },
+      split: { type: 'string', default: 'eval' },
+      limit: { type: 'string' },
+      policy: { type: 'string', default: 'expert' },
+      k: { type: 'string', short: 'k' },
+      json: { type: 'boolean', default: false },
+      html: { type: 'string' },
+      help: { type: 'boolean', short: 'h', default: false },
+    },
+  });
+  if (values.help) {
+    process.stdout.write(BENCH_HELP);
+    return;
+  }
+  if (values.stdio !== undefined && values.url !== undefined) throw new UsageError('bench takes --stdio or --url, not both');
+  if (values.stdio === undefined && values.url === undefined && values.tasks === undefined) {
+    throw new UsageError('bench needs a server (--stdio "<command line>" or --url <URL>) or --tasks <suite|file>. Run mcp-gym bench --help');
+  }
+  if (values.replay !== undefined && values.stdio === undefined && values.url === undefined) throw new UsageError('--replay needs the server: --stdio or --url');
+  if ((values.token !== undefined || values.header) && values.url === undefined) throw new UsageError('--token and --header go with --url');
+
+  let server: ServerSpec | undefined;
+  if (values.stdio !== undefined) {
+    let words: string[];
+    try {
+      words = splitCommandLine(values.stdio);
+    } catch (err) {
+      throw new UsageError(`--stdio: ${(err as Error).message}`);
+    }
+    if (!words.length) throw new UsageError('--stdio needs a command line, e.g. --stdio "npx mcp-gym serve kv"');
+    server = { transport: 'stdio', command: words[0]!, args: words.slice(1) };
+  } else if (values.url !== undefined) {
+    try {
+      new URL(values.url);
+    } catch {
+      throw new UsageError(`--url must be a URL, got '${values.url}'`);
+    }
+    const headers: Record<string, string> = {};
+    for (const h of values.header ?? []) {
+      const i = h.indexOf(':');
+      if (i <= 0) throw new UsageError(`--header must be K:V, got '${h}'`);
+      headers[h.slice(0, i).trim()] = h.slice(i + 1).trim();
+    }
+    server = { transport: 'http', url: values.url, ...(Object.keys(headers).length ? { headers } : {}), ...(values.token !== undefined ? { token: values.token } : {}) };
+  }
+
+  const seed = intFlag(values.seed, '--seed', 1);
+  const timeoutMs = intFlag(values['timeout-ms'], '--timeout-ms', 10_000);
+  if (timeoutMs < 1) throw new UsageError('--timeout-ms must be at least 1');
+  const options: BenchOptions = {
+    server,
+    exclude: values.exclude?.split(',').map((s) => s.trim()).filter(Boolean),
+    concurrency: values.concurrency === undefined ? undefined : intList(values.concurrency, '--concurrency'),
+    calls: intFlag(values.calls, '--calls', 500),
+    durationMs: intFlag(values['duration-ms'], '--duration-ms', 5000),
+    timeoutMs,
+    seed,
+    log: (line) => process.stderr.write(`${line}\n`),
+  };
+  if (values.examples !== undefined) {
+    if (!existsSync(values.examples)) throw new UsageError(`--examples: no file ${values.examples}`);
+    options.examples = parseExamples(readFileSync(values.examples, 'utf8'), values.examples);
+  }
+  if (values.fuzz) {
+    options.fuzz = { count: intFlag(values['fuzz-cases'], '--fuzz-cases', 100), seed, timeoutMs: values['timeout-ms'] === undefined ? undefined : timeoutMs };
+    options.saveFailuresTo = values['save-failures'] ?? join('runs', 'bench', `failures-${new Date().toISOString().replace(/[:.]/g, '-')}.jsonl`);
+  } else if (values['fuzz-cases'] !== undefined || values['save-failures'] !== undefined) {
+    throw new UsageError('--fuzz-cases and --save-failures go with --fuzz');
+  }
+  if (values.replay !== undefined) {
+    if (!existsSync(values.replay)) throw new UsageError(`--replay: no file ${values.replay}`);
+    options.replay = { file: values.replay, failures: readFailures(values.replay) };
+    if (values['timeout-ms'] !== undefined) options.fuzz = { ...(typeof options.fuzz === 'object' ? options.fuzz : {}), timeoutMs };
+  }
+  let policy: Awaited<ReturnType<typeof makePolicy>> | undefined;
+  if (values.tasks !== undefined) {
+    const tasks = selectTasks(values.tasks, values.split!, values.limit);
+    const k = intFlag(values.k, '-k', 4);
+    if (k < 1) throw new UsageError('-k must be at least 1');
+    policy = await makePolicy(values.policy!);
+    options.agent = { policy, tasks, k, timeoutMs: values['timeout-ms'] === undefined ? undefined : timeoutMs };
+  } else if (values.k !== undefined) {
+    throw new UsageError('-k goes with --tasks');
+  }
+
+  const ac = new AbortController();
+  const onSigint = () => ac.abort();
+  process.once('SIGINT', onSigint);
+  options.signal = ac.signal;
+  try {
+    const report = await runBench(options);
+    console.log(renderText(report));
+    if (values.html !== undefined) {
+      mkdirSync(dirname(values.html) || '.', { recursive: true });
+      writeFileSync(values.html, renderHtml(report));
+      console.log(`\nHTML report: ${values.html}`);
+    }
+    if (ac.signal.aborted) console.log('\nInterrupted: the figures cover what ran.');
+    if (values.json) console.log(JSON.stringify(reportJson(report)));
+  } finally {
+    process.off('SIGINT', onSigint);
+    await policy?.close?.();
+  }
+}

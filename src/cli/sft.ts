@@ -1,0 +1,63 @@
+/** `mcp-gym sft`: the SFT cold start of the embedded model. */
+import { parseArgs } from 'node:util';
+import { OnnxPolicy } from '../agents/index.ts';
+import { Environment, rollout, summarize } from '../env/index.ts';
+import { runSft } from '../trainers/sft.ts';
+import { intFlag, UsageError } from './args.ts';
+import { selectTasks } from './rollout.ts';
+
+export const SFT_DEFAULTS = { suite: 'calculator', demos: 400, steps: 400, batch: 32, lr: 3e-3, seed: 0, d_model: 128, layers: 4, heads: 4, ctx: 512 };
+
+export async function sftCommand(argv: string[]): Promise<void> {
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      suite: { type: 'string', default: SFT_DEFAULTS.suite },
+      tasks: { type: 'string' },
+      demos: { type: 'string', default: String(SFT_DEFAULTS.demos) },
+      out: { type: 'string' },
+      steps: { type: 'string', default: String(SFT_DEFAULTS.steps) },
+      batch: { type: 'string', default: String(SFT_DEFAULTS.batch) },
+      lr: { type: 'string', default: String(SFT_DEFAULTS.lr) },
+      seed: { type: 'string', default: String(SFT_DEFAULTS.seed) },
+      'd-model': { type: 'string', default: String(SFT_DEFAULTS.d_model) },
+      layers: { type: 'string', default: String(SFT_DEFAULTS.layers) },
+      heads: { type: 'string', default: String(SFT_DEFAULTS.heads) },
+      ctx: { type: 'string', default: String(SFT_DEFAULTS.ctx) },
+      eval: { type: 'boolean', default: true },
+      json: { type: 'boolean', default: false },
+    },
+  });
+  if (!values.out) throw new UsageError('sft needs --out <model dir>');
+  const lr = Number(values.lr);
+  if (!(lr > 0)) throw new UsageError(`--lr must be a positive number, got '${values.lr}'`);
+  const tasks = selectTasks({ suite: values.tasks ? undefined : values.suite, tasks: values.tasks, split: 'all' });
+  const dModel = intFlag(values['d-model'], '--d-model', 128);
+  const heads = intFlag(values.heads, '--heads', 4);
+  if (dModel % heads !== 0) throw new UsageError(`--d-model (${dModel}) must be a multiple of --heads (${heads})`);
+  const result = await runSft({
+    tasks,
+    demos: intFlag(values.demos, '--demos', 400),
+    out: values.out,
+    steps: intFlag(values.steps, '--steps', 400),
+    batchSize: intFlag(values.batch, '--batch', 32),
+    lr,
+    seed: intFlag(values.seed, '--seed', 0),
+    architecture: { d_model: dModel, n_layers: intFlag(values.layers, '--layers', 4), n_heads: heads, d_ff: 4 * dModel, max_seq_len: intFlag(values.ctx, '--ctx', 512) },
+    onLog: (l) => console.log(l),
+  });
+  console.log(`SFT done in ${result.seconds.toFixed(1)} s; model in ${values.out}`);
+  const summary: Record<string, unknown> = { ...result };
+  if (values.eval) {
+    const evalTasks = tasks.filter((t) => t.split === 'eval');
+    const policy = await OnnxPolicy.load(values.out);
+    const env = new Environment();
+    const r = await rollout(env, policy, evalTasks, { concurrency: 32 });
+    await env.close();
+    await policy.close();
+    const s = summarize(r.trajectories, r.seconds);
+    console.log(`held-out (${evalTasks.length} eval tasks, T=1): success ${(100 * s.success_rate).toFixed(1)}%, mean reward ${s.mean_reward.toFixed(3)}, ${s.episodes_per_s.toFixed(1)} episodes/s`);
+    summary.eval = { success_rate: s.success_rate, mean_reward: s.mean_reward, episodes: s.episodes };
+  }
+  if (values.json) console.log(JSON.stringify(summary));
+}

@@ -1,0 +1,191 @@
+/**
+ * The TypeScript side of the learner protocol (learner/PROTOCOL.md): spawns the Python learner
+ * (`python3 -m mcp_gym_learner serve`) and exchanges one JSON line per request and response.
+ * A learner that dies rejects what was in flight with its exit status and the end of its stderr.
+ */
+import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+
+export const LEARNER_DIR = fileURLToPath(new URL('../../learner/', import.meta.url));
+
+/** The Python that has PyTorch: Debian's, unless MCP_GYM_PYTHON says otherwise. */
+export function learnerPython(): string {
+  if (process.env.MCP_GYM_PYTHON) return process.env.MCP_GYM_PYTHON;
+  return existsSync('/usr/bin/python3') ? '/usr/bin/python3' : 'python3';
+}
+
+export class LearnerError extends Error {}
+
+interface Pending {
+  resolve: (v: unknown) => void;
+  reject: (e: Error) => void;
+  cmd: string;
+}
+
+export interface LearnerOptions {
+  /** Threads for torch (default: the cores there are). */
+  threads?: number;
+  /** Extra environment for the learner process. */
+  env?: Record<string, string>;
+  /** Copy the learner's stderr (its log) to ours. Default false. */
+  forwardStderr?: boolean;
+}
+
+export class LearnerClient implements Learner {
+  private readonly pending = new Map<number, Pending>();
+  private nextId = 1;
+  private buffer = '';
+  private stderr = '';
+  private exited?: { code: number | null; signal: NodeJS.Signals | null };
+
+  private constructor(private readonly child: ChildProcessWithoutNullStreams) {
+    child.stdout.setEncoding('utf8');
+    child.stdout.on('data', (chunk: string) => this.onData(chunk));
+    child.stderr.setEncoding('utf8');
+    child.stderr.on('data', (chunk: string) => {
+      this.stderr = (this.stderr + chunk).slice(-4000);
+      if (this.forward) process.stderr.write(chunk);
+    });
+    child.on('exit', (code, signal) => {
+      this.exited = { code, signal };
+      const why = `the learner process ${signal ? `was killed by ${signal}` : `exited with code ${code}`}${this.stderr ? `; its stderr ends with: ${this.stderr.trim().slice(-600)}` : ''}`;
+      for (const p of this.pending.values()) p.reject(new LearnerError(`${p.cmd}: ${why}`));
+      this.pending.clear();
+    });
+  }
+
+  private forward = false;
+
+  static start(options: LearnerOptions = {}): LearnerClient {
+    const child = spawn(learnerPython(), ['-m', 'mcp_gym_learner', 'serve'], {
+      cwd: LEARNER_DIR,
+      env: {
+        ...process.env,
+        PYTHONPATH: LEARNER_DIR,
+        PYTHONUNBUFFERED: '1',
+        ...(options.threads ? { MCP_GYM_THREADS: String(options.threads) } : {}),
+        ...options.env,
+      },
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
+    const client = new LearnerClient(child);
+    client.forward = options.forwardStderr ?? false;
+    child.on('error', (err) => {
+      for (const p of client.pending.values()) p.reject(new LearnerError(`cannot start the learner (${learnerPython()}): ${err.message}`));
+      client.pending.clear();
+    });
+    return client;
+  }
+
+  get pid(): number | undefined {
+    return this.child.pid;
+  }
+
+  get alive(): boolean {
+    return !this.exited;
+  }
+
+  get where(): string {
+    return `a local process (pid ${this.child.pid})`;
+  }
+
+  private onData(chunk: string): void {
+    this.buffer += chunk;
+    let nl: number;
+    while ((nl = this.buffer.indexOf('\n')) >= 0) {
+      const line = this.buffer.slice(0, nl).trim();
+      this.buffer = this.buffer.slice(nl + 1);
+      if (!line) continue;
+      let msg: { id?: number; ok?: boolean; result?: unknown; error?: string };
+      try {
+        msg = JSON.parse(line);
+      } catch {
+        this.stderr = (this.stderr + `\n[stdout, not protocol] ${line}`).slice(-4000);
+        continue;
+      }
+      const p = msg.id === undefined ? undefined : this.pending.get(msg.id);
+      if (!p) continue;
+      this.pending.delete(msg.id!);
+      if (msg.ok) p.resolve(msg.result);
+      else p.reject(new LearnerError(`${p.cmd}: ${msg.error ?? 'failed'}`));
+    }
+  }
+
+  /** Sends one command and waits for its answer. */
+  request<R = Record<string, unknown>>(cmd: string, args: Record<string, unknown> = {}): Promise<R> {
+    if (this.exited) return Promise.reject(new LearnerError(`${cmd}: the learner is not running (it ${this.exited.signal ? `was killed by ${this.exited.signal}` : `exited with code ${this.exited.code}`})`));
+    const id = this.nextId++;
+    return new Promise<R>((resolve, reject) => {
+      this.pending.set(id, { resolve: resolve as (v: unknown) => void, reject, cmd });
+      this.child.stdin.write(JSON.stringify({ id, cmd, ...args }) + '\n');
+    });
+  }
+
+  /** Asks the learner to stop; kills it if it does not within `graceMs`. */
+  async close(graceMs = 5000): Promise<void> {
+    if (this.exited) return;
+    const exited = new Promise((r) => this.child.once('exit', r));
+    this.request('shutdown').catch(() => {});
+    this.child.stdin.end();
+    const timer = setTimeout(() => this.child.kill('SIGKILL'), graceMs);
+    await exited;
+    clearTimeout(timer);
+  }
+
+  kill(signal: NodeJS.Signals = 'SIGKILL'): void {
+    this.child.kill(signal);
+  }
+}
+
+/** What the loop needs of a learner, wherever it runs. */
+export interface Learner {
+  request<R = Record<string, unknown>>(cmd: string, args?: Record<string, unknown>): Promise<R>;
+  close(): Promise<void>;
+  readonly alive: boolean;
+  /** Where it runs, for messages. */
+  readonly where: string;
+}
+
+/** A learner already running elsewhere (a GPU machine), reached over HTTP: POST <url>/rpc. */
+export class HttpLearner implements Learner {
+  private dead = false;
+  constructor(
+    readonly url: string,
+    private readonly token?: string,
+  ) {}
+
+  get alive(): boolean {
+    return !this.dead;
+  }
+
+  get where(): string {
+    return this.url;
+  }
+
+  async request<R = Record<string, unknown>>(cmd: string, args: Record<string, unknown> = {}): Promise<R> {
+    let res: Response;
+    try {
+      res = await fetch(new URL('rpc', this.url.endsWith('/') ? this.url : this.url + '/'), {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...(this.token ? { authorization: `Bearer ${this.token}` } : {}) },
+        body: JSON.stringify({ id: 1, cmd, ...args }),
+      });
+    } catch (err) {
+      throw new LearnerError(`${cmd}: cannot reach the learner at ${this.url}: ${(err as Error).message}`);
+    }
+    const text = await res.text();
+    let msg: { ok?: boolean; result?: unknown; error?: string };
+    try {
+      msg = JSON.parse(text);
+    } catch {
+      throw new LearnerError(`${cmd}: the learner at ${this.url} answered ${res.status}: ${text.slice(0, 200)}`);
+    }
+    if (!msg.ok) throw new LearnerError(`${cmd}: ${msg.error ?? `HTTP ${res.status}`}`);
+    return msg.result as R;
+  }
+
+  async close(): Promise<void> {
+    this.dead = true;
+  }
+}

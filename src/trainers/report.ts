@@ -1,0 +1,125 @@
+/**
+ * `runs/<id>/report.html`: one self-contained page (inline SVG, no network) with the curves of a
+ * run (reward, success on train and eval, KL, entropy, lengths) and sample trajectories with
+ * their tool calls and results. A small inline script marks each chart with how many points it
+ * drew (`data-drawn`), so a headless browser can check that the charts drew their data.
+ */
+import { renameSync, writeFileSync } from 'node:fs';
+import type { Trajectory } from '../env/index.ts';
+
+export interface Series {
+  name: string;
+  points: [number, number][];
+  color: string;
+}
+
+const esc = (s: string) => s.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!);
+
+export function lineChart(id: string, title: string, series: Series[], opts: { yMin?: number; yMax?: number } = {}): string {
+  const W = 460;
+  const H = 220;
+  const m = { l: 48, r: 12, t: 28, b: 30 };
+  const all = series.flatMap((s) => s.points).filter(([x, y]) => Number.isFinite(x) && Number.isFinite(y));
+  const xs = all.map((p) => p[0]);
+  const ys = all.map((p) => p[1]);
+  const x0 = Math.min(0, ...xs);
+  const x1 = Math.max(x0 + 1, ...xs);
+  let y0 = opts.yMin ?? Math.min(...(ys.length ? ys : [0]));
+  let y1 = opts.yMax ?? Math.max(...(ys.length ? ys : [1]));
+  if (y1 - y0 < 1e-9) {
+    y0 -= 0.5;
+    y1 += 0.5;
+  }
+  const sx = (x: number) => m.l + ((x - x0) / (x1 - x0)) * (W - m.l - m.r);
+  const sy = (y: number) => H - m.b - ((y - y0) / (y1 - y0)) * (H - m.t - m.b);
+  const ticks = [y0, (y0 + y1) / 2, y1];
+  const lines = series
+    .map((s) => {
+      const pts = s.points.filter(([x, y]) => Number.isFinite(x) && Number.isFinite(y));
+      const coords = pts.map(([x, y]) => `${sx(x).toFixed(1)},${sy(y).toFixed(1)}`).join(' ');
+      const dots = pts.length <= 60 ? pts.map(([x, y]) => `<circle cx="${sx(x).toFixed(1)}" cy="${sy(y).toFixed(1)}" r="2.2" fill="${s.color}"/>`).join('') : '';
+      return `<polyline class="series" data-series="${esc(s.name)}" data-n="${pts.length}" fill="none" stroke="${s.color}" stroke-width="1.8" points="${coords}"/>${dots}`;
+    })
+    .join('');
+  const legend = series.map((s, i) => `<text x="${m.l + 8 + i * 120}" y="16" font-size="11" fill="${s.color}">■ ${esc(s.name)}</text>`).join('');
+  return `<figure class="chart" id="${id}"><figcaption>${esc(title)}</figcaption>
+<svg viewBox="0 0 ${W} ${H}" width="${W}" height="${H}" role="img" aria-label="${esc(title)}">
+<rect x="${m.l}" y="${m.t}" width="${W - m.l - m.r}" height="${H - m.t - m.b}" fill="#fafafa" stroke="#ddd"/>
+${ticks.map((t) => `<text x="${m.l - 6}" y="${sy(t) + 4}" font-size="10" text-anchor="end">${Number(t.toFixed(3))}</text><line x1="${m.l}" x2="${W - m.r}" y1="${sy(t)}" y2="${sy(t)}" stroke="#eee"/>`).join('')}
+<text x="${W - m.r}" y="${H - 8}" font-size="10" text-anchor="end">step ${Number(x1.toFixed(1))}</text>
+<text x="${m.l}" y="${H - 8}" font-size="10">${Number(x0.toFixed(1))}</text>
+${legend}${lines}
+</svg></figure>`;
+}
+
+function trajectoryHtml(t: Trajectory, label: string): string {
+  const msgs = t.messages
+    .map((m) => {
+      if (m.role === 'assistant' && m.tool_calls?.length) {
+        const calls = m.tool_calls.map((c) => `<div class="call">→ <b>${esc(c.function.name)}</b>(<code>${esc(c.function.arguments)}</code>)</div>`).join('');
+        return `<div class="msg assistant">${m.content ? `<div>${esc(m.content)}</div>` : ''}${calls}</div>`;
+      }
+      if (m.role === 'tool') return `<div class="msg tool">← <code>${esc(m.content.slice(0, 400))}</code></div>`;
+      return `<div class="msg ${m.role}"><span class="role">${m.role}</span> ${esc(m.content.slice(0, 600))}</div>`;
+    })
+    .join('');
+  return `<details class="traj ${t.success ? 'ok' : 'fail'}"><summary>${esc(label)}: ${esc(t.task_id)} — ${t.success ? 'solved' : 'failed'}, reward ${t.reward.toFixed(3)}, ${t.metrics.turns} turns, ${t.metrics.tool_calls} tool calls</summary>${msgs}</details>`;
+}
+
+export interface ReportInput {
+  title: string;
+  metrics: Record<string, unknown>[];
+  evals: { step: number; success: number; ci95: [number, number] }[];
+  samples: { label: string; trajectory: Trajectory }[];
+  summary?: Record<string, unknown>;
+}
+
+const num = (v: unknown) => (typeof v === 'number' ? v : Number.NaN);
+
+export function renderReport(r: ReportInput): string {
+  const pts = (k: string) => r.metrics.map((m) => [num(m.step), num(m[k])] as [number, number]);
+  const charts = [
+    lineChart('chart-reward', 'Reward (train, mean)', [{ name: 'reward', points: pts('reward_mean'), color: '#1f77b4' }]),
+    lineChart(
+      'chart-success',
+      'Success rate',
+      [
+        { name: 'train', points: pts('success_rate'), color: '#2ca02c' },
+        { name: 'eval (held-out)', points: r.evals.map((e) => [e.step, e.success] as [number, number]), color: '#d62728' },
+      ],
+      { yMin: 0, yMax: 1 },
+    ),
+    lineChart('chart-kl', 'KL to the reference', [{ name: 'kl', points: pts('kl'), color: '#9467bd' }]),
+    lineChart('chart-entropy', 'Entropy (nats / token)', [{ name: 'entropy', points: pts('entropy'), color: '#8c564b' }]),
+    lineChart('chart-length', 'Lengths', [
+      { name: 'policy tokens / episode', points: pts('policy_tokens_mean'), color: '#ff7f0e' },
+      { name: 'turns x 10', points: r.metrics.map((m) => [num(m.step), num(m.turns_mean) * 10] as [number, number]), color: '#17becf' },
+    ]),
+  ].join('\n');
+  const summary = r.summary ? `<pre class="summary">${esc(JSON.stringify(r.summary, null, 2))}</pre>` : '';
+  const samples = r.samples.map((s) => trajectoryHtml(s.trajectory, s.label)).join('\n');
+  return `<!doctype html><html><head><meta charset="utf-8"><title>${esc(r.title)}</title>
+<style>body{font-family:system-ui,sans-serif;margin:24px;color:#222}h1{font-size:20px}.charts{display:flex;flex-wrap:wrap;gap:12px}
+figure{margin:0;border:1px solid #eee;padding:6px}figcaption{font-size:13px;font-weight:600}.traj{margin:6px 0;border:1px solid #ddd;padding:6px}
+.traj.ok summary{color:#2a7}.traj.fail summary{color:#c33}.msg{margin:3px 0 3px 12px;font-size:13px}.msg.tool{color:#555}.role{font-weight:600}
+code{background:#f4f4f4;padding:1px 3px}.summary{background:#f8f8f8;padding:8px;font-size:12px}</style></head>
+<body><h1>${esc(r.title)}</h1>${summary}<div class="charts">${charts}</div>
+<h2>Sample trajectories</h2>${samples || '<p>none yet</p>'}
+<script>
+for (const fig of document.querySelectorAll('figure.chart')) {
+  let drawn = 0;
+  for (const line of fig.querySelectorAll('polyline.series')) {
+    const box = line.getBBox();
+    if (line.points.numberOfItems > 0 && (box.width > 0 || box.height > 0 || line.points.numberOfItems === 1)) drawn += line.points.numberOfItems;
+  }
+  fig.dataset.drawn = String(drawn);
+}
+document.body.dataset.ready = '1';
+</script></body></html>`;
+}
+
+/** Writes the report atomically (a reader never sees half a page). */
+export function writeReport(file: string, r: ReportInput): void {
+  writeFileSync(file + '.tmp', renderReport(r));
+  renameSync(file + '.tmp', file);
+}
