@@ -45,8 +45,9 @@ if (!sqliteLoads()) {
 }
 
 // The learner: Debian's PyTorch (with OpenBLAS: without it torch runs 25 times slower), onnx and
-// pytest, for /usr/bin/python3. Installed with apt-get when missing (CI runs as root).
-const APT = ['python3-torch', 'libopenblas0-pthread', 'python3-onnx', 'python3-pytest'];
+// pytest, for /usr/bin/python3; and Chromium, which the report test opens headless. Installed
+// with apt-get when missing (CI runs as root).
+const APT = ['python3-torch', 'libopenblas0-pthread', 'python3-onnx', 'python3-pytest', 'chromium'];
 const python = process.env.MCP_GYM_PYTHON ?? '/usr/bin/python3';
 const pythonOk = () => spawnSync(python, ['-c', 'import torch, onnx, pytest'], { stdio: 'ignore' }).status === 0;
 const missingDebs = () => APT.filter((p) => spawnSync('dpkg-query', ['-W', '-f=${Status}', p], { encoding: 'utf8' }).stdout?.includes('install ok installed') !== true);

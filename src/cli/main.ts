@@ -5,6 +5,7 @@ import { demo } from './demo.ts';
 import { intFlag, UsageError } from './args.ts';
 import { rolloutCommand, suitesCommand } from './rollout.ts';
 import { sftCommand } from './sft.ts';
+import { startCommand, trainCommand } from './train.ts';
 import { benchCommand } from './bench.ts';
 
 const HELP = `mcp-gym: tasks, training and benchmarks for tool-using agents over MCP
@@ -19,11 +20,19 @@ Commands:
                         --token T         require "Authorization: Bearer T" (or env MCP_GYM_TOKEN)
                         --data-dir D      where the server keeps its files (default: a temp dir)
                         --delay-ms N      add N ms to every tool call (for benchmarks)
+  start               The main job: train the embedded policy (SFT cold start in models/calc-tiny)
+                      with the art preset on the calculator suite; print held-out success before/after
+  train               Train a policy with a preset: grpo, dapo, dr_grpo, gspo, rlvr, art
+                        --preset P --suite S --steps N --group G --tasks-per-step T --model DIR
+                        --run DIR (default runs/<preset>-<time>)  --resume  --config FILE (JSON)
+                        --learner URL [--learner-token T]  a learner running elsewhere (GPU)
+                        --lr X --beta X --clip-low X --clip-high X --epochs N --temperature T ...
   servers             List the bundled servers and how each isolates episodes
   suites              List the bundled task suites (train and eval tasks per suite)
   rollout             Run a policy on a task suite; write trajectories (JSONL) and a summary
                         --suite S | --tasks F   a bundled suite (or 'all'), or a .json/.jsonl task file
                         --split eval|train|all  (default eval)     --limit N   first N tasks
+                        --max-difficulty D      only tasks of difficulty 1 to D
                         --policy P              expert (default), random[:seed], onnx:<model dir>
                         --group G               rollouts per task (default 1)
                         --concurrency C         episodes at once (default 8)
@@ -37,10 +46,12 @@ Commands:
                         --temperature T         sampling temperature of an onnx policy (default 1)
   sft                 Train the embedded model from scratch on expert demonstrations, export it
                         --suite S | --tasks F   where the demonstrations come from (default calculator)
+                        --max-difficulty D      only tasks up to difficulty D (default 3)
+                        --system-tools          list the tool names in a system turn
                         --demos N               expert demonstrations (default 400)
                         --out DIR               the model directory to write (required)
-                        --steps N --batch B --lr X --seed S      (defaults 400, 32, 0.003, 0)
-                        --d-model D --layers L --heads H --ctx N (defaults 128, 4, 4, 512)
+                        --steps N --batch B --lr X --seed S      (defaults 150, 32, 0.003, 0)
+                        --d-model D --layers L --heads H --ctx N (defaults 128, 4, 4, 384)
                         --no-eval               skip the held-out evaluation at the end
   bench               Benchmark any MCP server: latency, throughput, fuzzing; agents on tasks
                         --stdio "CMD ARGS" | --url URL [--token T] [--header K:V]   the server
@@ -121,6 +132,10 @@ export async function main(argv: string[]): Promise<void> {
         return await rolloutCommand(rest);
       case 'sft':
         return await sftCommand(rest);
+      case 'train':
+        return await trainCommand(rest);
+      case 'start':
+        return await startCommand(rest);
       case 'bench':
         return await benchCommand(rest);
       default:

@@ -18,12 +18,17 @@ export async function suitesCommand(): Promise<void> {
   console.log(`\n'all' runs every suite. Use: mcp-gym rollout --suite <name> --split eval --policy expert`);
 }
 
-export function selectTasks(values: { suite?: string; tasks?: string; split?: string; limit?: string; seed?: string }): Task[] {
+export function selectTasks(values: { suite?: string; tasks?: string; split?: string; limit?: string; seed?: string; 'max-difficulty'?: string }): Task[] {
   if (!values.suite && !values.tasks) throw new UsageError(`rollout needs --suite <name> (one of ${SUITE_NAMES.join(', ')}, all) or --tasks <file.json|.jsonl>`);
   const split = values.split ?? 'eval';
   if (!['train', 'eval', 'all'].includes(split)) throw new UsageError(`--split must be train, eval or all, got '${split}'`);
   let tasks = values.tasks ? loadTasks(values.tasks) : generateSuite(values.suite!, { seed: values.seed === undefined ? undefined : intFlag(values.seed, '--seed', 0) });
   if (split !== 'all') tasks = tasks.filter((t) => t.split === split);
+  if (values['max-difficulty'] !== undefined) {
+    const d = intFlag(values['max-difficulty'], '--max-difficulty', 5);
+    if (d < 1 || d > 5) throw new UsageError(`--max-difficulty must be 1 to 5, got '${values['max-difficulty']}'`);
+    tasks = tasks.filter((t) => t.difficulty <= d);
+  }
   if (values.limit !== undefined) tasks = tasks.slice(0, intFlag(values.limit, '--limit', 0));
   if (tasks.length === 0) throw new UsageError('no tasks selected');
   return tasks;
@@ -60,6 +65,7 @@ export async function rolloutCommand(argv: string[]): Promise<void> {
       out: { type: 'string' },
       resume: { type: 'boolean', default: false },
       limit: { type: 'string' },
+      'max-difficulty': { type: 'string' },
       seed: { type: 'string' },
       json: { type: 'boolean', default: false },
       'delay-ms': { type: 'string' },

@@ -6,13 +6,14 @@ import { runSft } from '../trainers/sft.ts';
 import { intFlag, UsageError } from './args.ts';
 import { selectTasks } from './rollout.ts';
 
-export const SFT_DEFAULTS = { suite: 'calculator', demos: 400, steps: 400, batch: 32, lr: 3e-3, seed: 0, d_model: 128, layers: 4, heads: 4, ctx: 512 };
+export const SFT_DEFAULTS = { suite: 'calculator', maxDifficulty: 3, demos: 400, steps: 150, batch: 32, lr: 3e-3, seed: 0, d_model: 128, layers: 4, heads: 4, ctx: 384 };
 
 export async function sftCommand(argv: string[]): Promise<void> {
   const { values } = parseArgs({
     args: argv,
     options: {
       suite: { type: 'string', default: SFT_DEFAULTS.suite },
+      'max-difficulty': { type: 'string', default: String(SFT_DEFAULTS.maxDifficulty) },
       tasks: { type: 'string' },
       demos: { type: 'string', default: String(SFT_DEFAULTS.demos) },
       out: { type: 'string' },
@@ -25,13 +26,14 @@ export async function sftCommand(argv: string[]): Promise<void> {
       heads: { type: 'string', default: String(SFT_DEFAULTS.heads) },
       ctx: { type: 'string', default: String(SFT_DEFAULTS.ctx) },
       eval: { type: 'boolean', default: true },
+      'system-tools': { type: 'boolean', default: false },
       json: { type: 'boolean', default: false },
     },
   });
   if (!values.out) throw new UsageError('sft needs --out <model dir>');
   const lr = Number(values.lr);
   if (!(lr > 0)) throw new UsageError(`--lr must be a positive number, got '${values.lr}'`);
-  const tasks = selectTasks({ suite: values.tasks ? undefined : values.suite, tasks: values.tasks, split: 'all' });
+  const tasks = selectTasks({ suite: values.tasks ? undefined : values.suite, tasks: values.tasks, split: 'all', 'max-difficulty': values['max-difficulty'] });
   const dModel = intFlag(values['d-model'], '--d-model', 128);
   const heads = intFlag(values.heads, '--heads', 4);
   if (dModel % heads !== 0) throw new UsageError(`--d-model (${dModel}) must be a multiple of --heads (${heads})`);
@@ -43,6 +45,7 @@ export async function sftCommand(argv: string[]): Promise<void> {
     batchSize: intFlag(values.batch, '--batch', 32),
     lr,
     seed: intFlag(values.seed, '--seed', 0),
+    systemTools: values['system-tools'],
     architecture: { d_model: dModel, n_layers: intFlag(values.layers, '--layers', 4), n_heads: heads, d_ff: 4 * dModel, max_seq_len: intFlag(values.ctx, '--ctx', 512) },
     onLog: (l) => console.log(l),
   });

@@ -32,6 +32,8 @@ export const TrainConfigSchema = z
   .object({
     preset: z.enum(['grpo', 'dapo', 'dr_grpo', 'gspo', 'rlvr', 'art']).default('art'),
     suite: z.string().default('calculator'),
+    /** Only tasks up to this difficulty, for training and evaluation. */
+    max_difficulty: z.number().int().min(1).max(5).default(5),
     /** The cold-start model directory (copied to the run; the copy is trained). */
     model: z.string().default('models/calc-tiny'),
     steps: z.number().int().min(0).default(30),

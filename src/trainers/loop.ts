@@ -96,7 +96,7 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
     writeJsonAtomic(join(runDir, 'config.json'), c);
   }
 
-  const suite = generateSuite(c.suite, { seed: c.seed === 0 ? undefined : c.seed });
+  const suite = generateSuite(c.suite, { seed: c.seed === 0 ? undefined : c.seed }).filter((t) => t.difficulty <= c.max_difficulty);
   const trainTasks = o.trainTasks ?? suite.filter((t) => t.split === 'train');
   let evalTasks = o.evalTasks ?? suite.filter((t) => t.split === 'eval');
   if (c.eval_tasks > 0) evalTasks = evalTasks.slice(0, c.eval_tasks);

@@ -17,6 +17,8 @@ export interface SftOptions {
   out: string;
   architecture?: Record<string, number | boolean>;
   maxToolResultBytes?: number;
+  /** List the tool names in a system turn (longer prompts; useful when tasks mix servers). */
+  systemTools?: boolean;
   steps: number;
   batchSize: number;
   lr: number;
@@ -69,7 +71,7 @@ export async function runSft(o: SftOptions): Promise<SftResult> {
   const trajectories = chosen.map((t) => byId.get(t.id)!).filter(Boolean);
 
   const maxLen = Number(o.architecture?.max_seq_len ?? 1024);
-  const template = new ChatTemplate({ maxToolResultBytes: o.maxToolResultBytes ?? 256, systemTools: true });
+  const template = new ChatTemplate({ maxToolResultBytes: o.maxToolResultBytes ?? 256, systemTools: o.systemTools ?? false });
   const { examples, dropped } = demoExamples(trajectories, template, maxLen);
   const data = join(out, 'sft-data.jsonl');
   writeFileSync(data, examples.map((e) => JSON.stringify(e)).join('\n') + '\n');
@@ -83,7 +85,7 @@ export async function runSft(o: SftOptions): Promise<SftResult> {
       model_dir: out,
       name: o.out.split('/').filter(Boolean).pop(),
       architecture: o.architecture ?? {},
-      chat_template: { max_tool_result_bytes: o.maxToolResultBytes ?? 256, system_tools: true },
+      chat_template: { max_tool_result_bytes: o.maxToolResultBytes ?? 256, system_tools: o.systemTools ?? false },
       seed: o.seed,
     });
     await learner.request('load', { model_dir: out, device: 'cpu' });

@@ -1,0 +1,140 @@
+/** `mcp-gym train` (any preset) and `mcp-gym start` (the main job). */
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { resolveConfig, train, type TrainConfigInput, type TrainResult } from '../trainers/index.ts';
+import { ProgressBar } from './ui.ts';
+import { UsageError } from './args.ts';
+
+const FLAGS = {
+  preset: 'string',
+  suite: 'string',
+  model: 'string',
+  steps: 'int',
+  'tasks-per-step': 'int',
+  group: 'int',
+  concurrency: 'int',
+  reward: 'string',
+  advantage: 'string',
+  'per-turn': 'bool',
+  'dynamic-sampling': 'bool',
+  temperature: 'num',
+  'eval-every': 'int',
+  'eval-tasks': 'int',
+  'eval-samples': 'int',
+  'checkpoint-every': 'int',
+  'max-difficulty': 'int',
+  'max-new-tokens': 'int',
+  seed: 'int',
+  learner: 'string',
+  'learner-token': 'string',
+  device: 'string',
+  threads: 'int',
+  loss: 'string',
+  'clip-low': 'num',
+  'clip-high': 'num',
+  beta: 'num',
+  'entropy-coef': 'num',
+  epochs: 'int',
+  'minibatch-size': 'int',
+  'micro-batch-size': 'int',
+  lr: 'num',
+  'warmup-steps': 'int',
+} as const;
+
+export const MAIN_JOB: Partial<TrainConfigInput> = {
+  preset: 'art',
+  suite: 'calculator',
+  max_difficulty: 3,
+  model: 'models/calc-tiny',
+  steps: 24,
+  tasks_per_step: 12,
+  group: 8,
+  eval_every: 8,
+  eval_samples: 2,
+};
+
+function parseTrainArgs(argv: string[], defaults: Partial<TrainConfigInput>) {
+  const options: Record<string, { type: 'string' | 'boolean' }> = { config: { type: 'string' }, run: { type: 'string' }, resume: { type: 'boolean' }, json: { type: 'boolean' } };
+  for (const [k, t] of Object.entries(FLAGS)) options[k] = { type: t === 'bool' ? 'boolean' : 'string' };
+  const { values } = parseArgs({ args: argv, options });
+  const overrides: Record<string, unknown> = { ...defaults };
+  for (const [k, t] of Object.entries(FLAGS)) {
+    const v = values[k];
+    if (v === undefined) continue;
+    const key = k.replace(/-/g, '_');
+    if (t === 'bool') overrides[key] = v;
+    else if (t === 'string') overrides[key] = v;
+    else {
+      const n = Number(v);
+      if (!Number.isFinite(n) || (t === 'int' && !Number.isInteger(n))) throw new UsageError(`--${k} must be ${t === 'int' ? 'an integer' : 'a number'}, got '${v}'`);
+      overrides[key] = n;
+    }
+  }
+  return { values: values as Record<string, string | boolean | undefined>, overrides };
+}
+
+export async function runTraining(argv: string[], defaults: Partial<TrainConfigInput>, title: string): Promise<TrainResult> {
+  const { values, overrides } = parseTrainArgs(argv, defaults);
+  let config;
+  try {
+    config = resolveConfig(overrides as Partial<TrainConfigInput>, values.config as string | undefined);
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
+  const runDir = (values.run as string | undefined) ?? join('runs', `${config.preset}-${new Date().toISOString().replace(/[:.]/g, '-')}`);
+  console.log(`${title}: preset ${config.preset}, suite ${config.suite} (difficulty <= ${config.max_difficulty}), ${config.steps} steps of ${config.tasks_per_step} tasks x ${config.group} rollouts, from ${config.model}; run in ${runDir}`);
+  const ac = new AbortController();
+  const onSigint = () => {
+    console.log('\nstopping after this step (Ctrl-C again to quit at once)...');
+    ac.abort();
+    process.once('SIGINT', () => process.exit(130));
+  };
+  process.once('SIGINT', onSigint);
+  const bar = new ProgressBar('train', config.steps);
+  const t0 = performance.now();
+  try {
+    const result = await train({
+      config,
+      runDir,
+      resume: values.resume === true,
+      signal: ac.signal,
+      onLog: (l) => console.log(l),
+      onStep: (m) => {
+        const s = Number(m.step);
+        const sec = (performance.now() - t0) / 1000;
+        bar.update(s, `reward ${Number(m.reward_mean).toFixed(3)} success ${(100 * Number(m.success_rate)).toFixed(0)}%${m.eval_success !== undefined ? ` eval ${(100 * Number(m.eval_success)).toFixed(0)}%` : ''} ${(s / Math.max(sec, 1e-9)).toFixed(3)} steps/s`);
+      },
+    });
+    bar.done();
+    const pct = (x: number) => `${(100 * x).toFixed(1)}%`;
+    const ci = (c: [number, number]) => `[${pct(c[0])}, ${pct(c[1])}]`;
+    console.log(`held-out success before: ${pct(result.before.success)} ${ci(result.before.ci95)} (${result.before.episodes} episodes)`);
+    console.log(`held-out success after:  ${pct(result.after.success)} ${ci(result.after.ci95)} (${result.after.episodes} episodes)`);
+    console.log(`report: ${result.report}`);
+    console.log(
+      JSON.stringify({
+        before: { success: result.before.success, ci95: result.before.ci95 },
+        after: { success: result.after.success, ci95: result.after.ci95 },
+        train_seconds: Math.round(result.train_seconds * 10) / 10,
+        report: result.report,
+        ...(result.stopped ? { stopped_at_step: result.steps } : {}),
+      }),
+    );
+    return result;
+  } finally {
+    process.off('SIGINT', onSigint);
+  }
+}
+
+export async function trainCommand(argv: string[]): Promise<void> {
+  await runTraining(argv, {}, 'train');
+}
+
+/** The main job: the embedded policy from its SFT cold start, trained with the art preset. */
+export async function startCommand(argv: string[]): Promise<void> {
+  if (!argv.includes('--model') && !existsSync(join(String(MAIN_JOB.model), 'config.json'))) {
+    throw new UsageError(`the cold-start model ${MAIN_JOB.model} is missing: make it with: npx mcp-gym sft --out ${MAIN_JOB.model}`);
+  }
+  await runTraining(argv, MAIN_JOB, 'main job');
+}

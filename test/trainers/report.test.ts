@@ -1,0 +1,37 @@
+/** The run report draws its data: opened in headless Chromium, each chart reports the points it drew. */
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { writeReport } from '../../src/trainers/index.ts';
+import type { Trajectory } from '../../src/env/index.ts';
+
+const CHROMIUM = ['/usr/bin/chromium', '/usr/bin/chromium-browser'].find((p) => existsSync(p));
+
+const trajectory = {
+  id: 't', task_id: 'calc-7', group_id: 'calc-7@0', sample: 0, split: 'eval', difficulty: 1, policy: { id: 'onnx:x' },
+  messages: [
+    { role: 'user', content: 'Use the calculator tool evaluate to compute 2 + 3.' },
+    { role: 'assistant', content: '', tool_calls: [{ id: 'c', type: 'function', function: { name: 'evaluate', arguments: '{"expression":"2 + 3"}' } }] },
+    { role: 'tool', tool_call_id: 'c', content: '5' },
+    { role: 'assistant', content: '5' },
+  ],
+  turns: [], answer: '5', success: true, reward: 1.36, reward_parts: {}, checks: [],
+  metrics: { turns: 2, tool_calls: 1, tool_errors: 0, policy_tokens: 40 },
+  timings: { started_at: '', total_ms: 1, policy_ms: 1, tool_ms: 1 }, finish: 'answer',
+} as unknown as Trajectory;
+
+describe.skipIf(!CHROMIUM)('report.html in headless Chromium', () => {
+  it('draws every chart with its data, and renders the sample trajectories', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'mcp-gym-report-'));
+    const file = join(dir, 'report.html');
+    const metrics = Array.from({ length: 7 }, (_, i) => ({ step: i + 1, reward_mean: 0.5 + i / 10, success_rate: 0.3 + i / 20, kl: i / 100, entropy: 1 - i / 20, policy_tokens_mean: 40 + i, turns_mean: 2 }));
+    writeReport(file, { title: 'test run', metrics, evals: [{ step: 0, success: 0.3, ci95: [0.2, 0.4] }, { step: 7, success: 0.6, ci95: [0.5, 0.7] }], samples: [{ label: 'eval', trajectory }] });
+    const dom = execFileSync(CHROMIUM!, ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync', `--user-data-dir=${join(dir, 'profile')}`, '--virtual-time-budget=3000', '--dump-dom', `file://${file}`], { encoding: 'utf8', timeout: 60_000, stdio: ['ignore', 'pipe', 'ignore'] });
+    expect(dom).toContain('data-ready="1"');
+    const drawn = Object.fromEntries([...dom.matchAll(/<figure class="chart" id="([\w-]+)" data-drawn="(\d+)"/g)].map((m) => [m[1], Number(m[2])]));
+    expect(drawn).toEqual({ 'chart-reward': 7, 'chart-success': 9, 'chart-kl': 7, 'chart-entropy': 7, 'chart-length': 14 });
+    expect(dom).toContain('evaluate</b>(<code>{"expression":"2 + 3"}</code>)');
+  });
+});
