@@ -1,0 +1,76 @@
+"""python3 -m mcp_gym_learner serve | create DIR | export DIR | sft DIR DATA (learner/ on PYTHONPATH)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _run(learner, req) -> int:
+    resp = learner.handle(json.dumps(req))
+    print(json.dumps(resp, indent=2))
+    return 0 if resp["ok"] else 1
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python3 -m mcp_gym_learner", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("serve", help="speak the JSON-lines protocol on stdin/stdout (PROTOCOL.md)")
+    c = sub.add_parser("create", help="write config.json and weights.pt with fresh weights")
+    c.add_argument("model_dir")
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--arch", action="append", default=[], metavar="KEY=INT",
+                   help="architecture field, e.g. --arch d_model=64 (repeatable)")
+    c.add_argument("--overwrite", action="store_true")
+    c.add_argument("--export", action="store_true", help="also export the ONNX graph")
+    e = sub.add_parser("export", help="(re)write weights.pt and the ONNX files of a model directory")
+    e.add_argument("model_dir")
+    e.add_argument("--full", action="store_true", help="re-export the graph")
+    s = sub.add_parser("sft", help="supervised training on a JSONL file, then save (and export)")
+    s.add_argument("model_dir")
+    s.add_argument("data")
+    s.add_argument("--epochs", type=int, default=1)
+    s.add_argument("--steps", type=int)
+    s.add_argument("--batch-size", type=int, default=32)
+    s.add_argument("--lr", type=float, default=3e-3)
+    s.add_argument("--warmup", type=float)
+    s.add_argument("--seed", type=int, default=0)
+    for q in (e, s):
+        q.add_argument("--threads", type=int)
+        q.add_argument("--device", choices=["cpu", "cuda"])
+    args = p.parse_args(argv)
+
+    if args.command == "serve":
+        from .server import serve
+        return serve()
+
+    from .runtime import tune_malloc
+    from .server import Learner
+    tune_malloc()
+    learner = Learner()
+    if args.command == "create":
+        arch = {}
+        for kv in args.arch:
+            k, _, v = kv.partition("=")
+            arch[k] = int(v) if v.lstrip("-").isdigit() else v
+        rc = _run(learner, {"cmd": "create", "model_dir": args.model_dir, "architecture": arch, "seed": args.seed,
+                            "overwrite": args.overwrite})
+        if rc or not args.export:
+            return rc
+        rc = _run(learner, {"cmd": "load", "model_dir": args.model_dir, "device": "cpu"})
+        return rc or _run(learner, {"cmd": "export", "full": True})
+    load = {"cmd": "load", "model_dir": args.model_dir, "threads": args.threads, "device": args.device}
+    rc = _run(learner, {k: v for k, v in load.items() if v is not None})
+    if rc:
+        return rc
+    if args.command == "export":
+        return _run(learner, {"cmd": "export", "full": args.full})
+    req = {"cmd": "sft", "data": args.data, "epochs": args.epochs, "steps": args.steps,
+           "batch_size": args.batch_size, "lr": args.lr, "warmup": args.warmup, "seed": args.seed}
+    rc = _run(learner, {k: v for k, v in req.items() if v is not None})
+    return rc or _run(learner, {"cmd": "export"})
+
+
+if __name__ == "__main__":
+    sys.exit(main())

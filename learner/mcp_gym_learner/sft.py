@@ -1,0 +1,241 @@
+"""Supervised fine-tuning on JSONL {"ids": [...], "mask": [...]} (mask 1 where the loss applies)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import random
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+import torch.nn.functional as F
+
+from .config import PAD_ID, ConfigError
+
+
+@dataclass
+class Example:
+    ids: List[int]
+    mask: List[int]
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def check_example(obj: Any, where: str, vocab_size: int, max_seq_len: int) -> Example:
+    """Validate one {"ids", "mask"} object; errors name the field, prefixed by `where` (e.g. "data: line 3: ")."""
+    if not isinstance(obj, dict):
+        raise ConfigError(f"{where}must be an object with ids and mask")
+    for k in obj:
+        if k not in ("ids", "mask"):
+            raise ConfigError(f"{where}{k}: unknown field (expected ids, mask)")
+    ids, mask = obj.get("ids"), obj.get("mask")
+    if not isinstance(ids, list):
+        raise ConfigError(f"{where}ids: missing or not a list")
+    if not isinstance(mask, list):
+        raise ConfigError(f"{where}mask: missing or not a list")
+    if len(ids) < 2:
+        raise ConfigError(f"{where}ids: needs at least 2 tokens, got {len(ids)}")
+    if len(ids) > max_seq_len:
+        raise ConfigError(f"{where}ids: {len(ids)} tokens is more than max_seq_len {max_seq_len}")
+    if len(mask) != len(ids):
+        raise ConfigError(f"{where}mask: length {len(mask)} differs from ids length {len(ids)}")
+    for i, t in enumerate(ids):
+        if not _is_int(t) or not 0 <= t < vocab_size:
+            raise ConfigError(f"{where}ids[{i}]: token id {t!r} is out of range [0, {vocab_size})")
+    for i, m in enumerate(mask):
+        if not _is_int(m) or m not in (0, 1):
+            raise ConfigError(f"{where}mask[{i}]: must be 0 or 1, got {m!r}")
+    return Example(ids, mask)
+
+
+def load_jsonl(path: str, vocab_size: int, max_seq_len: int, field: str = "data") -> List[Example]:
+    """Read and validate a whole JSONL file (before any training starts)."""
+    try:
+        f = open(path, "r", encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"{field}: cannot open {path}: {e.strerror}") from None
+    out: List[Example] = []
+    with f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ConfigError(f"{field}: line {n}: invalid JSON: {e}") from None
+            out.append(check_example(obj, f"{field}: line {n}: ", vocab_size, max_seq_len))
+    if not out:
+        raise ConfigError(f"{field}: {path} holds no examples")
+    if not any(any(e.mask[1:]) for e in out):
+        raise ConfigError(f"{field}: no example has a mask of 1 after its first token (nothing to learn)")
+    return out
+
+
+def make_batches(lengths: Sequence[int], batch_size: int, rng: random.Random, pool: int = 50) -> List[List[int]]:
+    """One epoch: shuffle, sort by length within pools of `pool` batches, cut into batches, shuffle them."""
+    idx = list(range(len(lengths)))
+    rng.shuffle(idx)
+    batches: List[List[int]] = []
+    step = batch_size * pool
+    for i in range(0, len(idx), step):
+        chunk = sorted(idx[i: i + step], key=lambda k: lengths[k])
+        batches.extend(chunk[j: j + batch_size] for j in range(0, len(chunk), batch_size))
+    rng.shuffle(batches)
+    return batches
+
+
+def collate(examples: Sequence[Example], device) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded ids [B, T] (pad 263), attention mask [B, T], loss mask [B, T] (0 on pads)."""
+    T = max(len(e.ids) for e in examples)
+    B = len(examples)
+    ids = torch.full((B, T), PAD_ID, dtype=torch.long)
+    attn = torch.zeros((B, T), dtype=torch.long)
+    lmask = torch.zeros((B, T), dtype=torch.long)
+    for r, e in enumerate(examples):
+        n = len(e.ids)
+        ids[r, :n] = torch.tensor(e.ids, dtype=torch.long)
+        attn[r, :n] = 1
+        lmask[r, :n] = torch.tensor(e.mask, dtype=torch.long)
+    return ids.to(device), attn.to(device), lmask.to(device)
+
+
+def sft_loss(model, ids: torch.Tensor, attn: torch.Tensor, lmask: torch.Tensor,
+             labels: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, int]:
+    """Mean next-token cross-entropy: position i predicts labels[:, i] (default ids[:, i + 1]) where
+    lmask[:, i + 1] == 1 and attn[:, i + 1] == 1. Returns (loss, number of scored tokens).
+
+    The head is applied to the scored positions only, so positions with mask 0 contribute nothing.
+    Right padding is assumed (collate's layout).
+    """
+    if labels is None:
+        labels = ids[:, 1:]
+    B, T = ids.shape
+    pos = torch.arange(T, device=ids.device).unsqueeze(0).expand(B, T)
+    h, _, _ = model.features(ids, pos, attn, causal_only=True, return_cache=False)
+    sel = (lmask[:, 1:] != 0) & (attn[:, 1:] != 0)
+    n = int(sel.sum())
+    if n == 0:
+        return h.sum() * 0.0, 0
+    logits = model.logits(h[:, :-1][sel])
+    return F.cross_entropy(logits.float(), labels[sel]), n
+
+
+def lr_at(step: int, total: int, lr: float, warmup: int, min_lr_ratio: float) -> float:
+    """Linear warm-up over `warmup` steps, then cosine decay to lr * min_lr_ratio at the last step."""
+    if warmup > 0 and step < warmup:
+        return lr * (step + 1) / warmup
+    span = max(1, total - warmup - 1)
+    progress = min(1.0, (step - warmup) / span)
+    return lr * (min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def _param_groups(model, weight_decay: float):
+    decay, no_decay = [], []
+    for p in model.parameters():
+        if not p.requires_grad:
+            continue
+        (decay if p.dim() >= 2 else no_decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def _make_optimizer(model, lr, betas, weight_decay):
+    import inspect
+
+    groups = _param_groups(model, weight_decay)
+    kwargs: Dict[str, Any] = {"lr": lr, "betas": tuple(betas)}
+    accepted = inspect.signature(torch.optim.AdamW).parameters
+    if next(model.parameters()).device.type == "cuda":
+        if "fused" in accepted:  # torch >= 2.0: one fused CUDA kernel
+            try:
+                return torch.optim.AdamW(groups, fused=True, **kwargs)
+            except (RuntimeError, ValueError, TypeError):
+                pass
+    elif "foreach" in accepted:
+        kwargs["foreach"] = True
+    return torch.optim.AdamW(groups, **kwargs)
+
+
+def _autocast(device: torch.device):
+    """bf16 autocast on a CUDA device that supports it (torch >= 1.10); plain float32 elsewhere."""
+    if device.type == "cuda" and hasattr(torch, "autocast"):
+        try:
+            if torch.cuda.is_bf16_supported():
+                return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
+        except Exception:  # pragma: no cover
+            pass
+    return contextlib.nullcontext()
+
+
+def train_sft(model, examples: Sequence[Example], epochs: int = 1, steps: Optional[int] = None,
+              batch_size: int = 32, lr: float = 3e-3, warmup: Optional[float] = None, seed: int = 0,
+              weight_decay: float = 0.01, betas: Tuple[float, float] = (0.9, 0.95), grad_clip: float = 1.0,
+              min_lr_ratio: float = 0.1, log_every: int = 10,
+              log: Optional[Callable[[str], None]] = None) -> Dict[str, Any]:
+    """AdamW, warm-up + cosine, clipping; `steps` (if given) else `epochs` passes over the data.
+
+    warmup: a step count (>= 1), or a fraction of the total steps (< 1); default 5% of the steps.
+    Returns {steps, loss_first, loss_last, loss_last_avg, tokens, tokens_per_s, seconds}: `tokens` counts
+    the real (non-pad) tokens fed to the model; loss_last_avg is the mean over the last 10% of the steps.
+    """
+    if log is None:
+        def log(msg: str) -> None:
+            print(f"[learner] {msg}", file=sys.stderr, flush=True)
+    device = next(model.parameters()).device
+    torch.manual_seed(seed)
+    rng = random.Random(seed)
+    lengths = [len(e.ids) for e in examples]
+    per_epoch = math.ceil(len(examples) / batch_size)
+    total = int(steps) if steps is not None else epochs * per_epoch
+    if warmup is None:
+        warmup_steps = round(0.05 * total)
+    elif warmup < 1:
+        warmup_steps = round(warmup * total)
+    else:
+        warmup_steps = int(warmup)
+    opt = _make_optimizer(model, lr, betas, weight_decay)
+    model.train()
+    losses: List[float] = []
+    tokens = 0
+    t0 = time.perf_counter()
+    queue: List[List[int]] = []
+    for step in range(total):
+        if not queue:
+            queue = make_batches(lengths, batch_size, rng)
+        batch = queue.pop(0)
+        ids, attn, lmask = collate([examples[i] for i in batch], device)
+        cur_lr = lr_at(step, total, lr, warmup_steps, min_lr_ratio)
+        for g in opt.param_groups:
+            g["lr"] = cur_lr
+        with _autocast(device):
+            loss, n = sft_loss(model, ids, attn, lmask)
+        opt.zero_grad(set_to_none=True)
+        if n > 0:
+            loss.backward()
+            if grad_clip and grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+            opt.step()
+        losses.append(float(loss.detach()))
+        tokens += int(attn.sum())
+        if log_every and (step + 1) % log_every == 0 or step + 1 == total:
+            dt = time.perf_counter() - t0
+            log(f"sft step {step + 1}/{total} loss {losses[-1]:.4f} lr {cur_lr:.2e} {tokens / dt:.0f} tok/s")
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    seconds = time.perf_counter() - t0
+    model.eval()
+    tail = losses[-max(1, len(losses) // 10):] if losses else []
+    return {
+        "steps": total,
+        "loss_first": losses[0] if losses else None,
+        "loss_last": losses[-1] if losses else None,
+        "loss_last_avg": sum(tail) / len(tail) if tail else None,
+        "tokens": tokens,
+        "tokens_per_s": tokens / seconds if seconds > 0 else None,
+        "seconds": seconds,
+    }

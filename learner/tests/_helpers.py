@@ -1,0 +1,22 @@
+import torch
+
+from mcp_gym_learner.model import GPT
+
+TINY = {"d_model": 32, "n_layers": 2, "n_heads": 4, "d_ff": 64, "max_seq_len": 64}
+
+
+def tiny_model(seed: int = 0, **arch) -> GPT:
+    """A small model whose every parameter (biases, LayerNorms too) is random, so nothing is trivial."""
+    a = dict(TINY, seed=seed)
+    a.update(arch)
+    m = GPT(a)
+    g = torch.Generator().manual_seed(seed + 1000)
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if name.endswith(".bias"):
+                p.copy_(torch.randn(p.shape, generator=g) * 0.1)
+            elif ".ln" in name or name.startswith("ln_f"):
+                p.copy_(1.0 + torch.randn(p.shape, generator=g) * 0.1)
+            else:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.2)
+    return m.eval()
