@@ -37,9 +37,6 @@ let out = await session.run(feeds(c.input_ids, c.position_ids, c.attention_mask,
 store(out, T, 0);
 for (let b = 0; b < B; b++) for (let t = 0; t < T; t++) slotMask[b * C + t] = c.attention_mask[b * T + t];
 const result = { inputs: session.inputNames, outputs: session.outputNames, prefill: Array.from(out.logits.data), steps: [], new_dims: [out.new_keys.dims] };
-c.steps.forEach((step, s) => {
-  result.steps.push(null);
-});
 for (let s = 0; s < c.steps.length; s++) {
   const step = c.steps[s];
   const mask = [];

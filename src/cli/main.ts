@@ -33,6 +33,7 @@ Commands:
                         --suite S | --tasks F   a bundled suite (or 'all'), or a .json/.jsonl task file
                         --split eval|train|all  (default eval)     --limit N   first N tasks
                         --max-difficulty D      only tasks of difficulty 1 to D
+                        --eval-tasks N          generate N eval tasks per suite (default 40)
                         --policy P              expert (default), random[:seed], onnx:<model dir>
                         --group G               rollouts per task (default 1)
                         --concurrency C         episodes at once (default 8)
@@ -48,9 +49,9 @@ Commands:
                         --suite S | --tasks F   where the demonstrations come from (default calculator)
                         --max-difficulty D      only tasks up to difficulty D (default 3)
                         --system-tools          list the tool names in a system turn
-                        --demos N               expert demonstrations (default 400)
+                        --demos N               expert demonstrations (default 1500)
                         --out DIR               the model directory to write (required)
-                        --steps N --batch B --lr X --seed S      (defaults 150, 32, 0.003, 0)
+                        --steps N --batch B --lr X --seed S      (defaults 400, 32, 0.003, 0)
                         --d-model D --layers L --heads H --ctx N (defaults 128, 4, 4, 384)
                         --no-eval               skip the held-out evaluation at the end
   bench               Benchmark any MCP server: latency, throughput, fuzzing; agents on tasks

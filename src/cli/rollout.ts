@@ -18,11 +18,11 @@ export async function suitesCommand(): Promise<void> {
   console.log(`\n'all' runs every suite. Use: mcp-gym rollout --suite <name> --split eval --policy expert`);
 }
 
-export function selectTasks(values: { suite?: string; tasks?: string; split?: string; limit?: string; seed?: string; 'max-difficulty'?: string }): Task[] {
+export function selectTasks(values: { suite?: string; tasks?: string; split?: string; limit?: string; seed?: string; 'max-difficulty'?: string }, counts: { train?: number; eval?: number } = {}): Task[] {
   if (!values.suite && !values.tasks) throw new UsageError(`rollout needs --suite <name> (one of ${SUITE_NAMES.join(', ')}, all) or --tasks <file.json|.jsonl>`);
   const split = values.split ?? 'eval';
   if (!['train', 'eval', 'all'].includes(split)) throw new UsageError(`--split must be train, eval or all, got '${split}'`);
-  let tasks = values.tasks ? loadTasks(values.tasks) : generateSuite(values.suite!, { seed: values.seed === undefined ? undefined : intFlag(values.seed, '--seed', 0) });
+  let tasks = values.tasks ? loadTasks(values.tasks) : generateSuite(values.suite!, { seed: values.seed === undefined ? undefined : intFlag(values.seed, '--seed', 0), ...counts });
   if (split !== 'all') tasks = tasks.filter((t) => t.split === split);
   if (values['max-difficulty'] !== undefined) {
     const d = intFlag(values['max-difficulty'], '--max-difficulty', 5);
@@ -66,6 +66,7 @@ export async function rolloutCommand(argv: string[]): Promise<void> {
       resume: { type: 'boolean', default: false },
       limit: { type: 'string' },
       'max-difficulty': { type: 'string' },
+      'eval-tasks': { type: 'string' },
       seed: { type: 'string' },
       json: { type: 'boolean', default: false },
       'delay-ms': { type: 'string' },
@@ -76,7 +77,7 @@ export async function rolloutCommand(argv: string[]): Promise<void> {
       temperature: { type: 'string' },
     },
   });
-  const tasks = selectTasks(values);
+  const tasks = selectTasks(values, values['eval-tasks'] === undefined ? {} : { eval: intFlag(values['eval-tasks'], '--eval-tasks', 40) });
   const policy = await makePolicy(values.policy!, { temperature: values.temperature === undefined ? undefined : Number(values.temperature) });
   const group = intFlag(values.group, '--group', 1);
   if (group < 1) throw new UsageError('--group must be at least 1');

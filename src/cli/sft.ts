@@ -6,7 +6,7 @@ import { runSft } from '../trainers/sft.ts';
 import { intFlag, UsageError } from './args.ts';
 import { selectTasks } from './rollout.ts';
 
-export const SFT_DEFAULTS = { suite: 'calculator', maxDifficulty: 3, demos: 400, steps: 150, batch: 32, lr: 3e-3, seed: 0, d_model: 128, layers: 4, heads: 4, ctx: 384 };
+export const SFT_DEFAULTS = { suite: 'calculator', maxDifficulty: 3, evalTasks: 200, demos: 1500, steps: 400, batch: 32, lr: 3e-3, seed: 0, d_model: 128, layers: 4, heads: 4, ctx: 384 };
 
 export async function sftCommand(argv: string[]): Promise<void> {
   const { values } = parseArgs({
@@ -33,13 +33,16 @@ export async function sftCommand(argv: string[]): Promise<void> {
   if (!values.out) throw new UsageError('sft needs --out <model dir>');
   const lr = Number(values.lr);
   if (!(lr > 0)) throw new UsageError(`--lr must be a positive number, got '${values.lr}'`);
-  const tasks = selectTasks({ suite: values.tasks ? undefined : values.suite, tasks: values.tasks, split: 'all', 'max-difficulty': values['max-difficulty'] });
+  const demos = intFlag(values.demos, '--demos', 400);
+  // A pool of train tasks large enough that demonstrations rarely repeat, and a held-out set
+  // large enough for a useful estimate.
+  const tasks = selectTasks({ suite: values.tasks ? undefined : values.suite, tasks: values.tasks, split: 'all', 'max-difficulty': values['max-difficulty'] }, { train: Math.max(200, demos * 3), eval: SFT_DEFAULTS.evalTasks });
   const dModel = intFlag(values['d-model'], '--d-model', 128);
   const heads = intFlag(values.heads, '--heads', 4);
   if (dModel % heads !== 0) throw new UsageError(`--d-model (${dModel}) must be a multiple of --heads (${heads})`);
   const result = await runSft({
     tasks,
-    demos: intFlag(values.demos, '--demos', 400),
+    demos,
     out: values.out,
     steps: intFlag(values.steps, '--steps', 400),
     batchSize: intFlag(values.batch, '--batch', 32),

@@ -1,0 +1,79 @@
+/**
+ * The SFT cold-start pipeline end to end at a toy size (expert demos -> learner -> ONNX), and the
+ * OnnxPolicy in multi-turn episodes: the token sequence grows by appending, and the trajectory's
+ * tokens are exactly what was sampled (what the learner will train on).
+ */
+import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { OnnxPolicy, TOKENS } from '../../src/agents/index.ts';
+import { Environment, defineTask, type Observation, type Policy, type PolicyAction } from '../../src/env/index.ts';
+import { generateSuite } from '../../src/env/suites/index.ts';
+import { runSft, sequenceOf } from '../../src/trainers/index.ts';
+
+const dir = join(mkdtempSync(join(tmpdir(), 'mcp-gym-sft-')), 'toy');
+let policy: OnnxPolicy;
+
+beforeAll(async () => {
+  const tasks = generateSuite('calculator').filter((t) => t.difficulty <= 2);
+  const r = await runSft({ tasks, demos: 24, out: dir, steps: 4, batchSize: 8, lr: 3e-3, seed: 1, architecture: { d_model: 32, n_layers: 2, n_heads: 2, d_ff: 64, max_seq_len: 256 } });
+  expect(r.demos).toBe(24);
+  expect(r.masked_tokens).toBeGreaterThan(0);
+  policy = await OnnxPolicy.load(dir, { maxNewTokens: 24, seed: 3 });
+}, 180_000);
+afterAll(() => policy?.close());
+
+describe('the SFT cold start at toy size', () => {
+  it('writes one model directory that both sides read', () => {
+    for (const f of ['config.json', 'weights.pt', 'model.onnx', 'model.onnx.data', 'sft-data.jsonl']) expect(existsSync(join(dir, f)), f).toBe(true);
+    const cfg = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8'));
+    expect(cfg.architecture).toMatchObject({ d_model: 32, n_layers: 2, vocab_size: 264 });
+    expect(cfg.tokenizer.special_tokens['<|end|>']).toBe(262);
+    expect(cfg.version).toBeGreaterThanOrEqual(1);
+    const line = JSON.parse(readFileSync(join(dir, 'sft-data.jsonl'), 'utf8').split('\n')[0]!);
+    expect(line.ids).toHaveLength(line.mask.length);
+  });
+});
+
+describe('OnnxPolicy in episodes', () => {
+  it('grows each episode by appending, and records exactly the sampled tokens', async () => {
+    const seen: number[][] = [];
+    const recording: Policy = {
+      id: policy.id,
+      act: async (o: Observation): Promise<PolicyAction> => {
+        const a = await policy.act(o);
+        seen.push([...policy.sequence(o.episodeId)!]);
+        return a;
+      },
+      endEpisode: () => {},
+    };
+    // A task whose turns the toy model will fill with whatever it samples: tool calls or not,
+    // malformed or not, each turn is appended.
+    const task = defineTask({ id: 'multi', split: 'eval', difficulty: 1, prompt: 'Use the calculator tool evaluate to compute 2 + 3. Answer with the exact result only.', servers: { calculator: 'calculator' }, max_turns: 3, checks: [{ kind: 'answer', expect: { kind: 'number', value: '5' } }] } as never);
+    const env = new Environment();
+    const t = await env.runEpisode(task, recording);
+    await env.close();
+    expect(seen.length).toBe(t.turns.length);
+    for (let i = 1; i < seen.length; i++) expect(seen[i]!.slice(0, seen[i - 1]!.length)).toEqual(seen[i - 1]);
+    const s = sequenceOf(t)!;
+    expect(s.ids).toEqual(seen.at(-1));
+    // Policy tokens carry logprobs; environment tokens do not.
+    t.turns.forEach((turn) => {
+      expect(turn.logprobs).toHaveLength(turn.tokens!.length);
+      expect(turn.logprobs!.every((x) => x <= 0 && Number.isFinite(x))).toBe(true);
+    });
+    expect(t.turns[0]!.env_tokens![0]).toBe(TOKENS.user);
+    policy.endEpisode(t.id);
+  });
+
+  it('samples many episodes at once in batches', async () => {
+    const tasks = generateSuite('calculator').filter((x) => x.split === 'eval').slice(0, 6);
+    const env = new Environment();
+    const trajs = await Promise.all(tasks.flatMap((task) => [0, 1].map((sample) => env.runEpisode(task, policy, { sample }))));
+    await env.close();
+    expect(trajs).toHaveLength(12);
+    expect(trajs.every((x) => x.finish !== 'error')).toBe(true);
+    expect(trajs.every((x) => x.metrics.policy_tokens > 0)).toBe(true);
+  });
+});
