@@ -47,7 +47,7 @@ Commands:
                         --temperature T         sampling temperature of an onnx policy (default 1)
   sft                 Train the embedded model from scratch on expert demonstrations, export it
                         --suite S | --tasks F   where the demonstrations come from (default calculator)
-                        --max-difficulty D      only tasks up to difficulty D (default 3)
+                        --max-difficulty D      only tasks up to difficulty D (default 1)
                         --system-tools          list the tool names in a system turn
                         --demos N               expert demonstrations (default 1500)
                         --out DIR               the model directory to write (required)

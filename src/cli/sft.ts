@@ -6,7 +6,7 @@ import { runSft } from '../trainers/sft.ts';
 import { intFlag, UsageError } from './args.ts';
 import { selectTasks } from './rollout.ts';
 
-export const SFT_DEFAULTS = { suite: 'calculator', maxDifficulty: 3, evalTasks: 200, demos: 1500, steps: 400, batch: 32, lr: 3e-3, seed: 0, d_model: 128, layers: 4, heads: 4, ctx: 384 };
+export const SFT_DEFAULTS = { suite: 'calculator', maxDifficulty: 1, evalTasks: 200, demos: 1500, steps: 400, batch: 32, lr: 3e-3, seed: 0, d_model: 128, layers: 4, heads: 4, ctx: 384 };
 
 export async function sftCommand(argv: string[]): Promise<void> {
   const { values } = parseArgs({

@@ -45,7 +45,7 @@ const FLAGS = {
 export const MAIN_JOB: Partial<TrainConfigInput> = {
   preset: 'art',
   suite: 'calculator',
-  max_difficulty: 3,
+  max_difficulty: 1,
   model: 'models/calc-tiny',
   steps: 24,
   tasks_per_step: 12,
