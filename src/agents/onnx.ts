@@ -268,8 +268,8 @@ export class OnnxPolicy implements Policy {
     const prompt = seq.concat(env);
     const maxNew = Math.min(this.options.maxNewTokens ?? 160, this.model.maxLen - 1 - prompt.length);
     if (maxNew < 8) {
-      this.sequences.set(obs.episodeId, prompt);
-      return { content: 'The conversation no longer fits my context.', envTokens: env, tokens: [], logprobs: [] };
+      // Nothing more fits: the episode ends here, and nothing is appended to its sequence.
+      return { content: 'The conversation no longer fits my context.', envTokens: [], tokens: [], logprobs: [] };
     }
     const g = await this.enqueue(prompt);
     this.sequences.set(obs.episodeId, prompt.concat(g.tokens));

@@ -1,4 +1,5 @@
 /** `mcp-gym rollout` and `mcp-gym suites`. */
+import { setMaxListeners } from 'node:events';
 import { existsSync, mkdirSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -98,6 +99,7 @@ export async function rolloutCommand(argv: string[]): Promise<void> {
   const bar = new ProgressBar('rollout', tasks.length * group);
   let successes = 0;
   const ac = new AbortController();
+  setMaxListeners(10_000, ac.signal); // every tool call in flight listens to it (and lets go when done)
   const onSigint = () => ac.abort();
   process.once('SIGINT', onSigint);
   try {

@@ -1,4 +1,5 @@
 /** `mcp-gym train` (any preset) and `mcp-gym start` (the main job). */
+import { setMaxListeners } from 'node:events';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -85,6 +86,7 @@ export async function runTraining(argv: string[], defaults: Partial<TrainConfigI
   const runDir = (values.run as string | undefined) ?? join('runs', `${config.preset}-${new Date().toISOString().replace(/[:.]/g, '-')}`);
   console.log(`${title}: preset ${config.preset}, suite ${config.suite} (difficulty <= ${config.max_difficulty}), ${config.steps} steps of ${config.tasks_per_step} tasks x ${config.group} rollouts, from ${config.model}; run in ${runDir}`);
   const ac = new AbortController();
+  setMaxListeners(10_000, ac.signal); // every tool call in flight listens to it (and lets go when done)
   const onSigint = () => {
     console.log('\nstopping after this step (Ctrl-C again to quit at once)...');
     ac.abort();

@@ -15,7 +15,7 @@ import { Environment, JsonlWriter, rollout, type Task, type Trajectory } from '.
 import { generateSuite } from '../env/suites/index.ts';
 import { seededRng } from '../tools/index.ts';
 import { groupAdvantages, isZeroVariance, mean, std, turnAdvantages } from './advantages.ts';
-import { buildBatch, overlongPenalty, type BatchItem } from './batch.ts';
+import { buildBatch, overlongPenalty, sequenceOf, type BatchItem } from './batch.ts';
 import { learnerConfig, type TrainConfig } from './config.ts';
 import { HttpLearner, LearnerClient, LearnerError, type Learner } from './learner-client.ts';
 import { writeReport } from './report.ts';
@@ -96,7 +96,8 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
     writeJsonAtomic(join(runDir, 'config.json'), c);
   }
 
-  const suite = generateSuite(c.suite, { seed: c.seed === 0 ? undefined : c.seed }).filter((t) => t.difficulty <= c.max_difficulty);
+  // Large pools, so that training rarely repeats a task and the held-out estimate is tight.
+  const suite = generateSuite(c.suite, { seed: c.seed === 0 ? undefined : c.seed, train: 4000, eval: 200 }).filter((t) => t.difficulty <= c.max_difficulty);
   const trainTasks = o.trainTasks ?? suite.filter((t) => t.split === 'train');
   let evalTasks = o.evalTasks ?? suite.filter((t) => t.split === 'eval');
   if (c.eval_tasks > 0) evalTasks = evalTasks.slice(0, c.eval_tasks);
@@ -219,7 +220,9 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
           g.trajectories.forEach((t, i) => items.push({ trajectory: t, group_id: g.group_id, advantage: adv[i]! }));
         }
       }
-      const batch = buildBatch(items);
+      const maxLen = policy.model.maxLen;
+      const fitting = items.filter((i) => (sequenceOf(i.trajectory)?.ids.length ?? 0) <= maxLen);
+      const batch = buildBatch(fitting);
       const tl = performance.now();
       let lm: Record<string, unknown> = {};
       if (batch.ids.length > 0) {
@@ -247,6 +250,7 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
         groups_kept: kept.length,
         dropped_fraction: groupsSeen ? dropped / groupsSeen : 0,
         zero_variance_groups: zeroVar,
+        too_long_dropped: items.length - fitting.length,
         turns_mean: mean(allTraj.map((t) => t.metrics.turns)),
         tool_calls: calls,
         tool_error_rate: calls ? errs / calls : 0,
