@@ -1,4 +1,5 @@
-"""python3 -m mcp_gym_learner serve | create DIR | export DIR | sft DIR DATA (learner/ on PYTHONPATH)."""
+"""python3 -m mcp_gym_learner serve [--http --port N [--host H] [--token T]] | create DIR | export DIR | sft DIR DATA
+(learner/ on PYTHONPATH). Under torchrun, `serve` runs one learner per rank (distributed.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,11 @@ def _run(learner, req) -> int:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python3 -m mcp_gym_learner", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
-    sub.add_parser("serve", help="speak the JSON-lines protocol on stdin/stdout (PROTOCOL.md)")
+    sv = sub.add_parser("serve", help="speak the JSON-lines protocol on stdin/stdout, or over HTTP (PROTOCOL.md)")
+    sv.add_argument("--http", action="store_true", help="serve POST /rpc over HTTP instead of stdin/stdout")
+    sv.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    sv.add_argument("--port", type=int, default=8765, help="port (0: a free one; default 8765)")
+    sv.add_argument("--token", help="require 'Authorization: Bearer TOKEN' (default: $MCP_GYM_LEARNER_TOKEN)")
     c = sub.add_parser("create", help="write config.json and weights.pt with fresh weights")
     c.add_argument("model_dir")
     c.add_argument("--seed", type=int, default=0)
@@ -42,6 +47,11 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
 
     if args.command == "serve":
+        if args.http:
+            import os
+
+            from .http_server import serve_http
+            return serve_http(args.host, args.port, args.token or os.environ.get("MCP_GYM_LEARNER_TOKEN") or None)
         from .server import serve
         return serve()
 

@@ -122,9 +122,16 @@ class Learner:
         self.sft_steps = 0
         self.last_sft: Optional[Dict[str, Any]] = None
         self.shutdown = False
+        self.trainer = None  # rl.RLTrainer of the loaded model (optimizer, step, reference)
+        self.hf = False  # the loaded model is a Hugging Face causal LM
+        from .distributed import current
+
+        self.rank, self.world, self.local_rank = current()
         self.handlers: Dict[str, Callable[[Dict[str, Any]], Any]] = {
-            "create": self.cmd_create, "load": self.cmd_load, "sft": self.cmd_sft,
-            "logprobs": self.cmd_logprobs, "export": self.cmd_export, "save": self.cmd_save,
+            "create": lambda req: self._on_rank0(lambda: self.cmd_create(req)), "load": self.cmd_load,
+            "sft": self.cmd_sft,
+            "logprobs": self.cmd_logprobs, "train": self.cmd_train, "checkpoint_save": self.cmd_checkpoint_save,
+            "checkpoint_load": self.cmd_checkpoint_load, "export": self.cmd_export, "save": self.cmd_save,
             "state": self.cmd_state, "shutdown": self.cmd_shutdown,
         }
 
@@ -146,6 +153,25 @@ class Learner:
             return bool(self.torch.cuda.is_available())
         except Exception:  # pragma: no cover
             return False
+
+    def _need_gpt(self, cmd: str) -> None:
+        self._need_model()
+        if self.hf:
+            raise RequestError(f"model: {cmd} is for the embedded GPT; the loaded model is a Hugging Face model")
+
+    def _on_rank0(self, fn: Callable[[], Any]) -> Any:
+        """Under torchrun only rank 0 writes files; the others wait for it (and answer nothing)."""
+        if self.world <= 1:
+            return fn()
+        from .distributed import barrier
+
+        try:
+            return fn() if self.rank == 0 else {"rank": self.rank}
+        finally:
+            barrier()
+
+    def _torch_device(self, device: str) -> str:
+        return f"cuda:{self.local_rank}" if device == "cuda" and self.world > 1 else device
 
     # -- commands --
 
@@ -192,7 +218,8 @@ class Learner:
                 "architecture": arch}
 
     def cmd_load(self, req: Dict[str, Any]) -> Dict[str, Any]:
-        a = Args(req, ["model_dir", "threads", "device"])
+        a = Args(req, ["model_dir", "threads", "device", "hf", "dtype", "gradient_checkpointing", "lora",
+                       "reference"])
         model_dir = a.string("model_dir")
         threads = a.integer("threads", required=False, lo=1, hi=1024)
         device = a.string("device", required=False)
@@ -202,6 +229,17 @@ class Learner:
             raise RequestError(f"device: must be \"cpu\" or \"cuda\", got {device!r}")
         if device == "cuda" and not self._cuda_available():
             raise RequestError("device: cuda is not available to this torch")
+        reference = a.string("reference", required=False, default="copy")
+        if reference not in ("copy", "swap"):
+            raise RequestError(f"reference: must be \"copy\" or \"swap\", got {reference!r}")
+        from .policy import is_hf_dir
+
+        hf = a.boolean("hf", False) if a.has("hf") else is_hf_dir(model_dir)
+        if hf:
+            return self._load_hf(a, model_dir, device, threads, reference)
+        for k in ("dtype", "gradient_checkpointing", "lora"):
+            if a.has(k):
+                raise RequestError(f"{k}: only for a Hugging Face model (hf: true)")
         try:
             cfg = read_config(model_dir)
         except ConfigError as e:
@@ -219,7 +257,7 @@ class Learner:
             model.load_state_dict(state)
         except Exception as e:
             raise RequestError(f"model_dir: {wpath} does not fit the architecture in config.json: {e}") from None
-        model.to(device)
+        model.to(self._torch_device(device))
         model.eval()
         if device == "cuda":
             try:  # TF32 matmuls on Ampere+ (a no-op elsewhere)
@@ -231,18 +269,76 @@ class Learner:
         if threads is not None:
             self.threads = threads
             self.thread_info = configure_threads(threads)
+        from .policy import GPTAdapter
+        from .rl import RLTrainer
+
+        self.trainer = None
+        self.trainer = RLTrainer(model, GPTAdapter(model), reference=reference)  # the reference: these weights
         self.model, self.model_dir, self.config, self.device = model, model_dir, cfg, device
+        self.hf = False
         self.dirty = False
         training = cfg.get("training") if isinstance(cfg.get("training"), dict) else {}
         self.last_sft = training.get("sft")
         self.sft_steps = 0
         return {"version": cfg.get("version", 0), "params": model.num_params(), "device": device,
-                "threads": self.threads, "architecture": cfg["architecture"]}
+                "threads": self.threads, "architecture": cfg["architecture"], "world_size": self.world}
+
+    def _load_hf(self, a: Args, model_dir: str, device: str, threads: Optional[int], reference: str) -> Dict[str, Any]:
+        from .policy import load_hf, peft_available, transformers_available
+
+        if not transformers_available():
+            raise RequestError("hf: transformers is not importable by this Python")
+        dtype = a.string("dtype", required=False, default="auto")
+        if dtype not in ("auto", "float32", "bfloat16"):
+            raise RequestError(f"dtype: must be auto, float32 or bfloat16, got {dtype!r}")
+        gc = a.boolean("gradient_checkpointing", False)
+        lora = a.raw("lora")
+        if lora is not None:
+            if not isinstance(lora, dict):
+                raise RequestError("lora: must be an object {r, alpha, dropout, target_modules}")
+            unknown = [k for k in lora if k not in ("r", "alpha", "dropout", "target_modules")]
+            if unknown:
+                raise RequestError(f"lora.{unknown[0]}: unknown field (expected: r, alpha, dropout, target_modules)")
+            if not peft_available():
+                raise RequestError("lora: peft is not importable by this Python")
+        if not os.path.exists(os.path.join(model_dir, "config.json")):
+            raise RequestError(f"model_dir: {os.path.join(model_dir, 'config.json')} does not exist")
+        if threads is not None:
+            self.threads = threads
+            self.thread_info = configure_threads(threads)
+        try:
+            model, adapter = load_hf(model_dir, self._torch_device(device), dtype=dtype, gradient_checkpointing=gc,
+                                     lora=lora)
+        except (OSError, ValueError) as e:
+            raise RequestError(f"model_dir: cannot load a Hugging Face model from {model_dir}: {e}") from None
+        if device == "cuda":
+            self.torch.backends.cuda.matmul.allow_tf32 = True
+        autocast = None
+        if device == "cuda" and dtype == "auto" and self.torch.cuda.is_bf16_supported():
+            autocast = self.torch.bfloat16  # float32 master weights, bf16 matmuls
+        from .rl import RLTrainer
+
+        self.trainer = None
+        self.trainer = RLTrainer(model, adapter, autocast_dtype=autocast,
+                                 reference="swap" if (lora and reference == "copy") else reference)
+        params = sum(p.numel() for p in model.parameters())
+        trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        self.model, self.model_dir, self.device, self.hf = model, model_dir, device, True
+        hf_info = {"dtype": dtype, "gradient_checkpointing": gc, "lora": lora,
+                   "autocast": str(autocast) if autocast else None,
+                   "attn_implementation": adapter.attn_implementation, "pack": adapter.pack}
+        self.config = {"format": "hf", "version": 0, "hf": hf_info}
+        self.dirty = False
+        self.last_sft = None
+        self.sft_steps = 0
+        return {"version": 0, "params": params, "trainable_params": trainable, "device": device,
+                "threads": self.threads, "hf": self.config["hf"], "vocab_size": adapter.vocab_size,
+                "world_size": self.world}
 
     def cmd_sft(self, req: Dict[str, Any]) -> Dict[str, Any]:
         a = Args(req, ["data", "epochs", "steps", "batch_size", "lr", "warmup", "seed", "weight_decay",
                        "grad_clip", "min_lr_ratio", "betas"])
-        self._need_model()
+        self._need_gpt("sft")
         data = a.string("data")
         epochs = a.integer("epochs", required=False, default=1, lo=1)
         steps = a.integer("steps", required=False, lo=1)
@@ -271,6 +367,12 @@ class Learner:
         result = train_sft(self.model, examples, epochs=epochs, steps=steps, batch_size=batch_size, lr=lr,
                            warmup=warmup, seed=seed, weight_decay=weight_decay, betas=tuple(betas),
                            grad_clip=grad_clip, min_lr_ratio=min_lr_ratio)
+        if self.world > 1:  # every rank ran the same SFT: make sure they hold the same weights
+            import torch.distributed as dist
+
+            with self.torch.no_grad():
+                for t in self.model.state_dict().values():
+                    dist.broadcast(t, 0)
         self.sft_steps += result["steps"]
         self.last_sft = {"data": data, "examples": len(examples), "epochs": epochs if steps is None else None,
                          "steps": result["steps"], "batch_size": batch_size, "lr": lr, "warmup": warmup,
@@ -281,7 +383,7 @@ class Learner:
 
     def cmd_logprobs(self, req: Dict[str, Any]) -> Dict[str, Any]:
         a = Args(req, ["sequences", "starts", "temperature", "top_k", "top_p"])
-        self._need_model()
+        self._need_gpt("logprobs")
         arch = self.model.architecture
         V, S = arch["vocab_size"], arch["max_seq_len"]
         seqs = a.raw("sequences")
@@ -321,6 +423,23 @@ class Learner:
         self._need_model()
         model_dir = self._model_dir_arg(a)
         full = a.boolean("full", False) if "full" in allowed else False
+        if self.hf:
+            return self._on_rank0(lambda: self._write_hf(model_dir))
+        return self._on_rank0(lambda: self._write_gpt(model_dir, full, default_full))
+
+    def _write_hf(self, model_dir: str) -> Dict[str, Any]:
+        from .policy import save_hf
+
+        t0 = time.perf_counter()
+        os.makedirs(model_dir, exist_ok=True)
+        result = save_hf(self.model, model_dir)
+        self.config["version"] = int(self.config.get("version", 0)) + 1
+        self.dirty = False
+        result.update({"seconds": time.perf_counter() - t0, "version": self.config["version"], "full": False,
+                       "onnx": False})
+        return result
+
+    def _write_gpt(self, model_dir: str, full: bool, default_full: Optional[bool]) -> Dict[str, Any]:
         same = os.path.realpath(model_dir) == os.path.realpath(self.model_dir)
         if not same:
             if not os.path.isdir(model_dir):
@@ -343,6 +462,8 @@ class Learner:
         training = dict(cfg.get("training") or {})
         training["sft"] = self.last_sft
         training.setdefault("rl_steps", 0)
+        if self.trainer is not None and self.trainer.step > 0:
+            training["rl_steps"] = self.trainer.step
         result = export(self.model, model_dir, full=True if full else default_full,
                         config_updates={"training": training})
         if same:
@@ -359,6 +480,47 @@ class Learner:
         # weights.pt, and model.onnx.data when a graph is there; never a new graph.
         return self._write(req, ["model_dir"], default_full=False)
 
+    def cmd_train(self, req: Dict[str, Any]) -> Dict[str, Any]:
+        """One RL step on a TrainBatch (rl.py); everything is validated before anything changes."""
+        a = Args(req, ["batch", "config"])
+        self._need_model()
+        if self.trainer is None:
+            raise RequestError("model: the last load did not finish (send load again)")
+        from .rl import parse_batch, parse_config
+
+        cfg = parse_config(a.raw("config"))
+        if a.raw("batch") is None:
+            raise RequestError("batch: missing")
+        ad = self.trainer.adapter
+        batch = parse_batch(a.raw("batch"), ad.vocab_size, ad.max_seq_len)
+        result = self.trainer.train(batch, cfg)
+        self.dirty = True
+        return result
+
+    def cmd_checkpoint_save(self, req: Dict[str, Any]) -> Dict[str, Any]:
+        """Model, optimizer, schedule, step, reference and RNG states into a directory (temp dir + rename)."""
+        a = Args(req, ["dir"])
+        self._need_model()
+        d = a.string("dir")
+        from .rl import save_checkpoint
+
+        extra = {"model_dir": os.path.abspath(self.model_dir) if self.model_dir else None, "hf": self.hf,
+                 "sft_steps": self.sft_steps}
+        if not self.hf:
+            extra["architecture"] = self.model.architecture
+        return save_checkpoint(self.trainer, d, extra)
+
+    def cmd_checkpoint_load(self, req: Dict[str, Any]) -> Dict[str, Any]:
+        """Restore a checkpoint_save of the same model (after load): training continues as if never stopped."""
+        a = Args(req, ["dir"])
+        self._need_model()
+        d = a.string("dir")
+        from .rl import load_checkpoint
+
+        result = load_checkpoint(self.trainer, d)  # checks everything before it changes anything
+        self.dirty = True
+        return result
+
     def cmd_state(self, req: Dict[str, Any]) -> Dict[str, Any]:
         Args(req, [])
         torch = self.torch
@@ -368,10 +530,14 @@ class Learner:
             "torch_threads": self.thread_info["torch_threads"], "blas": self.thread_info["blas"],
             "torch": torch.__version__, "cuda_available": self._cuda_available(),
             "dirty": self.dirty, "sft_steps": self.sft_steps,
+            "rl_steps": self.trainer.step if self.trainer is not None else 0, "hf": self.hf,
+            "world_size": self.world, "rank": self.rank,
         }
         if self.model is not None:
-            out.update({"version": self.config.get("version", 0), "params": self.model.num_params(),
-                        "architecture": self.model.architecture})
+            out.update({"version": self.config.get("version", 0),
+                        "params": sum(p.numel() for p in self.model.parameters())})
+            if not self.hf:
+                out["architecture"] = self.model.architecture
         return out
 
     def cmd_shutdown(self, req: Dict[str, Any]) -> Dict[str, Any]:
@@ -428,12 +594,47 @@ def _protocol_stream() -> IO[str]:
     return os.fdopen(out_fd, "w", encoding="utf-8", newline="\n")
 
 
+def make_dispatcher(learner: "Learner") -> Callable[[str], Dict[str, Any]]:
+    """handle(line) on this process; under torchrun (rank 0) the line goes to every rank first."""
+    if learner.world <= 1:
+        return learner.handle
+    from .distributed import broadcast_object
+
+    def dispatch(line: str) -> Dict[str, Any]:
+        broadcast_object(line)
+        return learner.handle(line)
+
+    return dispatch
+
+
 def serve(stdin: Optional[IO[bytes]] = None) -> int:
+    from .distributed import broadcast_object, follow, init_from_env, shutdown_group
+
+    rank, world, _ = init_from_env()  # (0, 1, 0) unless started by torchrun
+    if rank != 0:
+        tune_malloc()
+        learner = Learner()
+        _log(f"rank {rank}/{world} following rank 0 (pid {os.getpid()})")
+        follow(learner)
+        shutdown_group()
+        return 0
     out = _protocol_stream()
     tune_malloc()
     inp = stdin if stdin is not None else sys.stdin.buffer
     learner = Learner()
-    _log(f"serving (pid {os.getpid()}, torch {learner.torch.__version__}, threads {learner.threads})")
+    dispatch = make_dispatcher(learner)
+    _log(f"serving (pid {os.getpid()}, torch {learner.torch.__version__}, threads {learner.threads}"
+         f"{f', rank 0 of {world}' if world > 1 else ''})")
+    try:
+        return _serve_lines(learner, dispatch, inp, out)
+    finally:
+        if world > 1:
+            if not learner.shutdown:
+                broadcast_object(None)  # the followers stop too
+            shutdown_group()
+
+
+def _serve_lines(learner: "Learner", dispatch, inp, out) -> int:
     while not learner.shutdown:
         raw = inp.readline()
         if not raw:
@@ -441,7 +642,7 @@ def serve(stdin: Optional[IO[bytes]] = None) -> int:
         line = raw.decode("utf-8", errors="replace").strip()
         if not line:
             continue
-        resp = learner.handle(line)
+        resp = dispatch(line)
         try:
             out.write(_encode(resp) + "\n")
             out.flush()

@@ -1,0 +1,254 @@
+"""The policy as the RL trainer sees it: the embedded GPT or a Hugging Face causal LM, behind one adapter.
+
+An adapter lays a micro-batch of sequences out for its model (right padding, or packing into one row
+when the attention kernel supports it), returns the final hidden states of every token as rows of a
+[M, D] matrix (token j of sequence b at row starts[b] + j), and names the LM head's weight and bias.
+`LogprobModule` puts the forward and the chunked head (head.py) in one nn.Module, so that
+DistributedDataParallel sees every use of the parameters inside its forward.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import torch
+import torch.nn as nn
+
+from .head import head_logprobs
+
+
+class Adapter:
+    kind = "?"
+    vocab_size: int
+    max_seq_len: Optional[int]
+    pad_id: int = 0
+
+    def inputs(self, seqs: Sequence[torch.Tensor], device) -> Tuple[Dict[str, torch.Tensor], List[int]]:
+        raise NotImplementedError
+
+    def hidden(self, model: nn.Module, inputs: Dict[str, torch.Tensor]) -> torch.Tensor:
+        raise NotImplementedError
+
+    def head(self, model: nn.Module) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+        raise NotImplementedError
+
+
+def _pad_right(seqs: Sequence[torch.Tensor], pad_id: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    T = max(int(s.shape[0]) for s in seqs)
+    ids = torch.full((len(seqs), T), pad_id, dtype=torch.long)
+    for r, s in enumerate(seqs):
+        ids[r, : s.shape[0]] = s
+    lengths = torch.tensor([int(s.shape[0]) for s in seqs], dtype=torch.long)
+    return ids, lengths
+
+
+class GPTAdapter(Adapter):
+    """The embedded GPT (model.py): right padding, causal attention only (pads come after real tokens)."""
+
+    kind = "gpt"
+
+    def __init__(self, model):
+        arch = model.architecture
+        self.vocab_size = arch["vocab_size"]
+        self.max_seq_len = arch["max_seq_len"]
+        from .config import PAD_ID
+
+        self.pad_id = PAD_ID if PAD_ID < self.vocab_size else 0
+
+    def inputs(self, seqs, device):
+        ids, lengths = _pad_right(seqs, self.pad_id)
+        T = ids.shape[1]
+        return {"ids": ids.to(device), "lengths": lengths.to(device)}, [r * T for r in range(len(seqs))]
+
+    def hidden(self, model, inputs):
+        ids, lengths = inputs["ids"], inputs["lengths"]
+        B, T = ids.shape
+        ar = torch.arange(T, device=ids.device)
+        attn = (ar.unsqueeze(0) < lengths.unsqueeze(1)).long()
+        pos = ar.unsqueeze(0).expand(B, T)
+        h, _, _ = model.features(ids, pos, attn, causal_only=True, return_cache=False)
+        return h.reshape(B * T, h.shape[-1])
+
+    def head(self, model):
+        return model.tok_emb.weight, None
+
+
+# ---------------------------------------------------------------------------------------------
+# Hugging Face transformers
+
+
+def transformers_available() -> bool:
+    try:
+        import transformers  # noqa: F401
+        return True
+    except Exception:
+        return False
+
+
+def peft_available() -> bool:
+    try:
+        import peft  # noqa: F401
+        return True
+    except Exception:
+        return False
+
+
+def is_hf_dir(model_dir: str) -> bool:
+    """A directory with a Hugging Face config.json (model_type / architectures), not an mcp-gym model."""
+    path = os.path.join(model_dir, "config.json")
+    try:
+        with open(path, "r", encoding="utf-8") as f:
+            cfg = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return isinstance(cfg, dict) and cfg.get("format") is None and ("model_type" in cfg or "architectures" in cfg)
+
+
+def _base(model):
+    """The transformers model under a peft wrapper (or the model itself)."""
+    get = getattr(model, "get_base_model", None)
+    return get() if callable(get) else model
+
+
+class HFAdapter(Adapter):
+    """Any AutoModelForCausalLM: the decoder (`get_decoder()`) for the hidden states, `get_output_embeddings()`
+    for the head. With flash_attention_2 the sequences of a micro-batch are packed into one row (position ids
+    restart at each sequence: transformers then runs variable-length attention, no padding at all);
+    otherwise right padding, and no attention mask when the rows are all the same length."""
+
+    kind = "hf"
+
+    def __init__(self, model, pack: Optional[bool] = None):
+        base = _base(model)
+        cfg = base.config
+        self.vocab_size = int(base.get_output_embeddings().weight.shape[0])
+        self.max_seq_len = getattr(cfg, "max_position_embeddings", None)
+        pad = getattr(cfg, "pad_token_id", None)
+        self.pad_id = int(pad) if isinstance(pad, int) and 0 <= pad < self.vocab_size else 0
+        attn = getattr(cfg, "_attn_implementation", None) or getattr(cfg, "attn_implementation", None)
+        self.attn_implementation = attn
+        self.pack = (attn == "flash_attention_2") if pack is None else bool(pack)
+
+    def inputs(self, seqs, device):
+        if self.pack:
+            ids = torch.cat([s for s in seqs]).unsqueeze(0)
+            pos = torch.cat([torch.arange(int(s.shape[0])) for s in seqs]).unsqueeze(0)
+            starts, o = [], 0
+            for s in seqs:
+                starts.append(o)
+                o += int(s.shape[0])
+            return {"input_ids": ids.to(device), "position_ids": pos.to(device)}, starts
+        ids, lengths = _pad_right(seqs, self.pad_id)
+        T = ids.shape[1]
+        out = {"input_ids": ids.to(device)}
+        if int(lengths.min()) < T:
+            out["attention_mask"] = (torch.arange(T).unsqueeze(0) < lengths.unsqueeze(1)).long().to(device)
+        return out, [r * T for r in range(len(seqs))]
+
+    def hidden(self, model, inputs):
+        dec = _base(model).get_decoder()
+        out = dec(**inputs, use_cache=False)
+        h = out[0] if isinstance(out, (tuple, list)) else out.last_hidden_state
+        return h.reshape(-1, h.shape[-1])
+
+    def head(self, model):
+        emb = _base(model).get_output_embeddings()
+        return emb.weight, getattr(emb, "bias", None)
+
+
+def load_hf(model_dir: str, device: str, dtype: str = "auto", gradient_checkpointing: bool = False,
+            lora: Optional[Dict[str, Any]] = None, attn_implementation: Optional[str] = None):
+    """AutoModelForCausalLM from a local directory. dtype auto: float32 parameters (bf16 autocast on CUDA,
+    see `autocast_dtype`); bfloat16: bf16 parameters. LoRA (peft) when `lora` is given:
+    {r, alpha, dropout, target_modules}. Returns (model, adapter)."""
+    import transformers
+
+    if dtype not in ("auto", "float32", "bfloat16"):
+        raise ValueError(f"dtype: must be auto, float32 or bfloat16, got {dtype!r}")
+    torch_dtype = torch.bfloat16 if dtype == "bfloat16" else torch.float32
+    if attn_implementation is None:
+        attn_implementation = "eager"
+        if hasattr(torch.nn.functional, "scaled_dot_product_attention"):
+            attn_implementation = "sdpa"
+        if device == "cuda":
+            try:
+                import flash_attn  # noqa: F401
+                attn_implementation = "flash_attention_2"
+            except Exception:
+                pass
+    kwargs: Dict[str, Any] = {"torch_dtype": torch_dtype}
+    try:
+        model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation=attn_implementation,
+                                                                  **kwargs)
+    except (TypeError, ValueError, ImportError):
+        model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, **kwargs)
+    if getattr(model.config, "use_cache", None) is not None:
+        model.config.use_cache = False
+    disable_dropout(model)
+    if gradient_checkpointing:
+        try:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        except TypeError:
+            model.gradient_checkpointing_enable()
+    if lora:
+        if not peft_available():
+            raise ValueError("lora: peft is not importable here")
+        import peft
+
+        cfg = peft.LoraConfig(r=int(lora.get("r", 16)), lora_alpha=int(lora.get("alpha", 32)),
+                              lora_dropout=float(lora.get("dropout", 0.0)),
+                              target_modules=lora.get("target_modules") or "all-linear", task_type="CAUSAL_LM")
+        model = peft.get_peft_model(model, cfg)
+        if gradient_checkpointing and hasattr(model, "enable_input_require_grads"):
+            model.enable_input_require_grads()
+    model.to(device)
+    return model, HFAdapter(model)
+
+
+def disable_dropout(model: nn.Module) -> None:
+    """No dropout in RL: the policy's logprobs must be deterministic (the on-policy ratio is 1, the old
+    logprobs are the sampler's). Zeroes every nn.Dropout and the config's *dropout* probabilities (attention
+    dropout is read from the config); LoRA's own dropout (peft, applied afterwards) is left as configured."""
+    for m in model.modules():
+        if isinstance(m, nn.Dropout):
+            m.p = 0.0
+    cfg = getattr(model, "config", None)
+    if cfg is not None:
+        for k, v in list(vars(cfg).items()):
+            if "dropout" in k and isinstance(v, float):
+                setattr(cfg, k, 0.0)
+    for m in model.modules():  # attention modules that copied the probability at construction
+        for k in ("attention_dropout", "dropout"):
+            if isinstance(getattr(m, k, None), float):
+                setattr(m, k, 0.0)
+
+
+def save_hf(model, model_dir: str) -> Dict[str, Any]:
+    """`save_pretrained` into model_dir (the adapter only, for a peft model)."""
+    model.save_pretrained(model_dir, safe_serialization=True)
+    return {"model_dir": model_dir, "format": "hf", "lora": _base(model) is not model}
+
+
+def make_adapter(model) -> Adapter:
+    if hasattr(model, "features") and hasattr(model, "tok_emb"):
+        return GPTAdapter(model)
+    return HFAdapter(model)
+
+
+class LogprobModule(nn.Module):
+    """forward(inputs, sel, targets, ...) -> (lp, lp_t, ent) over the selected rows of the hidden states."""
+
+    def __init__(self, model: nn.Module, adapter: Adapter):
+        super().__init__()
+        self.model = model
+        self.adapter = adapter
+
+    def forward(self, inputs: Dict[str, torch.Tensor], sel: torch.Tensor, targets: torch.Tensor,
+                temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, chunk: Optional[int] = None,
+                need_entropy: bool = True):
+        h = self.adapter.hidden(self.model, inputs)
+        hs = h.index_select(0, sel)
+        w, b = self.adapter.head(self.model)
+        return head_logprobs(hs, w, b, targets, temperature, top_k, top_p, chunk, need_entropy)

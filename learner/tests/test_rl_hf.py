@@ -1,0 +1,185 @@
+"""Hugging Face causal LMs in the learner (skipped where `transformers` is not importable, as with Debian's
+python3-torch; run them with a Python that has torch 2.x and transformers)."""
+
+import copy
+import json
+import os
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from mcp_gym_learner.policy import HFAdapter, is_hf_dir  # noqa: E402
+from mcp_gym_learner.rl import RLTrainer, parse_batch, parse_config  # noqa: E402
+from mcp_gym_learner.server import Learner  # noqa: E402
+
+from _rl_helpers import sampled_batch  # noqa: E402
+
+VOCAB = 300
+
+
+def _config():
+    return transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                                    tie_word_embeddings=True)
+
+
+def _model(seed=0):
+    torch.manual_seed(seed)
+    m = transformers.LlamaForCausalLM(_config())
+    with torch.no_grad():  # larger than the default init, so that the logits are not all ~0
+        for p in m.parameters():
+            if p.dim() >= 2:
+                p.normal_(0, 0.2)
+    return m
+
+
+class _Sampler(torch.nn.Module):
+    """The GPT-style call signature sampled_batch uses, over an HF model."""
+
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, ids, pos, attn):
+        return self.m(input_ids=ids).logits, None, None
+
+
+def _batch(model, B=6, seed=0, **kw):
+    raw = sampled_batch(_Sampler(model), B=B, seed=seed, **kw)
+    for s in raw["ids"]:  # prompt/env tokens are drawn below 256 < VOCAB: nothing to fix
+        assert max(s) < VOCAB
+    return raw
+
+
+def _ref_loss(policy, reference, raw, beta, eps=0.2):
+    """GRPO + k3 KL from full logits, written out (float64)."""
+    B = len(raw["ids"])
+    total = 0
+    for b in range(B):
+        ids = torch.tensor(raw["ids"][b]).unsqueeze(0)
+        idx = [i for i in range(1, ids.shape[1]) if raw["mask"][b][i] == 1]
+        rows, tgt = torch.tensor([i - 1 for i in idx]), ids[0, idx]
+        lp = torch.log_softmax(policy(input_ids=ids).logits[0, :-1], -1)[rows, tgt]
+        with torch.no_grad():
+            ref = torch.log_softmax(reference(input_ids=ids).logits[0, :-1], -1)[rows, tgt]
+        old = torch.tensor([raw["old_logprobs"][b][i] for i in idx], dtype=lp.dtype)
+        A = float(raw["advantages"][b])
+        r = torch.exp(lp - old)
+        pg = -torch.min(r * A, torch.clamp(r, 1 - eps, 1 + eps) * A)
+        kl = torch.exp(ref - lp) - (ref - lp) - 1
+        total = total + (pg + beta * kl).mean()
+    return total / B
+
+
+def test_hf_gradient_matches_float64_reference():
+    base = _model(0).double()
+    raw = _batch(base, B=6, seed=1)
+    policy = copy.deepcopy(base)
+    tr = RLTrainer(policy, HFAdapter(policy))
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.add_(torch.randn_like(p) * 0.02)
+    cfg = parse_config({"loss": "grpo", "beta": 0.1, "entropy_coef": 0.0, "micro_batch_size": 4})
+    tr.gradients(parse_batch(raw, VOCAB, 128), cfg)
+    got = torch.cat([p.grad.reshape(-1) for p in policy.parameters()])
+    mirror = copy.deepcopy(policy)
+    for p in mirror.parameters():
+        p.grad = None
+    _ref_loss(mirror, base, raw, beta=0.1).backward()
+    want = torch.cat([p.grad.reshape(-1) for p in mirror.parameters()])
+    assert float(want.norm()) > 1e-4
+    assert float((got - want).norm() / want.norm()) < 1e-6
+
+
+def _save(tmp_path, name="hf"):
+    d = str(tmp_path / name)
+    _model(0).save_pretrained(d)
+    assert is_hf_dir(d)
+    return d
+
+
+def test_hf_through_the_protocol_checkpoint_and_export(tmp_path):
+    d = _save(tmp_path)
+    base = transformers.AutoModelForCausalLM.from_pretrained(d)
+    batches = [_batch(base, B=5, seed=s) for s in range(3)]
+    cfg = {"loss": "dapo", "beta": 0.04, "epochs": 2, "minibatch_size": 3, "micro_batch_size": 2, "lr": 1e-3}
+
+    def learner():
+        L = Learner()
+        r = L.handle(json.dumps({"cmd": "load", "model_dir": d, "device": "cpu", "threads": 1}))  # auto-detected
+        assert r["ok"], r
+        assert r["result"]["hf"]["dtype"] == "auto" and L.hf
+        return L
+
+    a = learner()
+    for s in range(2):
+        r = a.handle(json.dumps({"cmd": "train", "batch": batches[s], "config": cfg}))
+        assert r["ok"], r
+    assert a.handle(json.dumps({"cmd": "checkpoint_save", "dir": str(tmp_path / "ck")}))["ok"]
+    r = a.handle(json.dumps({"cmd": "train", "batch": batches[2], "config": cfg}))
+    assert r["ok"] and r["result"]["step"] == 3
+    bad = copy.deepcopy(batches[0])
+    bad["ids"][0][1] = VOCAB
+    r = a.handle(json.dumps({"cmd": "train", "batch": bad, "config": cfg}))
+    assert not r["ok"] and r["error"].startswith(f"batch.ids[0][1]: token id {VOCAB} is out of range [0, {VOCAB})")
+    r = a.handle(json.dumps({"cmd": "sft", "data": "x.jsonl"}))
+    assert not r["ok"] and "Hugging Face" in r["error"]
+
+    b = learner()
+    assert b.handle(json.dumps({"cmd": "checkpoint_load", "dir": str(tmp_path / "ck")}))["result"]["step"] == 2
+    r = b.handle(json.dumps({"cmd": "train", "batch": batches[2], "config": cfg}))
+    assert r["ok"] and r["result"]["step"] == 3
+    sa, sb = a.model.state_dict(), b.model.state_dict()
+    for k in sa:
+        assert torch.equal(sa[k], sb[k]), k
+
+    out = str(tmp_path / "exported")
+    r = b.handle(json.dumps({"cmd": "export", "model_dir": out}))
+    assert r["ok"], r
+    again = transformers.AutoModelForCausalLM.from_pretrained(out)
+    for k, v in again.state_dict().items():
+        assert torch.equal(v, sb[k]), k
+
+
+def test_hf_padding_matches_single_sequences():
+    m = _model(2)
+    raw = _batch(m, B=5, seed=3)
+    tr = RLTrainer(m, HFAdapter(m))
+    cfg = parse_config({"micro_batch_size": 5})
+    lps = tr.score(parse_batch(raw, VOCAB, 128), cfg)  # one right-padded micro-batch of 5 lengths
+    for b, ids in enumerate(raw["ids"]):
+        t = torch.tensor(ids).unsqueeze(0)
+        with torch.no_grad():
+            full = torch.log_softmax(m(input_ids=t).logits[0, :-1].float(), -1)
+        idx = [i for i in range(1, len(ids)) if raw["mask"][b][i] == 1]
+        want = full[torch.tensor(idx) - 1, torch.tensor([ids[i] for i in idx])]
+        assert float((lps[b] - want).abs().max()) < 1e-5
+
+
+def test_hf_lora(tmp_path):
+    pytest.importorskip("peft")
+    d = _save(tmp_path)
+    L = Learner()
+    lora = {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}
+    r = L.handle(json.dumps({"cmd": "load", "model_dir": d, "device": "cpu", "lora": lora,
+                             "gradient_checkpointing": True}))
+    assert r["ok"], r
+    assert 0 < r["result"]["trainable_params"] < r["result"]["params"] // 4
+    assert L.trainer.reference.mode == "swap"
+    frozen = {k: v.clone() for k, v in L.model.state_dict().items() if "lora_" not in k}
+    raw = _batch(L.model.get_base_model(), B=4, seed=5)
+    r = L.handle(json.dumps({"cmd": "train", "batch": raw, "config": {"beta": 0.1, "epochs": 1, "lr": 1e-2}}))
+    assert r["ok"], r
+    assert r["result"]["metrics"]["kl"] == 0.0  # LoRA B = 0: the reference (the initial adapter) is the policy
+    r = L.handle(json.dumps({"cmd": "train", "batch": raw, "config": {"beta": 0.1, "epochs": 1, "lr": 1e-2}}))
+    assert r["result"]["metrics"]["kl"] > 0.0
+    after = L.model.state_dict()
+    assert all(torch.equal(frozen[k], after[k]) for k in frozen)
+    # the reference keeps the initial adapter (a snapshot swapped in for its forward), the policy moved on
+    current = [p for p in L.model.parameters() if p.requires_grad]
+    assert any(not torch.equal(s, p.detach()) for s, p in zip(L.trainer.reference.snapshot, current))
+    r = L.handle(json.dumps({"cmd": "export", "model_dir": str(tmp_path / "adapter")}))
+    assert r["ok"] and r["result"]["lora"] is True
+    assert os.path.exists(tmp_path / "adapter" / "adapter_config.json")

@@ -1,0 +1,179 @@
+"""The RL losses against float64 references written here, independently of losses.py / rl.py / head.py.
+
+The reference computes the logits of every sequence with a plain forward of the model, the logprobs
+with logsumexp, and each loss with its textbook formula and its own aggregation; autograd gives the
+reference gradient. The learner's gradient (chunked head, micro-batches, the normalisation of the
+whole minibatch) must match it to a relative error under 1e-6 in float64.
+"""
+
+import copy
+
+import pytest
+import torch
+
+from mcp_gym_learner.head import head_logprobs, reference_head_logprobs
+from mcp_gym_learner.logprobs import keep_mask
+from mcp_gym_learner.policy import GPTAdapter
+from mcp_gym_learner.rl import RLTrainer, parse_batch, parse_config
+
+from _helpers import tiny_model
+from _rl_helpers import perturb_, sampled_batch
+
+V = 264
+
+
+def _model64(seed=0):
+    # smaller weights than tiny_model's, so that the distributions are not one-hot and the entropy matters
+    m = tiny_model(seed).double()
+    with torch.no_grad():
+        m.tok_emb.weight.mul_(0.25)
+    return m
+
+
+def _logits(model, ids):
+    n = len(ids)
+    t = torch.tensor(ids).unsqueeze(0)
+    logits, _, _ = model(t, torch.arange(n).unsqueeze(0), torch.ones(1, n, dtype=torch.long))
+    return logits[0]  # [n, V]: row j predicts token j + 1
+
+
+def reference_loss(policy, reference, raw, cfg):
+    """The loss, from its definition (PROTOCOL.md, "Training"), in float64."""
+    loss_kind = cfg.get("loss", "grpo")
+    T = cfg.get("temperature", 1.0)
+    k, p = cfg.get("top_k", 0), cfg.get("top_p", 1.0)
+    eps_lo, eps_hi = cfg.get("clip_low", 0.2), cfg.get("clip_high", 0.2)
+    beta, c_ent = cfg.get("beta", 0.0), cfg.get("entropy_coef", 0.0)
+    B = len(raw["ids"])
+    C = cfg.get("dr_grpo_constant") or max(len(s) for s in raw["ids"])
+    seq_terms, token_sums, n_tokens = [], [], 0
+    for b in range(B):
+        ids = raw["ids"][b]
+        idx = [i for i in range(1, len(ids)) if raw["mask"][b][i] == 1]
+        x = _logits(policy, ids)[:-1] / T
+        full = x - torch.logsumexp(x, -1, keepdim=True)
+        if k or p < 1:
+            keep = keep_mask(x * T, T, k, p)
+            xk = torch.where(keep, x, torch.full_like(x, float("-inf")))
+            proc = xk - torch.logsumexp(xk, -1, keepdim=True)
+            probs = torch.where(keep, proc.exp(), torch.zeros_like(x))
+            ent_all = -(probs * torch.where(keep, proc, torch.zeros_like(x))).sum(-1)
+        else:
+            proc = full
+            ent_all = -(full.exp() * full).sum(-1)
+        rows = torch.tensor([i - 1 for i in idx])
+        tgt = torch.tensor([ids[i] for i in idx])
+        lp = proc[rows, tgt]
+        lp_full = full[rows, tgt]
+        ent = ent_all[rows]
+        old = torch.tensor([raw["old_logprobs"][b][i] for i in idx], dtype=torch.float64)
+        a = raw["advantages"][b]
+        A = torch.tensor([a[i] for i in idx] if isinstance(a, list) else [a] * len(idx), dtype=torch.float64)
+        with torch.no_grad():
+            xr = _logits(reference, ids)[:-1] / T
+            ref = (xr - torch.logsumexp(xr, -1, keepdim=True))[rows, tgt]
+        kl = torch.exp(ref - lp_full) - (ref - lp_full) - 1
+        # a token outside the policy's top-k / top-p set now has lp = -inf: the log-ratio is clamped to [-20, 20]
+        log_ratio = torch.clamp(lp - old, -20.0, 20.0)
+        if loss_kind == "gspo":
+            s = torch.exp(log_ratio.mean())
+            a0 = A[0]
+            seq_pg = -torch.min(s * a0, torch.clamp(s, 1 - eps_lo, 1 + eps_hi) * a0)
+            seq_terms.append(seq_pg + (beta * kl - c_ent * ent).mean())
+            continue
+        r = torch.exp(log_ratio)
+        pg = -torch.min(r * A, torch.clamp(r, 1 - eps_lo, 1 + eps_hi) * A)
+        per_tok = pg + beta * kl - c_ent * ent
+        seq_terms.append(per_tok.mean())
+        token_sums.append(per_tok.sum())
+        n_tokens += len(idx)
+    if loss_kind in ("grpo", "gspo"):
+        return sum(seq_terms) / B
+    if loss_kind == "dapo":
+        return sum(token_sums) / n_tokens
+    if loss_kind == "dr_grpo":
+        return sum(token_sums) / (B * C)
+    raise AssertionError(loss_kind)
+
+
+def _rel(a, b):
+    return float((a - b).norm() / b.norm().clamp_min(1e-300))
+
+
+CASES = [
+    ("grpo", {"loss": "grpo"}),
+    ("dapo", {"loss": "dapo", "clip_high": 0.28}),
+    ("dr_grpo", {"loss": "dr_grpo"}),
+    ("dr_grpo_constant", {"loss": "dr_grpo", "dr_grpo_constant": 50}),
+    ("gspo", {"loss": "gspo", "clip_low": 0.05, "clip_high": 0.08}),
+    ("grpo_kl", {"loss": "grpo", "beta": 0.3}),
+    ("grpo_entropy", {"loss": "grpo", "entropy_coef": 0.05}),
+    ("dapo_kl_entropy_T", {"loss": "dapo", "beta": 0.1, "entropy_coef": 0.02, "clip_high": 0.28,
+                           "temperature": 0.7}),
+    ("dr_grpo_kl_entropy", {"loss": "dr_grpo", "beta": 0.2, "entropy_coef": 0.03}),
+    ("gspo_kl_entropy", {"loss": "gspo", "beta": 0.2, "entropy_coef": 0.03, "clip_low": 0.05, "clip_high": 0.08}),
+    ("grpo_topk_topp", {"loss": "grpo", "beta": 0.1, "entropy_coef": 0.02, "temperature": 0.8, "top_k": 40,
+                        "top_p": 0.9}),
+]
+
+
+@pytest.mark.parametrize("name,cfg", CASES, ids=[c[0] for c in CASES])
+def test_loss_and_gradient_match_float64_reference(name, cfg):
+    sampler = _model64(0)
+    per_token = name.startswith("dapo")
+    raw = sampled_batch(sampler, B=8, temperature=cfg.get("temperature", 1.0), top_k=cfg.get("top_k", 0),
+                        top_p=cfg.get("top_p", 1.0), seed=7, per_token=per_token)
+    policy = copy.deepcopy(sampler)
+    trainer = RLTrainer(policy, GPTAdapter(policy))  # the reference: the sampler's weights
+    perturb_(policy, 0.03)  # off-policy: ratios on both sides of the clip range
+    full_cfg = dict({"beta": 0.0, "entropy_coef": 0.0}, **cfg, micro_batch_size=3, epochs=1)
+    batch = parse_batch(raw, V, 64)
+    parts = trainer.gradients(batch, parse_config(full_cfg))
+    got = torch.cat([p.grad.reshape(-1) for p in policy.parameters()])
+
+    mirror = copy.deepcopy(policy)
+    for q in mirror.parameters():
+        q.grad = None
+    want_loss = reference_loss(mirror, sampler, raw, full_cfg)
+    want_loss.backward()
+    want = torch.cat([q.grad.reshape(-1) for q in mirror.parameters()])
+
+    wl = want_loss.item()
+    assert abs(parts["loss"] - wl) <= 1e-10 * max(1.0, abs(wl))
+    assert float(want.norm()) > 1e-4, "a trivial case"
+    assert _rel(got, want) < 1e-6
+    # every tensor, not just the whole
+    for (name_, q), r in zip(policy.named_parameters(), mirror.parameters()):
+        assert float((q.grad - r.grad).abs().max()) <= 1e-6 * float(want.abs().max()), name_
+    # the case exercises the clip: some tokens clipped, some not
+    cfg2 = parse_config(full_cfg)
+    trainer2 = RLTrainer(copy.deepcopy(policy), GPTAdapter(policy))
+    m = trainer2.train(batch, cfg2)["metrics"]
+    assert 0.0 < m["clip_fraction"] < 1.0, m
+
+
+def test_chunked_head_matches_autograd():
+    """head.py's closed-form backward (in chunks) against autograd through processed_logprobs, float64."""
+    g = torch.Generator().manual_seed(0)
+    for T, k, p in [(1.0, 0, 1.0), (0.7, 0, 1.0), (0.8, 5, 1.0), (1.3, 0, 0.8), (0.9, 7, 0.6)]:
+        N, D, Vs = 37, 8, 23
+        h = torch.randn(N, D, dtype=torch.float64, generator=g, requires_grad=True)
+        W = torch.randn(Vs, D, dtype=torch.float64, generator=g, requires_grad=True)
+        bias = torch.randn(Vs, dtype=torch.float64, generator=g, requires_grad=True)
+        t = torch.randint(0, Vs, (N,), generator=g)
+        up = [torch.randn(N, dtype=torch.float64, generator=g) for _ in range(3)]
+
+        def total(outs):
+            return sum((torch.where(torch.isfinite(o), o, torch.zeros_like(o)) * u).sum() for o, u in zip(outs, up))
+
+        r = reference_head_logprobs(torch.nn.functional.linear(h, W, bias), t, T, k, p)
+        gr = torch.autograd.grad(total(r), (h, W, bias))
+        for budget in (0, 1 << 30):  # logits recomputed in the backward, or kept and overwritten by their gradient
+            a = head_logprobs(h, W, bias, t, T, k, p, chunk=10, save_budget=budget)
+            for x, y in zip(a, r):
+                assert torch.equal(torch.isfinite(x), torch.isfinite(y))
+                fin = torch.isfinite(y)
+                assert float((x[fin] - y[fin]).abs().max()) < 1e-12
+            ga = torch.autograd.grad(total(a), (h, W, bias))
+            for x, y in zip(ga, gr):
+                assert _rel(x, y) < 1e-12
