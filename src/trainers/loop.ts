@@ -97,7 +97,7 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
   }
 
   // Large pools, so that training rarely repeats a task and the held-out estimate is tight.
-  const suite = generateSuite(c.suite, { seed: c.seed === 0 ? undefined : c.seed, train: 4000, eval: 200 }).filter((t) => t.difficulty <= c.max_difficulty);
+  const suite = generateSuite(c.suite, { seed: c.seed === 0 ? undefined : c.seed, train: 4000, eval: 500 }).filter((t) => t.difficulty <= c.max_difficulty);
   const trainTasks = o.trainTasks ?? suite.filter((t) => t.split === 'train');
   let evalTasks = o.evalTasks ?? suite.filter((t) => t.split === 'eval');
   if (c.eval_tasks > 0) evalTasks = evalTasks.slice(0, c.eval_tasks);
