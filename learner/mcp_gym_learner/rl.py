@@ -30,6 +30,7 @@ import torch
 from .config import ConfigError
 from .losses import LOSSES, loss_terms, token_weights
 from .policy import Adapter, LogprobModule
+from .runtime import adamw
 
 CHECKPOINT_FORMAT = "mcp-gym-learner-checkpoint/1"
 CHECKPOINT_FILE = "trainer.pt"
@@ -420,22 +421,11 @@ class RLTrainer:
         return contextlib.nullcontext()
 
     def _make_optimizer(self, cfg: RLConfig) -> torch.optim.Optimizer:
-        import inspect
-
         decay, no_decay = [], []
         for p in self.params():
             (decay if p.dim() >= 2 else no_decay).append(p)
         groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-        kwargs: Dict[str, Any] = {"lr": cfg.lr, "betas": tuple(cfg.betas), "eps": cfg.eps}
-        accepted = inspect.signature(torch.optim.AdamW).parameters
-        if self.device.type == "cuda" and "fused" in accepted:
-            try:
-                return torch.optim.AdamW(groups, fused=True, **kwargs)
-            except (RuntimeError, ValueError, TypeError):
-                pass
-        if "foreach" in accepted:
-            kwargs["foreach"] = True
-        return torch.optim.AdamW(groups, **kwargs)
+        return adamw(groups, self.device.type, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps)
 
     def _optimizer_for(self, cfg: RLConfig) -> torch.optim.Optimizer:
         if self.optimizer is None:

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from .config import PAD_ID, ConfigError
+from .runtime import adamw
 
 
 @dataclass
@@ -145,20 +146,8 @@ def _param_groups(model, weight_decay: float):
 
 
 def _make_optimizer(model, lr, betas, weight_decay):
-    import inspect
-
     groups = _param_groups(model, weight_decay)
-    kwargs: Dict[str, Any] = {"lr": lr, "betas": tuple(betas)}
-    accepted = inspect.signature(torch.optim.AdamW).parameters
-    if next(model.parameters()).device.type == "cuda":
-        if "fused" in accepted:  # torch >= 2.0: one fused CUDA kernel
-            try:
-                return torch.optim.AdamW(groups, fused=True, **kwargs)
-            except (RuntimeError, ValueError, TypeError):
-                pass
-    elif "foreach" in accepted:
-        kwargs["foreach"] = True
-    return torch.optim.AdamW(groups, **kwargs)
+    return adamw(groups, next(model.parameters()).device.type, lr=lr, betas=tuple(betas))
 
 
 def _autocast(device: torch.device):
