@@ -1,0 +1,61 @@
+import { describe, expect, it } from 'vitest';
+import { buildBatch, groupAdvantages, isZeroVariance, learnerConfig, overlongPenalty, PRESETS, resolveConfig, turnAdvantages, wilson } from '../../src/trainers/index.ts';
+
+describe('presets and config', () => {
+  it('each preset fills the loop and the learner configuration', () => {
+    const dapo = resolveConfig({ preset: 'dapo' });
+    expect(dapo).toMatchObject({ loss: 'dapo', clip_low: 0.2, clip_high: 0.28, dynamic_sampling: true, beta: 0 });
+    expect(learnerConfig(dapo, 10)).toMatchObject({ loss: 'dapo', clip_high: 0.28, total_steps: 10 });
+    expect(resolveConfig({ preset: 'dr_grpo' })).toMatchObject({ advantage: 'dr_grpo', loss: 'dr_grpo' });
+    expect(resolveConfig({ preset: 'gspo' })).toMatchObject({ loss: 'gspo' });
+    expect(resolveConfig({ preset: 'rlvr' })).toMatchObject({ reward: 'rlvr', loss: 'grpo' });
+    expect(resolveConfig({ preset: 'art' })).toMatchObject({ reward: 'art', loss: 'grpo', beta: 0.04 });
+    expect(Object.keys(PRESETS).sort()).toEqual(['art', 'dapo', 'dr_grpo', 'grpo', 'gspo', 'rlvr']);
+    // Flags override the preset; errors name the field.
+    expect(resolveConfig({ preset: 'dapo', clip_high: 0.3 }).clip_high).toBe(0.3);
+    expect(() => resolveConfig({ preset: 'grpo', group: 1 })).toThrow(/group: Too small/);
+    expect(() => resolveConfig({ preset: 'nope' as never })).toThrow(/unknown preset 'nope'/);
+  });
+});
+
+describe('advantages and the batch', () => {
+  it('GRPO normalises within the group; equal rewards give exactly 0; Dr. GRPO only centres', () => {
+    const a = groupAdvantages([1, 0, 0, 1], 'grpo'); // (r - 0.5) / (0.5 + 1e-6)
+    [1, -1, -1, 1].forEach((want, i) => expect(a[i]).toBeCloseTo(want, 5));
+    expect(groupAdvantages([0.3, 0.3, 0.3], 'grpo')).toEqual([0, 0, 0]);
+    expect(isZeroVariance([0.3, 0.3])).toBe(true);
+    expect(groupAdvantages([1, 0], 'dr_grpo')).toEqual([0.5, -0.5]);
+    const tiny = groupAdvantages([1, 1 + 1e-10], 'grpo');
+    expect(tiny.every((x) => Number.isFinite(x) && Math.abs(x) < 1)).toBe(true);
+  });
+
+  it('per-turn advantages normalise returns-to-go at equal turn index', () => {
+    const adv = turnAdvantages([{ stepRewards: [0.3, 0], final: 1 }, { stepRewards: [0.1, 0], final: 0 }], 'dr_grpo');
+    expect(adv[0]!.map((x) => Number(x.toFixed(6)))).toEqual([0.6, 0.5]);
+    expect(adv[1]!.map((x) => Number(x.toFixed(6)))).toEqual([-0.6, -0.5]);
+  });
+
+  it('DAPO overlong shaping', () => {
+    expect(overlongPenalty(100, 160, 48)).toBe(0);
+    expect(overlongPenalty(136, 160, 48)).toBeCloseTo(-0.5, 12);
+    expect(overlongPenalty(200, 160, 48)).toBe(-1);
+  });
+
+  it('builds the TrainBatch from trajectories: env tokens masked out, sampler logprobs kept, explicit group ids', () => {
+    const t = { turns: [{ env_tokens: [257, 65, 262, 258], tokens: [66, 262], logprobs: [-0.1, -0.2] }, { env_tokens: [259, 67, 262, 258], tokens: [68, 262], logprobs: [-0.3, -0.4] }] } as never;
+    const b = buildBatch([{ trajectory: t, group_id: 'g@1', advantage: 0.7 }]);
+    expect(b.ids).toEqual([[257, 65, 262, 258, 66, 262, 259, 67, 262, 258, 68, 262]]);
+    expect(b.mask).toEqual([[0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 1, 1]]);
+    expect(b.old_logprobs[0]!.filter((_, i) => b.mask[0]![i])).toEqual([-0.1, -0.2, -0.3, -0.4]);
+    expect(b.advantages).toEqual([0.7]);
+    expect(b.group_ids).toEqual(['g@1']);
+    const perTurn = buildBatch([{ trajectory: t, group_id: 'g@1', advantage: [1, -1] }]);
+    expect(perTurn.advantages).toEqual([[0, 0, 0, 0, 1, 1, 0, 0, 0, 0, -1, -1]]);
+  });
+
+  it('95% Wilson intervals', () => {
+    const [lo, hi] = wilson(29, 80);
+    expect(lo).toBeCloseTo(0.2657, 3);
+    expect(hi).toBeCloseTo(0.4719, 3);
+  });
+});
