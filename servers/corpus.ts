@@ -43,59 +43,12 @@ export const FACT_NAMES: Readonly<Record<DocKind, readonly string[]>> = {
   company: ['industry', 'founded', 'founder', 'headquarters', 'employees'],
 };
 
+import { mulberry32, Rng } from './random.ts';
+
+export { mulberry32 };
+
 export const CORPUS_SEED = 0x5eed_2024;
 
-/** mulberry32: a tiny, fast 32-bit seeded PRNG; returns a function giving floats in [0, 1). */
-export function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
-class Rng {
-  private readonly next: () => number;
-
-  constructor(seed: number) {
-    this.next = mulberry32(seed);
-  }
-
-  float(): number {
-    return this.next();
-  }
-
-  /** An integer in [lo, hi]. */
-  int(lo: number, hi: number): number {
-    return lo + Math.floor(this.next() * (hi - lo + 1));
-  }
-
-  chance(p: number): boolean {
-    return this.next() < p;
-  }
-
-  pick<T>(items: readonly T[]): T {
-    if (items.length === 0) throw new Error('pick from an empty list');
-    return items[Math.floor(this.next() * items.length)] as T;
-  }
-
-  shuffle<T>(items: readonly T[]): T[] {
-    const out = [...items];
-    for (let i = out.length - 1; i > 0; i--) {
-      const j = Math.floor(this.next() * (i + 1));
-      [out[i], out[j]] = [out[j] as T, out[i] as T];
-    }
-    return out;
-  }
-
-  /** An integer spread evenly over orders of magnitude between lo and hi. */
-  logInt(lo: number, hi: number): number {
-    return Math.round(Math.exp(Math.log(lo) + this.next() * (Math.log(hi) - Math.log(lo))));
-  }
-}
 
 const ONSETS = ['b', 'br', 'c', 'd', 'dr', 'f', 'g', 'gr', 'h', 'k', 'kr', 'l', 'm', 'n', 'p', 'r', 's', 'st', 't', 'th', 'v', 'z', 'sh', 'w', 'j', 'qu'];
 const VOWELS = ['a', 'e', 'i', 'o', 'u', 'a', 'e', 'i', 'o', 'a', 'ei', 'ou', 'ia', 'ae'];

@@ -9,6 +9,7 @@ import { sqlServer } from './sql.ts';
 export { EPISODE_META_KEY, DEFAULT_EPISODE, ToolError, EpisodeStore, defineServer, defineTool, buildMcpServer, serverFactory } from './common.ts';
 export type { ServerDefinition, ToolDef, Backend, BackendOptions } from './common.ts';
 export { serveOverStdio, serveOverHttp } from './serve.ts';
+export { mulberry32, Rng } from './random.ts';
 export type { HttpOptions, HttpServing, StdioServing } from './serve.ts';
 
 export const bundledServers: Record<string, ServerDefinition<never>> = {

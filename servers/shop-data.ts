@@ -6,6 +6,7 @@
  */
 import { renameSync, rmSync } from 'node:fs';
 import Database from 'better-sqlite3';
+import { mulberry32 } from './random.ts';
 
 export const SHOP_SEED = 20_240_611;
 export const SHOP_DB_FILE = 'shop.sqlite';
@@ -75,17 +76,6 @@ CREATE INDEX orders_customer ON orders (customer_id);
 CREATE INDEX order_items_product ON order_items (product_id);
 `;
 
-/** mulberry32: a tiny 32-bit seeded PRNG; returns floats in [0, 1). */
-export function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 const FIRST_NAMES = ['Ana', 'Ben', 'Chloe', 'David', 'Elena', 'Farid', 'Grace', 'Hugo', 'Ines', 'Jonas', 'Keiko', 'Liam', 'Maya', 'Noah', 'Olga', 'Pablo', 'Quinn', 'Rosa', 'Sven', 'Tara', 'Umar', 'Vera', 'Wei', 'Yara', 'Zoe'];
 const LAST_NAMES = ['Almeida', 'Becker', 'Costa', 'Dubois', 'Evans', 'Fischer', 'Garcia', 'Hansen', 'Ito', 'Jensen', 'Kowalski', 'Larsen', 'Moreau', 'Novak', "O'Brien", 'Petrov', 'Rossi', 'Silva', 'Tanaka', 'Weber'];

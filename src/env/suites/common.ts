@@ -4,7 +4,9 @@
  * and the loop that draws a suite's tasks from its sampler.
  */
 import { bundledServers } from '../../../servers/index.ts';
-import { mulberry32 } from '../../../servers/corpus.ts';
+import { Rng } from '../../../servers/index.ts';
+
+export { Rng };
 import type { z } from 'zod';
 import { defineTask, type MatcherSchema, type Task, type TaskCall, type TaskInput } from '../task.ts';
 
@@ -51,52 +53,6 @@ export function paramsKey(task: Pick<Task, 'family' | 'params'>): string {
   return canonicalJson({ family: task.family ?? null, params: task.params ?? null });
 }
 
-export class Rng {
-  private readonly next: () => number;
-
-  constructor(seed: number) {
-    this.next = mulberry32(seed);
-  }
-
-  float(): number {
-    return this.next();
-  }
-
-  /** An integer in [lo, hi]. */
-  int(lo: number, hi: number): number {
-    return lo + Math.floor(this.next() * (hi - lo + 1));
-  }
-
-  chance(p: number): boolean {
-    return this.next() < p;
-  }
-
-  pick<T>(items: readonly T[]): T {
-    if (items.length === 0) throw new Error('pick from an empty list');
-    return items[Math.floor(this.next() * items.length)] as T;
-  }
-
-  shuffle<T>(items: readonly T[]): T[] {
-    const out = [...items];
-    for (let i = out.length - 1; i > 0; i--) {
-      const j = Math.floor(this.next() * (i + 1));
-      [out[i], out[j]] = [out[j] as T, out[i] as T];
-    }
-    return out;
-  }
-
-  /** `n` distinct items. */
-  sample<T>(items: readonly T[], n: number): T[] {
-    return this.shuffle(items).slice(0, n);
-  }
-
-  /** A positive integer with exactly `digits` digits, as a string (any size). */
-  digits(digits: number): string {
-    let s = String(this.int(1, 9));
-    for (let i = 1; i < digits; i++) s += String(this.int(0, 9));
-    return s;
-  }
-}
 
 /** A task a sampler proposes, before it gets its id and split. */
 export interface Candidate {
