@@ -54,12 +54,40 @@ export function processedLogprobs(logits: ArrayLike<number>, offset: number, voc
   for (let i = 0; i < vocab; i++) out[i] = !keep || keep[i] ? out[i]! - lse : -Infinity;
 }
 
-/** Samples from processed logprobs; returns the token and its logprob. Greedy when temperature is 0. */
+/**
+ * Samples from processed logprobs; returns the token and its logprob. Greedy when temperature is 0.
+ * `scratch` holds at least 2 x vocab numbers.
+ */
 export function sampleToken(logits: ArrayLike<number>, offset: number, vocab: number, o: SamplingOptions, rng: Rng, scratch: Float64Array): { token: number; logprob: number } {
   if (o.temperature <= 0) {
     let best = 0;
     for (let i = 1; i < vocab; i++) if (logits[offset + i]! > logits[offset + best]!) best = i;
     return { token: best, logprob: 0 };
+  }
+  if (!(o.topK > 0 && o.topK < vocab) && !(o.topP < 1)) {
+    // The whole vocabulary: one pass of exponentials, then a walk of the cumulative sum.
+    const t = o.temperature;
+    let max = -Infinity;
+    for (let i = 0; i < vocab; i++) {
+      const v = logits[offset + i]! / t;
+      scratch[i] = v;
+      if (v > max) max = v;
+    }
+    let sum = 0;
+    for (let i = 0; i < vocab; i++) {
+      const e = Math.exp(scratch[i]! - max);
+      sum += e;
+      scratch[vocab + i] = e;
+    }
+    const logSum = Math.log(sum);
+    let u = rng() * sum;
+    let best = 0;
+    for (let i = 0; i < vocab; i++) {
+      u -= scratch[vocab + i]!;
+      if (u <= 0) return { token: i, logprob: scratch[i]! - max - logSum };
+      if (scratch[i]! > scratch[best]!) best = i;
+    }
+    return { token: best, logprob: scratch[best]! - max - logSum };
   }
   processedLogprobs(logits, offset, vocab, o, scratch);
   let u = rng();

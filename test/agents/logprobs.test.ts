@@ -56,3 +56,39 @@ describe.each([
     expect(worst).toBeLessThan(1e-4);
   });
 });
+
+// The sampler's batch layouts: a prefix shared by every prompt (computed once, copied into each
+// row; a GRPO group's identical prompts), rows split into chunks by the cache budget, and the
+// plain per-row prefill. Each must give the learner's logprobs, or the KV cache is wrong.
+const system = [256, ...Array.from(Buffer.from('You have tools: evaluate, add, subtract, multiply, divide. Call them.')), 262];
+const shared = [
+  [...system, 257, ...Array.from(Buffer.from('What is 2 + 3?')), 262, 258],
+  [...system, 257, ...Array.from(Buffer.from('Divide 144 by 12, then add 7.')), 262, 258],
+  [...system, 257, ...Array.from(Buffer.from('What is 2 + 3?')), 262, 258],
+  [...system, 257, ...Array.from(Buffer.from('What is 2 + 3?')), 262, 258],
+];
+describe.each([
+  { name: 'shared prefix', options: {} },
+  { name: 'one row per chunk', options: { cacheBudgetBytes: 1 } },
+  { name: 'no prefix sharing', options: { sharePrefix: false } },
+])('batch layout: $name', ({ options }) => {
+  it('matches the learner to 1e-4', async () => {
+    const m = await OnnxModel.load(dir, options);
+    try {
+      const gens = await m.generate(shared, { temperature: 1, topK: 0, topP: 1, maxNewTokens: 30, rng: seededRng(9), stop: -1 });
+      const r = await learner.request<{ logprobs: number[][] }>('logprobs', {
+        sequences: shared.map((p, i) => [...p, ...gens[i]!.tokens]),
+        starts: shared.map((p) => p.length),
+        temperature: 1,
+        top_k: 0,
+        top_p: 1,
+      });
+      let worst = 0;
+      gens.forEach((g, i) => g.logprobs.forEach((lp, j) => (worst = Math.max(worst, Math.abs(lp - r.logprobs[i]![j]!)))));
+      expect(gens.every((g) => g.tokens.length === 30)).toBe(true);
+      expect(worst).toBeLessThan(1e-4);
+    } finally {
+      await m.close();
+    }
+  });
+});
