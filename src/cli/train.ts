@@ -24,6 +24,7 @@ const FLAGS = {
   'eval-tasks': 'int',
   'eval-samples': 'int',
   'checkpoint-every': 'int',
+  'bundled-servers': 'string',
   'max-difficulty': 'int',
   'max-new-tokens': 'int',
   seed: 'int',

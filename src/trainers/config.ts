@@ -62,7 +62,10 @@ export const TrainConfigSchema = z
     /** Held-out tasks evaluated (0 = all of the split), and rollouts of each. */
     eval_tasks: z.number().int().min(0).default(0),
     eval_samples: z.number().int().min(1).default(2),
-    checkpoint_every: z.number().int().min(1).default(5),
+    /** Learner checkpoint (and state.json) every N steps; a learner that dies costs the steps since. */
+    checkpoint_every: z.number().int().min(1).default(1),
+    /** How the bundled tool servers run: in this process (fastest) or as stdio child processes. */
+    bundled_servers: z.enum(['inprocess', 'stdio']).default('inprocess'),
     seed: z.number().int().default(0),
     /** URL of a learner already running (e.g. on a GPU machine); default: spawn one here. */
     learner: z.string().optional(),

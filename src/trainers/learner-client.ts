@@ -68,6 +68,9 @@ export class LearnerClient implements Learner {
         ...options.env,
       },
       stdio: ['pipe', 'pipe', 'pipe'],
+      // Its own process group: a Ctrl-C in the terminal reaches the run, which then saves a
+      // checkpoint through the learner and closes it (the learner exits when its stdin closes).
+      detached: true,
     });
     const client = new LearnerClient(child);
     client.forward = options.forwardStderr ?? false;

@@ -11,7 +11,7 @@
 import { cpSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { OnnxPolicy } from '../agents/index.ts';
-import { Environment, JsonlWriter, rollout, type Task, type Trajectory } from '../env/index.ts';
+import { Environment, JsonlWriter, rollout, type EnvironmentOptions, type Task, type Trajectory } from '../env/index.ts';
 import { generateSuite } from '../env/suites/index.ts';
 import { seededRng } from '../tools/index.ts';
 import { groupAdvantages, isZeroVariance, mean, std, turnAdvantages } from './advantages.ts';
@@ -48,8 +48,12 @@ export interface TrainOptions {
   trainTasks?: Task[];
   onStep?: (m: Record<string, unknown>) => void;
   onLog?: (line: string) => void;
-  /** For tests: called after each learner step (e.g. to kill the learner). */
-  afterLearnerStep?: (step: number, learner: Learner) => void | Promise<void>;
+  /** Options of the environment (e.g. a tool server's delay, for tests); `bundled_servers` in the config wins. */
+  environment?: EnvironmentOptions;
+  /** For tests: called as a step's rollouts start (e.g. to kill a tool server mid-run). */
+  beforeRollout?: (step: number) => void | Promise<void>;
+  /** For tests: called as a step's learner request is sent (e.g. to kill the learner mid-step). */
+  beforeLearnerStep?: (step: number, learner: Learner) => void | Promise<void>;
 }
 
 /** Wilson score interval for a proportion (95%). */
@@ -132,13 +136,26 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
   };
 
   const policy = await OnnxPolicy.load(modelDir, { temperature: c.temperature, topK: c.top_k, topP: c.top_p, maxNewTokens: c.max_new_tokens, seed: c.seed + 1 + state.step });
-  const env = new Environment({ rewards: { total: c.reward } });
-  const rng = seededRng(c.seed + 7);
-  for (let i = 0; i < state.rng_draws; i++) rng();
-  let draws = state.rng_draws;
+  const env = new Environment({ ...o.environment, bundled: c.bundled_servers, rewards: { total: c.reward } });
+  let rng = seededRng(c.seed + 7);
+  let draws = 0;
+  const seek = (n: number) => {
+    rng = seededRng(c.seed + 7);
+    for (let i = 0; i < n; i++) rng();
+    draws = n;
+  };
+  seek(state.rng_draws);
   const draw = () => {
     draws++;
     return rng();
+  };
+  const saveCheckpoint = async (step: number) => {
+    const dir = join(ckptRoot, `step-${String(step).padStart(5, '0')}`);
+    await learner.request('checkpoint_save', { dir });
+    const previous = state.checkpoint;
+    state.checkpoint = dir;
+    writeJsonAtomic(stateFile, state);
+    if (previous && previous !== dir) rmSync(previous, { recursive: true, force: true });
   };
 
   const evaluate = async (step: number): Promise<EvalResult> => {
@@ -161,8 +178,11 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
       log(`held-out success before: ${(100 * before.success).toFixed(1)}% [${(100 * before.ci95[0]).toFixed(1)}, ${(100 * before.ci95[1]).toFixed(1)}] over ${before.episodes} episodes`);
       refreshReport();
     }
-    const t0 = performance.now() - state.train_seconds * 1000;
+    // Step 0's checkpoint: a learner that dies before the first periodic one restarts from here.
+    if (!state.checkpoint) await withLearner('checkpoint', () => saveCheckpoint(0));
+    let t0 = performance.now() - state.train_seconds * 1000;
     const cfgForLearner = learnerConfig(c, c.steps);
+    let deathsThisStep = 0;
     while (state.step < c.steps) {
       if (o.signal?.aborted) {
         stopped = true;
@@ -175,25 +195,30 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
       let groupsSeen = 0;
       let dropped = 0;
       const allTraj: Trajectory[] = [];
+      await o.beforeRollout?.(step);
       for (let round = 0; round <= (c.dynamic_sampling ? c.max_resample_rounds : 0); round++) {
         const need = c.tasks_per_step - kept.length;
         if (need <= 0) break;
         const tasks = Array.from({ length: need }, () => trainTasks[Math.floor(draw() * trainTasks.length)]!);
         const unique = [...new Map(tasks.map((t) => [t.id, t])).values()];
         const r = await rollout(env, policy, unique, { group: c.group, concurrency: c.concurrency, iteration: step * 10 + round, signal: o.signal });
+        allTraj.push(...r.trajectories);
         for (const g of r.groups) {
           groupsSeen++;
-          allTraj.push(...g.trajectories);
-          if (g.trajectories.length < 2) {
+          // A group holds the episodes that finished; those that a tool server's failure ended
+          // (finish 'error') are counted in the metrics, not learned from: the policy did nothing
+          // wrong in them.
+          const trajectories = g.trajectories;
+          if (trajectories.length < 2) {
             dropped++;
             continue;
           }
-          const rewards = g.trajectories.map((t) => t.reward + (c.overlong_max > 0 ? overlongPenalty(t.metrics.policy_tokens, c.overlong_max, c.overlong_cache) : 0));
+          const rewards = trajectories.map((t) => t.reward + (c.overlong_max > 0 ? overlongPenalty(t.metrics.policy_tokens, c.overlong_max, c.overlong_cache) : 0));
           if (c.dynamic_sampling && isZeroVariance(rewards)) {
             dropped++;
             continue;
           }
-          kept.push({ group_id: g.group_id, trajectories: g.trajectories, rewards });
+          kept.push({ group_id: g.group_id, trajectories, rewards });
         }
         if (!c.dynamic_sampling) break;
       }
@@ -225,12 +250,37 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
       const batch = buildBatch(fitting);
       const tl = performance.now();
       let lm: Record<string, unknown> = {};
-      if (batch.ids.length > 0) {
-        const res = await withLearner(`step ${step}`, (l) => l.request<{ metrics: Record<string, unknown> }>('train', { batch, config: cfgForLearner }));
-        lm = res.metrics ?? {};
-        await withLearner('export', (l) => l.request('export', { model_dir: modelDir }));
-        await o.afterLearnerStep?.(step, learner);
+      const checkpointDue = step % c.checkpoint_every === 0 || step === c.steps;
+      try {
+        if (batch.ids.length > 0) {
+          await o.beforeLearnerStep?.(step, learner);
+          const res = await learner.request<{ metrics: Record<string, unknown> }>('train', { batch, config: cfgForLearner });
+          lm = res.metrics ?? {};
+          await learner.request('export', { model_dir: modelDir });
+        }
+        if (checkpointDue) {
+          // state.json always describes its checkpoint: both are written here, together.
+          Object.assign(state, { step, rng_draws: draws, train_seconds: (performance.now() - t0) / 1000 });
+          await saveCheckpoint(step);
+        }
+      } catch (err) {
+        // The learner died mid-step: restart it from the last checkpoint, roll the run back to
+        // that checkpoint's step (what was done since is the work lost) and go on from there.
+        if (!(err instanceof LearnerError) || learner.alive || ++deathsThisStep > 2) throw err;
+        learnerRestarts++;
+        const saved = JSON.parse(readFileSync(stateFile, 'utf8')) as State;
+        log(`the learner died during step ${step} (${(err as Error).message.slice(0, 160)}); restarting it from ${saved.checkpoint} (step ${saved.step})`);
+        await learner.close().catch(() => {});
+        state = saved;
+        learner = await startLearner();
+        await learner.request('export', { model_dir: modelDir });
+        await policy.reload();
+        seek(state.rng_draws);
+        metricsRows.splice(0, metricsRows.length, ...metricsRows.filter((m) => Number(m.step) <= state.step));
+        t0 = performance.now() - state.train_seconds * 1000;
+        continue;
       }
+      deathsThisStep = 0;
       const learnerSeconds = (performance.now() - tl) / 1000;
       await policy.reload();
 
@@ -270,14 +320,7 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
       }
       state.train_seconds = (performance.now() - t0) / 1000;
       state.rng_draws = draws;
-      if (step % c.checkpoint_every === 0 || step === c.steps) {
-        const dir = join(ckptRoot, `step-${String(step).padStart(5, '0')}`);
-        await withLearner('checkpoint', (l) => l.request('checkpoint_save', { dir }));
-        const previous = state.checkpoint;
-        state.checkpoint = dir;
-        writeJsonAtomic(stateFile, state);
-        if (previous && previous !== dir) rmSync(previous, { recursive: true, force: true });
-      }
+      if (checkpointDue) writeJsonAtomic(stateFile, state); // with this step's evaluation
       metricsOut.write(m);
       metricsRows.push(m);
       o.onStep?.(m);
@@ -285,12 +328,15 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
     }
     if (stopped) {
       // Ctrl-C: a checkpoint of what is done, so that `resume` continues from here.
-      if (state.step > 0 && !state.checkpoint?.endsWith(String(state.step).padStart(5, '0'))) {
-        const dir = join(ckptRoot, `step-${String(state.step).padStart(5, '0')}`);
-        await withLearner('checkpoint', (l) => l.request('checkpoint_save', { dir }));
-        state.checkpoint = dir;
+      if (!state.checkpoint?.endsWith(String(state.step).padStart(5, '0'))) {
+        try {
+          await saveCheckpoint(state.step);
+        } catch (err) {
+          if (!(err instanceof LearnerError) || learner.alive) throw err;
+          // The learner is gone: state.json still describes the last checkpoint; resume goes from there.
+          log(`the learner died while saving step ${state.step}'s checkpoint; --resume continues from ${state.checkpoint}`);
+        }
       }
-      writeJsonAtomic(stateFile, state);
       refreshReport();
       log(`stopped at step ${state.step}; continue with --resume`);
       return { runDir, before: state.evals[0]!, after: state.evals.at(-1)!, steps: state.step, train_seconds: state.train_seconds, report: join(runDir, 'report.html'), stopped };

@@ -1,0 +1,127 @@
+/**
+ * The training loop under faults, with the real parts: the committed cold-start model, the
+ * PyTorch learner as a child process, the bundled calculator server (as a stdio process where a
+ * test kills it). Small steps (4 tasks x 4 rollouts), so each run takes seconds.
+ */
+import { execFileSync, spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { resolveConfig, train, type LearnerClient, type TrainConfigInput } from '../../src/trainers/index.ts';
+
+const ROOT = join(import.meta.dirname, '..', '..');
+const MODEL = join(ROOT, 'models', 'calc-tiny');
+const small = (o: Partial<TrainConfigInput> = {}) =>
+  resolveConfig({ preset: 'art', suite: 'calculator', max_difficulty: 1, model: MODEL, steps: 3, tasks_per_step: 4, group: 4, eval_tasks: 8, eval_samples: 1, eval_every: 0, lr: 1e-4, ...o });
+const tmp = (name: string) => join(mkdtempSync(join(tmpdir(), `mcp-gym-loop-${name}-`)), 'run');
+const rows = (file: string) =>
+  readFileSync(file, 'utf8')
+    .split('\n')
+    .filter(Boolean)
+    .map((l) => JSON.parse(l) as Record<string, number>);
+const checkpointStep = (runDir: string) => {
+  const state = JSON.parse(readFileSync(join(runDir, 'state.json'), 'utf8')) as { step: number; checkpoint: string };
+  const meta = JSON.parse(readFileSync(join(state.checkpoint, 'meta.json'), 'utf8')) as { step: number };
+  return { state: state.step, learner: meta.step };
+};
+
+describe('the training loop under faults', () => {
+  it('a learner killed mid-step is restarted from the last checkpoint and the run goes on', async () => {
+    const runDir = tmp('learner');
+    let killed = 0;
+    let step2 = 0;
+    const result = await train({
+      config: small(),
+      runDir,
+      beforeLearnerStep: (step, learner) => {
+        // Once, at step 2, while the train request is being worked on.
+        if (step === 2 && step2++ === 0) setTimeout(() => (learner as LearnerClient).kill('SIGKILL'), 50), killed++;
+      },
+    });
+    expect(killed).toBe(1);
+    expect(step2).toBe(2); // step 2 ran again after the restart
+    expect(result.steps).toBe(3);
+    const metrics = rows(join(runDir, 'metrics.jsonl'));
+    expect(metrics.at(-1)!.learner_restarts).toBe(1);
+    // The learner's own step count matches the loop's: nothing was skipped or applied twice.
+    expect(checkpointStep(runDir)).toEqual({ state: 3, learner: 3 });
+    // The report holds each step once.
+    const html = readFileSync(result.report, 'utf8');
+    expect(html).toContain('held-out');
+  }, 240_000);
+
+  it('a tool server killed mid-run costs only the episodes in flight, counted as errors', async () => {
+    const runDir = tmp('server');
+    let killedPid = 0;
+    const result = await train({
+      // 16 episodes, 8 at a time: the first 8 are done after ~0.5 s, the next 8 in their calls.
+      config: small({ bundled_servers: 'stdio', concurrency: 8 }),
+      runDir,
+      // Every tool call takes 400 ms, so that the kill lands while calls are in flight.
+      environment: { serverOptions: { delayMs: 400 } },
+      beforeRollout: (step) => {
+        if (step !== 2) return;
+        setTimeout(() => {
+          const ps = execFileSync('ps', ['-o', 'pid=,args=', '--ppid', String(process.pid)], { encoding: 'utf8' });
+          const line = ps.split('\n').find((l) => l.includes('serve calculator'));
+          if (!line) throw new Error(`no calculator server among the children:\n${ps}`);
+          killedPid = Number(line.trim().split(/\s+/)[0]);
+          process.kill(killedPid, 'SIGKILL');
+        }, 750);
+      },
+    });
+    expect(killedPid).toBeGreaterThan(0);
+    expect(result.steps).toBe(3);
+    const m = rows(join(runDir, 'metrics.jsonl'));
+    expect(m.map((r) => r.step)).toEqual([1, 2, 3]);
+    // Step 2's episodes with a call in flight failed as errors; the others, and step 3, did not.
+    expect(m[1]!.failed_episodes).toBeGreaterThan(0);
+    expect(m[1]!.failed_episodes).toBeLessThan(m[1]!.episodes!);
+    expect(m[0]!.failed_episodes).toBe(0);
+    expect(m[2]!.failed_episodes).toBe(0);
+    const traj = rows(join(runDir, 'trajectories.jsonl')) as unknown as { finish: string; error?: string }[];
+    const errors = traj.filter((t) => t.finish === 'error');
+    expect(errors.length).toBe(m[1]!.failed_episodes);
+    expect(errors.every((t) => /tool server failed/.test(t.error ?? ''))).toBe(true);
+  }, 240_000);
+
+  it('Ctrl-C stops the CLI cleanly with a checkpoint, and --resume continues to the end', async () => {
+    const runDir = tmp('sigint');
+    const args = [join(ROOT, 'bin', 'mcp-gym.js'), 'train', '--preset', 'art', '--suite', 'calculator', '--max-difficulty', '1', '--model', MODEL, '--steps', '4', '--tasks-per-step', '4', '--group', '4', '--eval-tasks', '8', '--eval-samples', '1', '--eval-every', '0', '--run', runDir, '--json'];
+    // Its own process group, signalled as a terminal's Ctrl-C signals the foreground group.
+    const first = spawn(process.execPath, args, { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+    let out = '';
+    first.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    first.stderr.on('data', (d: Buffer) => (out += d.toString()));
+    const metricsFile = join(runDir, 'metrics.jsonl');
+    await new Promise<void>((res, rej) => {
+      const t = setInterval(() => {
+        if (existsSync(metricsFile) && readFileSync(metricsFile, 'utf8').trim()) {
+          clearInterval(t);
+          process.kill(-first.pid!, 'SIGINT');
+          res();
+        }
+      }, 100);
+      first.on('exit', () => {
+        clearInterval(t);
+        rej(new Error(`exited before the first step:\n${out}`));
+      });
+    });
+    const code = await new Promise<number | null>((res) => first.on('exit', (c) => res(c)));
+    expect(code, out).toBe(0);
+    expect(out).toContain('continue with --resume');
+    const stoppedAt = JSON.parse(out.trim().split('\n').pop()!) as { stopped_at_step: number };
+    expect(stoppedAt.stopped_at_step).toBeGreaterThanOrEqual(1);
+    expect(stoppedAt.stopped_at_step).toBeLessThan(4);
+    expect(checkpointStep(runDir)).toEqual({ state: stoppedAt.stopped_at_step, learner: stoppedAt.stopped_at_step });
+
+    const second = execFileSync(process.execPath, [...args, '--resume'], { cwd: ROOT, encoding: 'utf8' });
+    expect(second).toContain(`resuming ${runDir} at step ${stoppedAt.stopped_at_step}`);
+    const final = JSON.parse(second.trim().split('\n').pop()!) as { before: { success: number }; after: { success: number } };
+    expect(final.after).toBeDefined();
+    expect(checkpointStep(runDir)).toEqual({ state: 4, learner: 4 });
+    // Each step's metrics once, in order, across the two processes.
+    expect(rows(metricsFile).map((r) => r.step)).toEqual([1, 2, 3, 4]);
+  }, 300_000);
+});
