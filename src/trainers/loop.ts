@@ -290,13 +290,15 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
       const errs = allTraj.reduce((s, t) => s + t.metrics.tool_errors, 0);
       const policyTokens = allTraj.reduce((s, t) => s + t.metrics.policy_tokens, 0);
       state.step = step;
+      // The learner's metrics first, so that the loop's win where both use a name.
       const m: Record<string, unknown> = {
+        ...lm,
         step,
         reward_mean: mean(rewards),
         reward_std: std(rewards),
         success_rate: mean(allTraj.map((t) => (t.success ? 1 : 0))),
         episodes: allTraj.length,
-        groups: groupsSeen,
+        groups_seen: groupsSeen,
         groups_kept: kept.length,
         dropped_fraction: groupsSeen ? dropped / groupsSeen : 0,
         zero_variance_groups: zeroVar,
@@ -311,7 +313,6 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
         learner_seconds: learnerSeconds,
         learner_restarts: learnerRestarts,
         policy_version: policy.version,
-        ...lm,
       };
       if (c.eval_every > 0 && step % c.eval_every === 0 && step < c.steps) {
         const e = await evaluate(step);
