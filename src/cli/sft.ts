@@ -6,7 +6,7 @@ import { runSft } from '../trainers/sft.ts';
 import { intFlag, UsageError } from './args.ts';
 import { selectTasks } from './rollout.ts';
 
-export const SFT_DEFAULTS = { suite: 'calculator', maxDifficulty: 1, evalTasks: 200, demos: 1500, steps: 400, batch: 32, lr: 3e-3, guessFraction: 0, seed: 0, d_model: 128, layers: 4, heads: 4, ctx: 384 };
+export const SFT_DEFAULTS = { suite: 'calculator', maxDifficulty: 1, evalTasks: 200, demos: 1500, steps: 400, batch: 32, lr: 3e-3, seed: 0, d_model: 128, layers: 4, heads: 4, ctx: 384 };
 
 export async function sftCommand(argv: string[]): Promise<void> {
   const { values } = parseArgs({
@@ -27,18 +27,12 @@ export async function sftCommand(argv: string[]): Promise<void> {
       ctx: { type: 'string', default: String(SFT_DEFAULTS.ctx) },
       eval: { type: 'boolean', default: true },
       'system-tools': { type: 'boolean', default: false },
-      'guess-fraction': { type: 'string', default: String(SFT_DEFAULTS.guessFraction) },
       json: { type: 'boolean', default: false },
     },
   });
   if (!values.out) throw new UsageError('sft needs --out <model dir>');
   const lr = Number(values.lr);
   if (!(lr > 0)) throw new UsageError(`--lr must be a positive number, got '${values.lr}'`);
-  const fractionFlag = (v: string, name: string) => {
-    const x = Number(v);
-    if (!(x >= 0 && x < 1)) throw new UsageError(`${name} must be a number in [0, 1), got '${v}'`);
-    return x;
-  };
   const demos = intFlag(values.demos, '--demos', 400);
   // A pool of train tasks large enough that demonstrations rarely repeat, and a held-out set
   // large enough for a useful estimate.
@@ -55,7 +49,6 @@ export async function sftCommand(argv: string[]): Promise<void> {
     lr,
     seed: intFlag(values.seed, '--seed', 0),
     systemTools: values['system-tools'],
-    guessFraction: fractionFlag(values['guess-fraction'] as string, '--guess-fraction'),
     architecture: { d_model: dModel, n_layers: intFlag(values.layers, '--layers', 4), n_heads: heads, d_ff: 4 * dModel, max_seq_len: intFlag(values.ctx, '--ctx', 512) },
     onLog: (l) => console.log(l),
   });

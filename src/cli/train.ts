@@ -53,7 +53,7 @@ export const MAIN_JOB: Partial<TrainConfigInput> = {
   tasks_per_step: 12,
   group: 8,
   eval_every: 8,
-  eval_samples: 2,
+  eval_samples: 4,
 };
 
 function parseTrainArgs(argv: string[], defaults: Partial<TrainConfigInput>) {

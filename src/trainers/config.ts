@@ -24,6 +24,10 @@ export const LossConfigSchema = z.object({
   warmup_steps: z.number().int().min(0).default(0),
   min_lr_ratio: z.number().min(0).max(1).default(0.1),
   weight_decay: z.number().min(0).default(0),
+  /** AdamW's epsilon and betas. */
+  adam_eps: z.number().gt(0).max(1).default(1e-8),
+  adam_beta1: z.number().min(0).lt(1).default(0.9),
+  adam_beta2: z.number().min(0).lt(1).default(0.999),
   /** Reset the reference to the current policy every N steps (ProRL; 0 = never). */
   ref_reset_every: z.number().int().min(0).default(0),
 });
@@ -126,6 +130,8 @@ export function learnerConfig(c: TrainConfig, totalSteps: number) {
     total_steps: Math.max(1, totalSteps),
     min_lr_ratio: c.min_lr_ratio,
     weight_decay: c.weight_decay,
+    eps: c.adam_eps,
+    betas: [c.adam_beta1, c.adam_beta2],
     ref_reset_every: c.ref_reset_every,
     temperature: c.temperature,
     top_k: c.top_k,

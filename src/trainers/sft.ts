@@ -24,12 +24,6 @@ export interface SftOptions {
   lr: number;
   seed: number;
   threads?: number;
-  /**
-   * This fraction of the demonstrations answers at once, without a tool, with a guess (another
-   * demonstration's answer): demonstrations of mixed quality, as an agent's logs are, which leave
-   * the cold start a tool-use decision for RL to learn. Default 0.
-   */
-  guessFraction?: number;
   onLog?: (line: string) => void;
 }
 
@@ -74,17 +68,7 @@ export async function runSft(o: SftOptions): Promise<SftResult> {
   const demos = await rollout(env, new ExpertPolicy(), unique, { concurrency: 16 });
   await env.close();
   const byId = new Map(demos.trajectories.map((t) => [t.task_id, t]));
-  let trajectories = chosen.map((t) => byId.get(t.id)!).filter((t) => t?.success);
-  const f = o.guessFraction ?? 0;
-  if (f > 0) {
-    const answers = trajectories.map((t) => String(t.messages.at(-1)?.content ?? '')).filter(Boolean);
-    trajectories = trajectories.map((t) => {
-      if (rng() >= f) return t;
-      const user = t.messages.findIndex((m) => m.role === 'user');
-      const guess = answers[Math.floor(rng() * answers.length)]!;
-      return { ...t, messages: [...t.messages.slice(0, user + 1), { role: 'assistant', content: guess }] } as Trajectory;
-    });
-  }
+  const trajectories = chosen.map((t) => byId.get(t.id)!).filter(Boolean);
 
   const maxLen = Number(o.architecture?.max_seq_len ?? 1024);
   const template = new ChatTemplate({ maxToolResultBytes: o.maxToolResultBytes ?? 256, systemTools: o.systemTools ?? false });
@@ -93,7 +77,7 @@ export async function runSft(o: SftOptions): Promise<SftResult> {
   writeFileSync(data, examples.map((e) => JSON.stringify(e)).join('\n') + '\n');
   const tokens = examples.reduce((s, e) => s + e.ids.length, 0);
   const masked = examples.reduce((s, e) => s + e.mask.reduce((a, b) => a + b, 0), 0);
-  log(`${examples.length} demonstrations${f > 0 ? ` (a fraction ${f} of them guesses without a tool)` : ''} (${dropped} longer than ${maxLen} tokens dropped), ${tokens} tokens, ${masked} with loss`);
+  log(`${examples.length} demonstrations (${dropped} longer than ${maxLen} tokens dropped), ${tokens} tokens, ${masked} with loss`);
 
   const learner = LearnerClient.start({ threads: o.threads, forwardStderr: false });
   try {

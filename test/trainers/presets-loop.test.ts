@@ -78,6 +78,7 @@ describe('presets reach the learner (a real learner over HTTP behind a recording
     expect(request.config.clip_low).toBe(p.clip_low);
     expect(request.config.clip_high).toBe(p.clip_high);
     expect(request.config.beta).toBe(p.beta);
+    expect(request.config).toMatchObject({ eps: 1e-8, betas: [0.9, 0.999] });
     // The run used the remote learner for everything: load, step-0 checkpoint, train, export.
     expect(cmds.slice(0, 4)).toEqual(['load', 'checkpoint_save', 'train', 'export']);
   }, 120_000);
