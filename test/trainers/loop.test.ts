@@ -36,7 +36,10 @@ describe('the training loop under faults', () => {
       runDir,
       beforeLearnerStep: (step, learner) => {
         // Once, at step 2, while the train request is being worked on.
-        if (step === 2 && step2++ === 0) setTimeout(() => (learner as LearnerClient).kill('SIGKILL'), 50), killed++;
+        if (step === 2 && step2++ === 0) {
+          setTimeout(() => (learner as LearnerClient).kill('SIGKILL'), 50);
+          killed++;
+        }
       },
     });
     expect(killed).toBe(1);
