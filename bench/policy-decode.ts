@@ -10,7 +10,8 @@
  *
  * Last line: {"onnx_tok_s_b16", "torch_tok_s_b16", "ratio_b16", "ceiling_fraction_b16", ...}
  */
-import { spawnSync } from 'node:child_process';
+import { spawn } from 'node:child_process';
+import { createInterface } from 'node:readline';
 import { existsSync, mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -46,34 +47,51 @@ const a = model.config.architecture;
 const avgPrompt = prompts.reduce((s, p) => s + p.length, 0) / prompts.length;
 
 const REPS = 5; // each rate is the median of REPS timed runs (this machine's timings are noisy)
-const median = (xs: number[]) => xs.sort((a, b) => a - b)[xs.length >> 1]!;
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[xs.length >> 1]!;
 
-async function onnxRate(B: number, m = model): Promise<number> {
+// The baseline: a persistent PyTorch process, asked for one timed run at a time, so that its
+// runs alternate with ours and both sides are timed in the same minutes.
+const py = spawn(learnerPython(), [join(import.meta.dirname, 'torch_decode.py')], { stdio: ['pipe', 'pipe', 'inherit'] });
+const lines = createInterface({ input: py.stdout! })[Symbol.asyncIterator]();
+async function ask<R>(req: Record<string, unknown>): Promise<R> {
+  py.stdin!.write(JSON.stringify(req) + '\n');
+  const next = await lines.next();
+  if (next.done) throw new Error('torch_decode.py exited');
+  const r = JSON.parse(next.value) as R & { error?: string };
+  if (r.error) throw new Error(`torch_decode.py: ${r.error}`);
+  return r;
+}
+const { torch: torchVersion } = await ask<{ torch: string }>({ model_dir: dir, prompts, threads });
+
+async function onnxRun(B: number, m: OnnxModel, seed: number): Promise<number> {
   const ps = prompts.slice(0, B);
-  await m.generate(ps, { temperature: 1, topK: 0, topP: 1, maxNewTokens: 4, rng: seededRng(0), stop: -1 });
-  const rates: number[] = [];
-  for (let k = 0; k < REPS; k++) {
-    const t0 = performance.now();
-    const g = await m.generate(ps, { temperature: 1, topK: 0, topP: 1, maxNewTokens: NEW, rng: seededRng(1 + k), stop: -1 });
-    const n = g.reduce((s, x) => s + x.tokens.length, 0);
-    rates.push(n / ((performance.now() - t0) / 1000));
-  }
-  return median(rates);
+  const t0 = performance.now();
+  const g = await m.generate(ps, { temperature: 1, topK: 0, topP: 1, maxNewTokens: NEW, rng: seededRng(seed), stop: -1 });
+  return g.reduce((s, x) => s + x.tokens.length, 0) / ((performance.now() - t0) / 1000);
 }
 
-const onnx1 = await onnxRate(1);
-const onnx16 = await onnxRate(16);
-await model.close();
 // What the shared prompt prefix (system prompt and tool list, computed once per batch) adds.
 const plain = await OnnxModel.load(dir, { threads, sharePrefix: false });
-const onnx16Plain = await onnxRate(16, plain);
+const rates: Record<string, number[]> = {};
+const push = (k: string, v: number) => (rates[k] ??= []).push(v);
+for (const B of [1, 16]) {
+  await model.generate(prompts.slice(0, B), { temperature: 1, topK: 0, topP: 1, maxNewTokens: 4, rng: seededRng(0), stop: -1 });
+  await plain.generate(prompts.slice(0, B), { temperature: 1, topK: 0, topP: 1, maxNewTokens: 4, rng: seededRng(0), stop: -1 });
+  for (let k = 0; k < REPS; k++) {
+    push(`onnx${B}`, await onnxRun(B, model, 1 + k));
+    push(`torch${B}`, (await ask<{ tok_s: number }>({ batch: B, new_tokens: NEW })).tok_s);
+    if (B === 16) push('plain16', await onnxRun(B, plain, 1 + k));
+  }
+}
+const { matmul_gflops } = await ask<{ matmul_gflops: number }>({ matmul: true });
+py.stdin!.end();
+await model.close();
 await plain.close();
-const py = spawnSync(learnerPython(), [join(import.meta.dirname, 'torch_decode.py')], {
-  input: JSON.stringify({ model_dir: dir, prompts, batch_sizes: [1, 16], new_tokens: NEW, threads, reps: REPS }),
-  encoding: 'utf8',
-});
-if (py.status !== 0) throw new Error(`torch_decode.py failed: ${py.stderr}`);
-const torch = JSON.parse(py.stdout.trim().split('\n').pop()!) as { tok_s: Record<string, number>; matmul_gflops: number; torch: string };
+const onnx1 = median(rates.onnx1!);
+const onnx16 = median(rates.onnx16!);
+const onnx16Plain = median(rates.plain16!);
+const torch = { tok_s: { '1': median(rates.torch1!), '16': median(rates.torch16!) } as Record<string, number>, matmul_gflops, torch: torchVersion };
+const ratios16 = rates.onnx16!.map((x, i) => x / rates.torch16![i]!);
 
 // FLOPs per generated token: 2 per weight (blocks and the tied head; embeddings are lookups)
 // plus attention (QK and PV: 4·D per layer per position attended), at the mean context.
@@ -87,6 +105,7 @@ const r = (x: number) => Math.round(x * 10) / 10;
 console.log(`model ${dir}: d=${D}, layers ${a.n_layers}, heads ${a.n_heads}; prompts of ${avgPrompt.toFixed(0)} tokens on average, ${NEW} new tokens each, ${threads} thread(s)`);
 console.log(`batch  1: onnx ${r(onnx1)} tok/s   torch eager ${r(torch.tok_s['1']!)} tok/s   ratio ${(onnx1 / torch.tok_s['1']!).toFixed(2)}`);
 console.log(`batch 16: onnx ${r(onnx16)} tok/s   torch eager ${r(torch.tok_s['16']!)} tok/s   ratio ${(onnx16 / torch.tok_s['16']!).toFixed(2)}`);
+console.log(`batch 16, each round's ratio (onnx run / the torch run right after it): ${ratios16.map((x) => x.toFixed(2)).join(' ')}`);
 console.log(`batch 16 without the shared-prefix prefill: onnx ${r(onnx16Plain)} tok/s   ratio ${(onnx16Plain / torch.tok_s['16']!).toFixed(2)}`);
 console.log(`ceiling: ${(flopsPerToken / 1e6).toFixed(2)} MFLOP/token at ${torch.matmul_gflops.toFixed(1)} GFLOP/s (512² matmul, torch ${torch.torch}) = ${r(ceiling)} tok/s; onnx at batch 16 reaches ${((100 * onnx16) / ceiling).toFixed(1)}% of it`);
 console.log(
@@ -98,6 +117,7 @@ console.log(
     torch_tok_s_b16: r(torch.tok_s['16']!),
     ratio_b16: +(onnx16 / torch.tok_s['16']!).toFixed(3),
     onnx_tok_s_b16_no_shared_prefix: r(onnx16Plain),
+    ratio_b16_rounds: ratios16.map((x) => +x.toFixed(3)),
     ceiling_tok_s: r(ceiling),
     ceiling_fraction_b16: +(onnx16 / ceiling).toFixed(4),
     flops_per_token: Math.round(flopsPerToken),

@@ -1,9 +1,7 @@
 """PyTorch eager decoding of the embedded model, for bench/policy-decode.ts (the baseline).
 
-Reads {"model_dir", "prompts": [[ids]], "batch_sizes": [1, 16], "new_tokens", "threads", "reps"} on stdin,
-samples with the KV cache (GPT.forward with past keys/values) at temperature 1 (the median of
-`reps` timed runs), and prints one
-JSON line: {"tok_s": {"1": x, "16": y}, "matmul_gflops": z}.
+Samples with the KV cache (GPT.forward with past keys/values) at temperature 1; driven by
+requests on stdin (see main), one timed run at a time.
 """
 import json
 import os
@@ -47,21 +45,7 @@ def generate(model, prompts, new_tokens, gen):
     return B * new_tokens
 
 
-def main():
-    req = json.loads(sys.stdin.read())
-    torch.set_num_threads(int(req.get("threads", 1)))
-    model = load(req["model_dir"])
-    gen = torch.Generator().manual_seed(0)
-    out = {}
-    for B in req["batch_sizes"]:
-        prompts = req["prompts"][:B]
-        generate(model, prompts, 4, gen)  # warm-up
-        rates = []
-        for _ in range(int(req.get("reps", 1))):
-            t = time.perf_counter()
-            n = generate(model, prompts, req["new_tokens"], gen)
-            rates.append(n / (time.perf_counter() - t))
-        out[str(B)] = sorted(rates)[len(rates) // 2]  # the median
+def matmul_gflops():
     a = torch.randn(512, 512)
     b = torch.randn(512, 512)
     for _ in range(3):
@@ -70,8 +54,39 @@ def main():
     reps = 40
     for _ in range(reps):
         a @ b
-    gflops = 2 * 512 ** 3 * reps / (time.perf_counter() - t) / 1e9
-    print(json.dumps({"tok_s": out, "matmul_gflops": gflops, "torch": torch.__version__}))
+    return 2 * 512 ** 3 * reps / (time.perf_counter() - t) / 1e9
+
+
+def main():
+    """One JSON request per line on stdin, one JSON answer per line on stdout:
+    {"model_dir", "prompts", "threads"} loads (answers {"torch"}); {"batch": B, "new_tokens": N}
+    runs one timed decode of the first B prompts (a warm-up first time per B; answers
+    {"tok_s"}); {"matmul": true} answers {"matmul_gflops"}. The caller alternates these runs
+    with its own, so that both sides are timed in the same minutes."""
+    model = None
+    prompts = []
+    gen = torch.Generator().manual_seed(0)
+    warm = set()
+    for line in sys.stdin:
+        req = json.loads(line)
+        if "model_dir" in req:
+            torch.set_num_threads(int(req.get("threads", 1)))
+            model = load(req["model_dir"])
+            prompts = req["prompts"]
+            out = {"torch": torch.__version__}
+        elif "batch" in req:
+            B = int(req["batch"])
+            if B not in warm:
+                generate(model, prompts[:B], 4, gen)
+                warm.add(B)
+            t = time.perf_counter()
+            n = generate(model, prompts[:B], int(req["new_tokens"]), gen)
+            out = {"tok_s": n / (time.perf_counter() - t)}
+        elif req.get("matmul"):
+            out = {"matmul_gflops": matmul_gflops()}
+        else:
+            out = {"error": f"unknown request {req!r}"}
+        print(json.dumps(out), flush=True)
 
 
 if __name__ == "__main__":
