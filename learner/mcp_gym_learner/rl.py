@@ -73,6 +73,8 @@ class RLConfig:
     dr_grpo_constant: Optional[float] = None
     betas: Tuple[float, float] = (0.9, 0.999)
     eps: float = 1e-8
+    # Learning-rate multiplier of the 1-D parameters (norm gains and biases).
+    vector_lr_scale: float = 1.0
     logit_chunk: Optional[int] = None
 
     def to_json(self) -> Dict[str, Any]:
@@ -106,6 +108,7 @@ _CONFIG_SPEC: Dict[str, Tuple[str, Any, Any, bool]] = {
     "betas": ("betas", None, None, False),
     "eps": ("num", 0.0, 1.0, True),
     "logit_chunk": ("int", 1, None, False),
+    "vector_lr_scale": ("num", 0.0, 1000.0, True),
 }
 
 
@@ -586,8 +589,8 @@ class RLTrainer:
         B = len(batch)
         lr = lr_at(self.step, cfg.total_steps, cfg.lr, cfg.warmup_steps, cfg.min_lr_ratio)
         opt = self._optimizer_for(cfg)
-        for g in opt.param_groups:
-            g["lr"] = lr
+        for i, g in enumerate(opt.param_groups):
+            g["lr"] = lr * (cfg.vector_lr_scale if i == 1 else 1.0)  # group 1: the 1-D parameters
         self.model.train()
         ref = self._reference_logprobs(batch, cfg) if cfg.beta > 0 else None
         constant = cfg.dr_grpo_constant or float(max(batch.lengths))

@@ -42,17 +42,30 @@ const FLAGS = {
   'micro-batch-size': 'int',
   lr: 'num',
   'warmup-steps': 'int',
+  'adam-eps': 'num',
+  'adam-beta1': 'num',
+  'adam-beta2': 'num',
+  'vector-lr-scale': 'num',
 } as const;
 
+/**
+ * The main job. On-policy (one epoch, one optimizer step per batch) without the KL term: on the
+ * CPU this is what moved held-out success (31.5% -> 54.3% in one run of 60 steps), where two PPO
+ * epochs at lr 1e-4 with beta 0.04 moved it by about 1 point in 24 steps.
+ */
 export const MAIN_JOB: Partial<TrainConfigInput> = {
   preset: 'art',
   suite: 'calculator',
   max_difficulty: 1,
   model: 'models/calc-tiny',
-  steps: 24,
-  tasks_per_step: 12,
+  steps: 60,
+  tasks_per_step: 24,
   group: 8,
-  eval_every: 8,
+  epochs: 1,
+  beta: 0,
+  lr: 5e-4,
+  warmup_steps: 5,
+  eval_every: 20,
   eval_samples: 4,
 };
 

@@ -28,6 +28,8 @@ export const LossConfigSchema = z.object({
   adam_eps: z.number().gt(0).max(1).default(1e-8),
   adam_beta1: z.number().min(0).lt(1).default(0.9),
   adam_beta2: z.number().min(0).lt(1).default(0.999),
+  /** Learning-rate multiplier of the 1-D parameters (norm gains, biases). */
+  vector_lr_scale: z.number().gt(0).max(1000).default(1),
   /** Reset the reference to the current policy every N steps (ProRL; 0 = never). */
   ref_reset_every: z.number().int().min(0).default(0),
 });
@@ -132,6 +134,7 @@ export function learnerConfig(c: TrainConfig, totalSteps: number) {
     weight_decay: c.weight_decay,
     eps: c.adam_eps,
     betas: [c.adam_beta1, c.adam_beta2],
+    vector_lr_scale: c.vector_lr_scale,
     ref_reset_every: c.ref_reset_every,
     temperature: c.temperature,
     top_k: c.top_k,
