@@ -307,3 +307,27 @@ def test_a_step_that_fails_half_way_is_rolled_back(tmp_path, monkeypatch):
             assert torch.equal(torch.as_tensor(v), torch.as_tensor(after["state"][k][name]))
     monkeypatch.setattr(rl_mod, "loss_terms", real)
     assert L.handle(json.dumps({"cmd": "train", "batch": raw, "config": cfg}))["result"]["step"] == 2
+
+
+def test_vector_lr_scale_multiplies_the_step_of_1d_parameters_only():
+    """With SGD-like Adam steps (one step: |update| = lr for every parameter with a gradient), the
+    1-D parameters (norm gains, biases) move vector_lr_scale times as far as the matrices."""
+    moves = {}
+    for scale in (1.0, 8.0):
+        m = _model(6, torch.float64)
+        before = _state(m)
+        tr = RLTrainer(m, GPTAdapter(m))
+        cfg = parse_config({"loss": "grpo", "epochs": 1, "beta": 0.0, "lr": 1e-3, "max_grad_norm": 0.0,
+                            "micro_batch_size": 8, "vector_lr_scale": scale})
+        tr.train(parse_batch(sampled_batch(m, B=8, seed=9), V, 64), cfg)
+        after = _state(m)
+        moves[scale] = {k: (after[k] - before[k]).abs().max().item() for k in before}
+        groups = tr.optimizer.param_groups
+        assert groups[1]["lr"] == pytest.approx(scale * groups[0]["lr"])
+    vec = [k for k in before if before[k].dim() == 1 and moves[1.0][k] > 0]
+    mat = [k for k in before if before[k].dim() >= 2 and moves[1.0][k] > 0]
+    assert vec and mat
+    for k in vec:  # Adam's first step is lr * sign(g) (up to eps): the ratio is the scale
+        assert moves[8.0][k] == pytest.approx(8.0 * moves[1.0][k], rel=1e-3)
+    for k in mat:
+        assert moves[8.0][k] == pytest.approx(moves[1.0][k], rel=1e-6)
