@@ -7,6 +7,8 @@ corrupt the stream.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import math
 import os
@@ -133,6 +135,7 @@ class Learner:
             "logprobs": self.cmd_logprobs, "train": self.cmd_train, "checkpoint_save": self.cmd_checkpoint_save,
             "checkpoint_load": self.cmd_checkpoint_load, "export": self.cmd_export, "save": self.cmd_save,
             "state": self.cmd_state, "shutdown": self.cmd_shutdown,
+            "put_files": lambda req: self._on_rank0(lambda: self.cmd_put_files(req)),
         }
 
     # -- helpers --
@@ -474,7 +477,53 @@ class Learner:
 
     def cmd_export(self, req: Dict[str, Any]) -> Dict[str, Any]:
         # full=false still re-exports the graph when model_dir has none that fits.
-        return self._write(req, ["model_dir", "full"], default_full=None)
+        inline = bool(req.get("inline", False))
+        if inline and self.hf:
+            raise RequestError("inline: only for the project's GPT models (a Hugging Face model is not sampled through ONNX)")
+        result = self._write({k: v for k, v in req.items() if k != "inline"}, ["model_dir", "full"], default_full=None)
+        if inline:
+            # The written files in the answer, for a caller that does not share this file system.
+            d = result["model_dir"]
+            names = ["config.json", WEIGHTS_FILE, "model.onnx.data"] + (["model.onnx"] if result.get("full") else [])
+            result["files"] = {}
+            for name in names:
+                path = os.path.join(d, name)
+                if os.path.exists(path):
+                    with open(path, "rb") as f:
+                        result["files"][name] = base64.b64encode(f.read()).decode("ascii")
+        return result
+
+    FILES_ROOT = "mcp-gym-files"
+
+    def cmd_put_files(self, req: Dict[str, Any]) -> Dict[str, Any]:
+        """Writes files sent inline (base64) into a directory under <working dir>/mcp-gym-files, for a
+        caller that does not share this file system (a run driving a learner on another machine)."""
+        a = Args(req, ["dir", "files"])
+        rel = a.string("dir")
+        parts = rel.replace("\\", "/").split("/")
+        if os.path.isabs(rel) or any(p in ("", ".", "..") for p in parts):
+            raise RequestError(f"dir: {rel!r} must be a relative path of plain names (not absolute, no '.' or '..')")
+        files = a.raw("files")
+        if not isinstance(files, dict) or not files:
+            raise RequestError("files: must be an object {file name: base64 data} with at least one file")
+        decoded = {}
+        for name, data in files.items():
+            if name in ("", ".", "..") or "/" in name or "\\" in name:
+                raise RequestError(f"files: {name!r} is not a plain file name")
+            if not isinstance(data, str):
+                raise RequestError(f"files.{name}: must be base64 text")
+            try:
+                decoded[name] = base64.b64decode(data, validate=True)
+            except (binascii.Error, ValueError):
+                raise RequestError(f"files.{name}: not valid base64") from None
+        d = os.path.join(os.getcwd(), self.FILES_ROOT, *parts)
+        os.makedirs(d, exist_ok=True)
+        for name, raw in decoded.items():
+            tmp = os.path.join(d, name + ".tmp")
+            with open(tmp, "wb") as f:
+                f.write(raw)
+            os.replace(tmp, os.path.join(d, name))
+        return {"dir": d, "files": sorted(decoded), "bytes": sum(len(r) for r in decoded.values())}
 
     def cmd_save(self, req: Dict[str, Any]) -> Dict[str, Any]:
         # weights.pt, and model.onnx.data when a graph is there; never a new graph.

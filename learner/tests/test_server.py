@@ -152,3 +152,32 @@ def test_server_survives_exceptions_and_exits_on_eof(client, tmp_path):
     assert c.ok("state")["loaded"] is True
     c.p.stdin.close()
     assert c.p.wait(timeout=30) == 0
+
+
+def test_put_files_and_inline_export_for_a_caller_on_another_file_system(client, tmp_path):
+    """A run that shares no file system with the learner sends the model directory inline and gets
+    each export back inline; put_files writes only under <cwd>/mcp-gym-files."""
+    import base64
+
+    c = client
+    c.ok("create", model_dir="src/tiny", architecture=TINY, seed=2)
+    c.ok("load", model_dir="src/tiny")
+    c.ok("export", model_dir="src/tiny", full=True)
+    src = tmp_path / "src/tiny"
+    files = {n: base64.b64encode((src / n).read_bytes()).decode() for n in os.listdir(src)}
+    put = c.ok("put_files", dir="runs/r1/model", files=files)
+    assert put["dir"] == str(tmp_path / "mcp-gym-files/runs/r1/model")
+    assert sorted(os.listdir(put["dir"])) == sorted(files)
+    c.ok("load", model_dir=put["dir"])
+    out = c.ok("export", model_dir=put["dir"], inline=True)
+    assert {"config.json", "weights.pt", "model.onnx.data"} <= set(out["files"])
+    back = base64.b64decode(out["files"]["model.onnx.data"])
+    assert back == (tmp_path / "mcp-gym-files/runs/r1/model/model.onnx.data").read_bytes()
+    assert json.loads(base64.b64decode(out["files"]["config.json"]))["version"] == out["version"]
+    # Path tricks and bad data are refused, and nothing is written outside the files root.
+    for bad in ("../escape", "/abs/dir", "runs/../../x", "runs//x", "./x"):
+        assert c.err("put_files", dir=bad, files={"a": "AA=="}).startswith("dir: ")
+    assert c.err("put_files", dir="ok", files={"../a": "AA=="}).startswith("files: ")
+    assert c.err("put_files", dir="ok", files={"a": "not base64!"}) == "files.a: not valid base64"
+    assert c.err("put_files", dir="ok", files={}).startswith("files: must be an object")
+    assert not os.path.exists(tmp_path / "escape") and not os.path.exists(tmp_path / "x")

@@ -9,7 +9,8 @@
  * resumes from its last checkpoint with `resume`.
  */
 import { cpSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { createHash } from 'node:crypto';
+import { basename, join, posix, resolve } from 'node:path';
 import { OnnxPolicy } from '../agents/index.ts';
 import { Environment, JsonlWriter, rollout, type EnvironmentOptions, type Task, type Trajectory } from '../env/index.ts';
 import { generateSuite } from '../env/suites/index.ts';
@@ -114,9 +115,23 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
   let samples: { label: string; trajectory: Trajectory }[] = [];
 
   // The learner: spawned here, or reached over HTTP; restarted from the last checkpoint if it dies.
+  // One reached over HTTP may not share this file system: the model directory is sent to it
+  // (put_files), its exports come back in the answers, and its checkpoints stay on its side.
+  const remote = c.learner !== undefined;
+  let learnerModelDir = modelDir;
+  let learnerCkptRoot = ckptRoot;
   const startLearner = async (): Promise<Learner> => {
     const l: Learner = c.learner ? new HttpLearner(c.learner, c.learner_token) : LearnerClient.start({ threads: c.threads });
-    await l.request('load', { model_dir: modelDir, device: c.device === 'auto' ? undefined : c.device, ...(c.threads ? { threads: c.threads } : {}) });
+    if (remote) {
+      const files = Object.fromEntries(
+        ['config.json', 'weights.pt', 'model.onnx', 'model.onnx.data'].filter((f) => existsSync(join(modelDir, f))).map((f) => [f, readFileSync(join(modelDir, f)).toString('base64')]),
+      );
+      const id = `${basename(runDir).replace(/[^A-Za-z0-9._-]/g, '_')}-${createHash('sha256').update(runDir).digest('hex').slice(0, 8)}`;
+      const put = await l.request<{ dir: string }>('put_files', { dir: `runs/${id}/model`, files });
+      learnerModelDir = put.dir;
+      learnerCkptRoot = posix.join(posix.dirname(put.dir), 'checkpoints');
+    }
+    await l.request('load', { model_dir: learnerModelDir, device: c.device === 'auto' ? undefined : c.device, ...(c.threads ? { threads: c.threads } : {}) });
     if (state.checkpoint) await l.request('checkpoint_load', { dir: state.checkpoint });
     return l;
   };
@@ -149,13 +164,25 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
     draws++;
     return rng();
   };
+  /** The learner writes the new weights (and, remote, sends them: written here data first, config last). */
+  const exportWeights = async () => {
+    const r = await learner.request<{ files?: Record<string, string> }>('export', { model_dir: learnerModelDir, ...(remote ? { inline: true } : {}) });
+    if (!remote) return;
+    const names = Object.keys(r.files ?? {}).sort((a, b) => Number(a === 'config.json') - Number(b === 'config.json'));
+    if (!names.includes('config.json')) throw new Error('the remote learner\'s export sent no config.json');
+    for (const name of names) {
+      writeFileSync(join(modelDir, name + '.tmp'), Buffer.from(r.files![name]!, 'base64'));
+      renameSync(join(modelDir, name + '.tmp'), join(modelDir, name));
+    }
+  };
   const saveCheckpoint = async (step: number) => {
-    const dir = join(ckptRoot, `step-${String(step).padStart(5, '0')}`);
+    const name = `step-${String(step).padStart(5, '0')}`;
+    const dir = remote ? posix.join(learnerCkptRoot, name) : join(ckptRoot, name);
     await learner.request('checkpoint_save', { dir });
     const previous = state.checkpoint;
     state.checkpoint = dir;
     writeJsonAtomic(stateFile, state);
-    if (previous && previous !== dir) rmSync(previous, { recursive: true, force: true });
+    if (previous && previous !== dir && !remote) rmSync(previous, { recursive: true, force: true });
   };
 
   const evaluate = async (step: number): Promise<EvalResult> => {
@@ -256,7 +283,7 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
           await o.beforeLearnerStep?.(step, learner);
           const res = await learner.request<{ metrics: Record<string, unknown> }>('train', { batch, config: cfgForLearner });
           lm = res.metrics ?? {};
-          await learner.request('export', { model_dir: modelDir });
+          await exportWeights();
         }
         if (checkpointDue) {
           // state.json always describes its checkpoint: both are written here, together.
@@ -273,7 +300,7 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
         await learner.close().catch(() => {});
         state = saved;
         learner = await startLearner();
-        await learner.request('export', { model_dir: modelDir });
+        await exportWeights();
         await policy.reload();
         seek(state.rng_draws);
         metricsRows.splice(0, metricsRows.length, ...metricsRows.filter((m) => Number(m.step) <= state.step));

@@ -2,11 +2,13 @@
  * Each preset's configuration reaches the learner: the loop runs against a real learner in HTTP
  * mode (`--learner <url>`, with a token) behind a recording proxy, and the test reads what the
  * `train` requests carried: the loss, its clip range and KL weight, and, for DAPO, that dropped
- * groups (all rewards equal) are not in the batch while the dropped fraction is logged.
+ * groups (all rewards equal) are not in the batch while the dropped fraction is logged. The
+ * learner runs in its own working directory and shares no path with the run: the model goes to
+ * it inline (put_files) and its exports come back inline.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createServer, type Server } from 'node:http';
-import { mkdtempSync, readFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -20,11 +22,12 @@ const TOKEN = 'spy-token';
 let learner: ChildProcess;
 let proxy: Server;
 let url = '';
+const learnerCwd = mkdtempSync(join(tmpdir(), 'mcp-gym-remote-learner-'));
 const seen: { cmd: string; body: Record<string, unknown> }[] = [];
 
 beforeAll(async () => {
   learner = spawn(learnerPython(), ['-m', 'mcp_gym_learner', 'serve', '--http', '--port', '0', '--token', TOKEN], {
-    cwd: join(ROOT, 'learner'),
+    cwd: learnerCwd,
     env: { ...process.env, PYTHONPATH: join(ROOT, 'learner') },
     stdio: ['ignore', 'ignore', 'pipe'],
   });
@@ -64,6 +67,9 @@ async function runPreset(preset: TrainConfig['preset'], extra: Record<string, un
   const runDir = join(mkdtempSync(join(tmpdir(), `mcp-gym-preset-${preset}-`)), 'run');
   const config = resolveConfig({ preset, suite: 'calculator', max_difficulty: 1, model: MODEL, steps: 1, tasks_per_step: 4, group: 4, eval_tasks: 4, eval_samples: 1, eval_every: 0, learner: url, learner_token: TOKEN, ...extra });
   await train({ config, runDir, trainTasks });
+  // The run's own model directory got the trained weights back from the learner.
+  const local = JSON.parse(readFileSync(join(runDir, 'model', 'config.json'), 'utf8')) as { version: number; training?: { rl_steps?: number } };
+  expect(local.training?.rl_steps).toBe(1);
   const trains = seen.filter((s) => s.cmd === 'train');
   expect(trains).toHaveLength(1);
   const metrics = JSON.parse(readFileSync(join(runDir, 'metrics.jsonl'), 'utf8').trim().split('\n')[0]!) as Record<string, number>;
@@ -79,8 +85,13 @@ describe('presets reach the learner (a real learner over HTTP behind a recording
     expect(request.config.clip_high).toBe(p.clip_high);
     expect(request.config.beta).toBe(p.beta);
     expect(request.config).toMatchObject({ eps: 1e-8, betas: [0.9, 0.999] });
-    // The run used the remote learner for everything: load, step-0 checkpoint, train, export.
-    expect(cmds.slice(0, 4)).toEqual(['load', 'checkpoint_save', 'train', 'export']);
+    // The run used the remote learner for everything: the model sent, load, step-0 checkpoint,
+    // train, export; the learner's files are in its own directory, not the run's.
+    expect(cmds.slice(0, 5)).toEqual(['put_files', 'load', 'checkpoint_save', 'train', 'export']);
+    const put = seen.find((s) => s.cmd === 'put_files')!.body as { dir: string };
+    expect(existsSync(join(learnerCwd, 'mcp-gym-files', put.dir, 'model.onnx.data'))).toBe(true);
+    const ckpt = seen.find((s) => s.cmd === 'checkpoint_save')!.body as { dir: string };
+    expect(ckpt.dir.startsWith(join(learnerCwd, 'mcp-gym-files'))).toBe(true);
   }, 120_000);
 
   it('dapo: clip-higher, token-level loss, and the dropped groups are not in the batch', async () => {
