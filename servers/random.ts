@@ -1,6 +1,7 @@
 /**
  * The seeded randomness of everything the project generates (the corpus, the shop data set, the
- * task suites): mulberry32, and a small helper class over it. Same seed, same data.
+ * task suites; `seededRng` in src/tools, used by the samplers): mulberry32, and a small helper
+ * class over it. Same seed, same data.
  */
 
 /** mulberry32: a tiny, fast 32-bit seeded PRNG; returns a function giving floats in [0, 1). */

@@ -3,19 +3,12 @@
  * arguments which validate. Handles the subset of JSON Schema that tool schemas use (types,
  * properties, required, enum, const, min/max, lengths, items, anyOf/oneOf, nullable types).
  */
+import { mulberry32 } from '../../servers/random.ts';
+
 export type Rng = () => number;
 
-/** A small seeded generator (mulberry32): the same seed gives the same values. */
-export function seededRng(seed: number): Rng {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+/** A small seeded generator (mulberry32, the project's one PRNG): the same seed gives the same values. */
+export const seededRng: (seed: number) => Rng = mulberry32;
 
 const WORDS = ['alpha', 'beta', 'notes', 'report', 'x', 'data', 'hello', 'test', 'value', 'key1', '42', 'a.txt'];
 

@@ -137,17 +137,14 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
   };
   let learner = await startLearner();
   let learnerRestarts = 0;
-  const withLearner = async <R>(what: string, f: (l: Learner) => Promise<R>): Promise<R> => {
-    for (let attempt = 0; ; attempt++) {
-      try {
-        return await f(learner);
-      } catch (err) {
-        if (!(err instanceof LearnerError) || learner.alive || attempt >= 2) throw err;
-        learnerRestarts++;
-        log(`the learner died during ${what} (${(err as Error).message.slice(0, 160)}); restarting it from ${state.checkpoint ?? 'the start of the run'}`);
-        learner = await startLearner();
-      }
-    }
+  /** Whether `err` says the learner died (then it is restarted from `state`'s checkpoint); otherwise false. */
+  const restartedAfter = async (err: unknown, what: string): Promise<boolean> => {
+    if (!(err instanceof LearnerError) || learner.alive) return false;
+    learnerRestarts++;
+    log(`the learner died during ${what} (${(err as Error).message.slice(0, 160)}); restarting it from ${state.checkpoint ?? 'the start of the run'}`);
+    await learner.close().catch(() => {});
+    learner = await startLearner();
+    return true;
   };
 
   const policy = await OnnxPolicy.load(modelDir, { temperature: c.temperature, topK: c.top_k, topP: c.top_p, maxNewTokens: c.max_new_tokens, seed: c.seed + 1 + state.step });
@@ -206,7 +203,14 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
       refreshReport();
     }
     // Step 0's checkpoint: a learner that dies before the first periodic one restarts from here.
-    if (!state.checkpoint) await withLearner('checkpoint', () => saveCheckpoint(0));
+    if (!state.checkpoint) {
+      try {
+        await saveCheckpoint(0);
+      } catch (err) {
+        if (!(await restartedAfter(err, 'the first checkpoint'))) throw err;
+        await saveCheckpoint(0);
+      }
+    }
     let t0 = performance.now() - state.train_seconds * 1000;
     const cfgForLearner = learnerConfig(c, c.steps);
     let deathsThisStep = 0;
@@ -293,13 +297,8 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
       } catch (err) {
         // The learner died mid-step: restart it from the last checkpoint, roll the run back to
         // that checkpoint's step (what was done since is the work lost) and go on from there.
-        if (!(err instanceof LearnerError) || learner.alive || ++deathsThisStep > 2) throw err;
-        learnerRestarts++;
-        const saved = JSON.parse(readFileSync(stateFile, 'utf8')) as State;
-        log(`the learner died during step ${step} (${(err as Error).message.slice(0, 160)}); restarting it from ${saved.checkpoint} (step ${saved.step})`);
-        await learner.close().catch(() => {});
-        state = saved;
-        learner = await startLearner();
+        if (++deathsThisStep > 2 || !(await restartedAfter(err, `step ${step}`))) throw err;
+        state = JSON.parse(readFileSync(stateFile, 'utf8')) as State; // that checkpoint's
         await exportWeights();
         await policy.reload();
         seek(state.rng_draws);
