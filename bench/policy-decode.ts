@@ -19,7 +19,7 @@ import { parseArgs } from 'node:util';
 import { OnnxModel, ChatTemplate } from '../src/agents/index.ts';
 import { openingMessages } from '../src/env/index.ts';
 import { generateSuite } from '../src/env/suites/index.ts';
-import { seededRng } from '../src/tools/index.ts';
+import { seededRandom } from '../lib/index.ts';
 import { LearnerClient, learnerPython } from '../src/trainers/index.ts';
 
 const { values } = parseArgs({
@@ -66,7 +66,7 @@ const { torch: torchVersion } = await ask<{ torch: string }>({ model_dir: dir, p
 async function onnxRun(B: number, m: OnnxModel, seed: number): Promise<number> {
   const ps = prompts.slice(0, B);
   const t0 = performance.now();
-  const g = await m.generate(ps, { temperature: 1, topK: 0, topP: 1, maxNewTokens: NEW, rng: seededRng(seed), stop: -1 });
+  const g = await m.generate(ps, { temperature: 1, topK: 0, topP: 1, maxNewTokens: NEW, rng: seededRandom(seed), stop: -1 });
   return g.reduce((s, x) => s + x.tokens.length, 0) / ((performance.now() - t0) / 1000);
 }
 
@@ -75,8 +75,8 @@ const plain = await OnnxModel.load(dir, { threads, sharePrefix: false });
 const rates: Record<string, number[]> = {};
 const push = (k: string, v: number) => (rates[k] ??= []).push(v);
 for (const B of [1, 16]) {
-  await model.generate(prompts.slice(0, B), { temperature: 1, topK: 0, topP: 1, maxNewTokens: 4, rng: seededRng(0), stop: -1 });
-  await plain.generate(prompts.slice(0, B), { temperature: 1, topK: 0, topP: 1, maxNewTokens: 4, rng: seededRng(0), stop: -1 });
+  await model.generate(prompts.slice(0, B), { temperature: 1, topK: 0, topP: 1, maxNewTokens: 4, rng: seededRandom(0), stop: -1 });
+  await plain.generate(prompts.slice(0, B), { temperature: 1, topK: 0, topP: 1, maxNewTokens: 4, rng: seededRandom(0), stop: -1 });
   for (let k = 0; k < REPS; k++) {
     push(`onnx${B}`, await onnxRun(B, model, 1 + k));
     push(`torch${B}`, (await ask<{ tok_s: number }>({ batch: B, new_tokens: NEW })).tok_s);

@@ -21,6 +21,7 @@
  * or "New X", "Upper X" ... on the same river in the same country); about half of the companies
  * carry their founder's surname, a few carry a city's name; people share first names and surnames.
  */
+import { SeededRandom } from '../lib/index.ts';
 
 export type DocKind = 'country' | 'city' | 'person' | 'element' | 'company';
 
@@ -43,10 +44,6 @@ export const FACT_NAMES: Readonly<Record<DocKind, readonly string[]>> = {
   company: ['industry', 'founded', 'founder', 'headquarters', 'employees'],
 };
 
-import { mulberry32, Rng } from './random.ts';
-
-export { mulberry32 };
-
 export const CORPUS_SEED = 0x5eed_2024;
 
 
@@ -60,7 +57,7 @@ const RESERVED = new Set(['the', 'and', 'new', 'port', 'upper', 'lower', 'north'
 class Words {
   private readonly used = new Set<string>();
 
-  constructor(private readonly rng: Rng) {}
+  constructor(private readonly rng: SeededRandom) {}
 
   claim(word: string): boolean {
     const key = word.toLowerCase();
@@ -158,7 +155,7 @@ const INDUSTRIES = ['shipping', 'textile', 'optics', 'brewing', 'mining', 'softw
 const COMPANY_SUFFIXES = ['Works', 'Industries', 'Holdings', 'Labs', 'Foundry', 'Trading Company', 'Brothers', 'Mills', 'Instruments', 'Group'];
 
 /** A spelling variant of a city name: one vowel changed, or a letter added or dropped at the end. */
-function variant(rng: Rng, name: string): string {
+function variant(rng: SeededRandom, name: string): string {
   const vowelAt = [...name].flatMap((c, i) => (i > 0 && 'aeiou'.includes(c) ? [i] : []));
   const mode = rng.int(0, 2);
   if (mode === 0 && vowelAt.length > 0) {
@@ -172,7 +169,7 @@ function variant(rng: Rng, name: string): string {
 
 /** Builds the corpus; the same seed always gives the same documents in the same order. */
 export function buildCorpus(seed: number = CORPUS_SEED): Doc[] {
-  const rng = new Rng(seed);
+  const rng = new SeededRandom(seed);
   const words = new Words(rng);
 
   // Countries.

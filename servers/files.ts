@@ -6,11 +6,11 @@
  * The tools run synchronously (like kv's SQLite calls), so each call is atomic with respect to
  * the others and to an episode's release, and the per-episode counters stay exact.
  */
-import { createHash } from 'node:crypto';
 import { appendFileSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, renameSync, rmSync, statSync, writeFileSync, type Stats } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, dirname, join, posix, sep } from 'node:path';
 import { z } from 'zod';
+import { sha256Hex } from '../lib/index.ts';
 import { defineServer, defineTool, EpisodeStore, ToolError, type Backend } from './common.ts';
 
 interface FilesState {
@@ -462,7 +462,7 @@ const tools = [
 
 /** The directory name of an episode's sandbox: a hash of its id, never the id itself. */
 function episodeDirName(id: string): string {
-  return `ep-${createHash('sha256').update(id).digest('hex').slice(0, 32)}`;
+  return `ep-${sha256Hex(id).slice(0, 32)}`;
 }
 
 export const filesServer = defineServer<FilesState>({

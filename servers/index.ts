@@ -9,8 +9,16 @@ import { sqlServer } from './sql.ts';
 export { EPISODE_META_KEY, DEFAULT_EPISODE, ToolError, EpisodeStore, defineServer, defineTool, buildMcpServer, serverFactory } from './common.ts';
 export type { ServerDefinition, ToolDef, Backend, BackendOptions } from './common.ts';
 export { serveOverStdio, serveOverHttp } from './serve.ts';
-export { mulberry32, Rng } from './random.ts';
 export type { HttpOptions, HttpServing, StdioServing } from './serve.ts';
+
+// The servers' published data, not internals: the `search` server's corpus and its index, and the
+// `sql` server's shop data set, which the task suites (src/env/suites) read to write questions and
+// compute their answers. Exported here so that src/ never reaches into a server's own files.
+export { CORPUS } from './corpus.ts';
+export type { Doc, DocKind } from './corpus.ts';
+export { corpusIndex } from './search.ts';
+export { buildShopDatabase, generateShop, SHOP_DB_FILE } from './shop-data.ts';
+export type { ShopData } from './shop-data.ts';
 
 export const bundledServers: Record<string, ServerDefinition<never>> = {
   calculator: calculatorServer as ServerDefinition<never>,

@@ -6,7 +6,7 @@
  */
 import { renameSync, rmSync } from 'node:fs';
 import Database from 'better-sqlite3';
-import { mulberry32 } from './random.ts';
+import { mulberry32 } from '../lib/index.ts';
 
 export const SHOP_SEED = 20_240_611;
 export const SHOP_DB_FILE = 'shop.sqlite';

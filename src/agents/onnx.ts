@@ -8,7 +8,7 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import * as ort from 'onnxruntime-node';
-import { seededRng, type Rng } from '../tools/index.ts';
+import { seededRandom, type RandomFn } from '../../lib/index.ts';
 import type { Observation, Policy, PolicyAction } from '../env/index.ts';
 import { readModelConfig, type ModelConfig } from './model-config.ts';
 import { sampleToken, type SamplingOptions } from './sampling.ts';
@@ -16,7 +16,7 @@ import { ChatTemplate, parseAssistantTokens, T } from './template.ts';
 
 export interface GenerateOptions extends SamplingOptions {
   maxNewTokens: number;
-  rng: Rng;
+  rng: RandomFn;
   /** Token that ends a sequence. Default <|end|>. */
   stop?: number;
 }
@@ -311,7 +311,7 @@ export class OnnxPolicy implements Policy {
   private readonly sequences = new Map<string, number[]>();
   private readonly queue: Pending[] = [];
   private running = false;
-  private readonly rng: Rng;
+  private readonly rng: RandomFn;
   readonly sampling: SamplingOptions;
 
   private constructor(
@@ -319,7 +319,7 @@ export class OnnxPolicy implements Policy {
     private readonly options: OnnxPolicyOptions,
   ) {
     this.id = `onnx:${model.config.name}`;
-    this.rng = seededRng(options.seed ?? 1);
+    this.rng = seededRandom(options.seed ?? 1);
     this.sampling = { temperature: options.temperature ?? 1, topK: options.topK ?? 0, topP: options.topP ?? 1 };
   }
 

@@ -3,7 +3,7 @@
  * renormalised; the logprob returned is that of the sampled token under exactly this
  * distribution (learner/PROTOCOL.md, "Logprobs"; the learner computes the same).
  */
-import type { Rng } from '../tools/index.ts';
+import type { RandomFn } from '../../lib/index.ts';
 
 export interface SamplingOptions {
   temperature: number;
@@ -58,7 +58,7 @@ export function processedLogprobs(logits: ArrayLike<number>, offset: number, voc
  * Samples from processed logprobs; returns the token and its logprob. Greedy when temperature is 0.
  * `scratch` holds at least 2 x vocab numbers.
  */
-export function sampleToken(logits: ArrayLike<number>, offset: number, vocab: number, o: SamplingOptions, rng: Rng, scratch: Float64Array): { token: number; logprob: number } {
+export function sampleToken(logits: ArrayLike<number>, offset: number, vocab: number, o: SamplingOptions, rng: RandomFn, scratch: Float64Array): { token: number; logprob: number } {
   if (o.temperature <= 0) {
     let best = 0;
     for (let i = 1; i < vocab; i++) if (logits[offset + i]! > logits[offset + best]!) best = i;

@@ -3,7 +3,8 @@
  * turn, then its answer); the random policy calls random tools with random arguments drawn from
  * their schemas and answers something random. They bound what a learned policy can do.
  */
-import { sampleFromSchema, seededRng, type Rng } from '../tools/index.ts';
+import { seededRandom, type RandomFn } from '../../lib/index.ts';
+import { sampleFromSchema } from '../tools/index.ts';
 import type { Observation, Policy, PolicyAction } from '../env/index.ts';
 
 export class ExpertPolicy implements Policy {
@@ -21,10 +22,10 @@ export class ExpertPolicy implements Policy {
 
 export class RandomPolicy implements Policy {
   readonly id = 'random';
-  private readonly rng: Rng;
+  private readonly rng: RandomFn;
 
   constructor(seed = 7, private readonly answerProbability = 0.3) {
-    this.rng = seededRng(seed);
+    this.rng = seededRandom(seed);
   }
 
   async act(obs: Observation): Promise<PolicyAction> {

@@ -4,7 +4,7 @@
  * command line the way a shell would.
  */
 import { AjvJsonSchemaValidator } from '@modelcontextprotocol/client/validators/ajv';
-import { seededRng, type Rng } from '../tools/index.ts';
+import { seededRandom, type RandomFn } from '../../lib/index.ts';
 
 type Schema = Record<string, unknown>;
 export type Args = Record<string, unknown>;
@@ -140,7 +140,7 @@ function resolveRef(schema: Schema, root: Schema): Schema {
 }
 
 /** One value meant to validate against `schema` (formats, bounds, lengths, enums, $ref, allOf). */
-export function sampleValid(schema: unknown, rng: Rng, root: Schema = (schema ?? {}) as Schema, depth = 0): unknown {
+export function sampleValid(schema: unknown, rng: RandomFn, root: Schema = (schema ?? {}) as Schema, depth = 0): unknown {
   if (depth > 24) return null; // a schema that recurses without end
   let s = resolveRef((schema ?? {}) as Schema, root);
   const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rng() * xs.length)]!;
@@ -232,7 +232,7 @@ export interface GeneratedArgs {
 
 /** Up to `count` distinct argument sets for a tool, drawn from its schema and checked against it. */
 export function generateArguments(schema: Schema, count: number, seed: number): GeneratedArgs {
-  const rng = seededRng(seed);
+  const rng = seededRandom(seed);
   const check = schemaValidator(schema);
   const seen = new Set<string>();
   const good: Args[] = [];
@@ -253,14 +253,4 @@ export function generateArguments(schema: Schema, count: number, seed: number): 
   }
   if (good.length) return { args: good, valid: true };
   return { args: unchecked.length ? unchecked : [{}], valid: false, error };
-}
-
-/** A stable 32-bit hash of a string (FNV-1a): per-tool seeds that do not depend on tool order. */
-export function hashString(s: string): number {
-  let h = 0x811c9dc5;
-  for (let i = 0; i < s.length; i++) {
-    h ^= s.charCodeAt(i);
-    h = Math.imul(h, 0x01000193);
-  }
-  return h >>> 0;
 }

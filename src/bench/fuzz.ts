@@ -6,8 +6,9 @@
  */
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
-import { isAlive, killTree, seededRng, type Rng, type ToolResult } from '../tools/index.ts';
-import { generateArguments, hashString, type Args } from './args.ts';
+import { fnv1a, seededRandom, type RandomFn } from '../../lib/index.ts';
+import { isAlive, killTree, type ToolResult } from '../tools/index.ts';
+import { generateArguments, type Args } from './args.ts';
 import type { Caller } from './load.ts';
 
 type Schema = Record<string, unknown>;
@@ -126,7 +127,7 @@ function setAt(base: Args, path: string[], value: unknown, remove = false): Args
   return out;
 }
 
-function shuffle<T>(xs: T[], rng: Rng): T[] {
+function shuffle<T>(xs: T[], rng: RandomFn): T[] {
   for (let i = xs.length - 1; i > 0; i--) {
     const j = Math.floor(rng() * (i + 1));
     [xs[i], xs[j]] = [xs[j]!, xs[i]!];
@@ -146,7 +147,7 @@ export function fuzzCases(tool: { name: string; inputSchema: Schema }, options: 
   const hugeLength = options.hugeLength ?? 100_000;
   const depth = options.depth ?? 1000;
   const arrayLength = options.arrayLength ?? 10_000;
-  const rng = seededRng((seed ^ hashString(tool.name)) >>> 0);
+  const rng = seededRandom((seed ^ fnv1a(tool.name)) >>> 0);
   const schema = tool.inputSchema ?? {};
   const base = generateArguments(schema, 1, seed).args[0] ?? {};
   const byKind = new Map<string, FuzzCase[]>();

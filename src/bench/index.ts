@@ -5,7 +5,7 @@ export { LatencyStore, quantileOf, logHistogram } from './latency.ts';
 export type { Histogram, LatencySummary } from './latency.ts';
 export { runLevel, loadTool, DEFAULT_CONCURRENCY } from './load.ts';
 export type { Caller, LevelOptions, LevelResult, LoadOptions, ToolLoad } from './load.ts';
-export { splitCommandLine, parseExamples, generateArguments, sampleValid, schemaValidator, hashString } from './args.ts';
+export { splitCommandLine, parseExamples, generateArguments, sampleValid, schemaValidator } from './args.ts';
 export type { Args, GeneratedArgs } from './args.ts';
 export { fuzzCases, sendAndClassify, runFuzz, saveFailures, readFailures, replayFailures, OUTCOMES, ODD_STRINGS } from './fuzz.ts';
 export type { Outcome, FuzzCase, FuzzClient, FuzzFailure, FuzzOptions, FuzzGenOptions, FuzzReport, ToolFuzz, Classified, ReplayResult } from './fuzz.ts';

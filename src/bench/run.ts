@@ -5,7 +5,8 @@
  */
 import { ToolClient, type ConnectOptions, type ServerSpec, type ToolInfo } from '../tools/index.ts';
 import type { Policy, Task } from '../env/index.ts';
-import { generateArguments, hashString, type Args } from './args.ts';
+import { fnv1a } from '../../lib/index.ts';
+import { generateArguments, type Args } from './args.ts';
 import { runAgentBench } from './agent.ts';
 import { replayFailures, runFuzz, saveFailures, type FuzzFailure, type FuzzOptions } from './fuzz.ts';
 import { DEFAULT_CONCURRENCY, loadTool, type LevelResult } from './load.ts';
@@ -85,7 +86,7 @@ export async function runBench(options: BenchOptions): Promise<BenchReport> {
         for (const tool of tools) {
           if (options.signal?.aborted) break;
           const examples = options.examples?.get(tool.name);
-          const gen = examples ? undefined : generateArguments(tool.inputSchema, options.argsPerTool ?? 8, (seed ^ hashString(tool.name)) >>> 0);
+          const gen = examples ? undefined : generateArguments(tool.inputSchema, options.argsPerTool ?? 8, (seed ^ fnv1a(tool.name)) >>> 0);
           if (gen && !gen.valid) report.warnings.push(`${tool.name}: no generated arguments validate against its schema (${gen.error ?? 'unknown'}); used unchecked ones`);
           log(`load ${tool.name}: ${concurrency.map((c) => `c=${c}`).join(' ')}`);
           report.tools[tool.name] = await loadTool(client, tool.name, examples ?? gen!.args, { source: examples ? 'examples' : 'schema', valid: examples ? true : gen!.valid }, {

@@ -16,6 +16,5 @@ export {
 export type { ToolCall, ToolResult, ToolInfo, ToolErrorKind, ServerSpec, StdioSpec, HttpSpec, InProcessSpec, ContentBlock } from './contracts.ts';
 export { ProcessStdioTransport } from './stdio.ts';
 export { descendants, isAlive, killTree } from './process-tree.ts';
-export { sampleFromSchema, seededRng } from './schema-sample.ts';
-export type { Rng } from './schema-sample.ts';
+export { sampleFromSchema } from './schema-sample.ts';
 export { linkedFetch, linkedListeners } from './http-fetch.ts';

@@ -3,18 +3,13 @@
  * arguments which validate. Handles the subset of JSON Schema that tool schemas use (types,
  * properties, required, enum, const, min/max, lengths, items, anyOf/oneOf, nullable types).
  */
-import { mulberry32 } from '../../servers/random.ts';
-
-export type Rng = () => number;
-
-/** A small seeded generator (mulberry32, the project's one PRNG): the same seed gives the same values. */
-export const seededRng: (seed: number) => Rng = mulberry32;
+import type { RandomFn } from '../../lib/index.ts';
 
 const WORDS = ['alpha', 'beta', 'notes', 'report', 'x', 'data', 'hello', 'test', 'value', 'key1', '42', 'a.txt'];
 
 type Schema = Record<string, unknown>;
 
-export function sampleFromSchema(schema: unknown, rng: Rng, depth = 0): unknown {
+export function sampleFromSchema(schema: unknown, rng: RandomFn, depth = 0): unknown {
   const s = (schema ?? {}) as Schema;
   const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rng() * xs.length)]!;
   if ('const' in s) return s.const;

@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { OnnxModel } from '../../src/agents/index.ts';
 import { LearnerClient } from '../../src/trainers/index.ts';
-import { seededRng } from '../../src/tools/index.ts';
+import { seededRandom } from '../../lib/index.ts';
 
 let learner: LearnerClient;
 let model: OnnxModel;
@@ -38,9 +38,9 @@ describe.each([
   { temperature: 1.3, topK: 20, topP: 1 },
 ])('logprobs at %o', (sampling) => {
   it('the learner recomputes the sampler logprobs of the sampled tokens to 1e-4', async () => {
-    const gens = await model.generate(prompts, { ...sampling, maxNewTokens: 40, rng: seededRng(5), stop: -1 });
+    const gens = await model.generate(prompts, { ...sampling, maxNewTokens: 40, rng: seededRandom(5), stop: -1 });
     const sequences = prompts.map((p, i) => [...p, ...gens[i]!.tokens]);
-    const r = await learner.request<{ logprobs: number[][] }>('logprobs', {
+    const r = await learner.request('logprobs', {
       sequences,
       starts: prompts.map((p) => p.length),
       temperature: sampling.temperature,
@@ -75,8 +75,8 @@ describe.each([
   it('matches the learner to 1e-4', async () => {
     const m = await OnnxModel.load(dir, options);
     try {
-      const gens = await m.generate(shared, { temperature: 1, topK: 0, topP: 1, maxNewTokens: 30, rng: seededRng(9), stop: -1 });
-      const r = await learner.request<{ logprobs: number[][] }>('logprobs', {
+      const gens = await m.generate(shared, { temperature: 1, topK: 0, topP: 1, maxNewTokens: 30, rng: seededRandom(9), stop: -1 });
+      const r = await learner.request('logprobs', {
         sequences: shared.map((p, i) => [...p, ...gens[i]!.tokens]),
         starts: shared.map((p) => p.length),
         temperature: 1,

@@ -1,18 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client } from '@modelcontextprotocol/client';
 import { InMemoryTransport } from '@modelcontextprotocol/server';
-import { EPISODE_META_KEY, serverFactory, ToolError } from '../../servers/common.ts';
-import {
-  calculatorServer,
-  evaluateExpression,
-  MAX_DEPTH,
-  MAX_EXPRESSION_LENGTH,
-  parseExpression,
-  parseNumber,
-  Rational,
-  toDecimal,
-  type ExprNode,
-} from '../../servers/calculator.ts';
+import { evaluateExpression, MathError, MAX_DEPTH, MAX_EXPRESSION_LENGTH, parseExpression, parseNumber, Rational, toDecimal, type ExprNode } from '../../lib/index.ts';
+import { EPISODE_META_KEY, serverFactory } from '../../servers/common.ts';
+import { calculatorServer } from '../../servers/calculator.ts';
 
 interface CalcOut {
   expression: string;
@@ -32,15 +23,15 @@ const textOf = (r: CallResult): string => {
 /** The exact value of an expression as "n" or "p/q". */
 const calc = (src: string): string => evaluateExpression(src).toString();
 
-/** The message of the ToolError that `f` throws. */
+/** The message of the MathError that `f` throws (the server turns it into a ToolError with the same message). */
 function errorOf(f: () => unknown): string {
   try {
     f();
   } catch (err) {
-    expect(err).toBeInstanceOf(ToolError);
+    expect(err).toBeInstanceOf(MathError);
     return (err as Error).message;
   }
-  throw new Error('expected a ToolError, nothing was thrown');
+  throw new Error('expected a MathError, nothing was thrown');
 }
 
 /** A syntax tree in prefix notation, e.g. "(+ 1 (* 2 3))", to compare shapes briefly. */

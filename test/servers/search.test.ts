@@ -2,7 +2,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client } from '@modelcontextprotocol/client';
 import { InMemoryTransport } from '@modelcontextprotocol/server';
 import { EPISODE_META_KEY, serverFactory } from '../../servers/common.ts';
-import { buildCorpus, CORPUS, CORPUS_SEED, docById, FACT_NAMES, mulberry32, type Doc } from '../../servers/corpus.ts';
+import { mulberry32 } from '../../lib/index.ts';
+import { buildCorpus, CORPUS, CORPUS_SEED, docById, FACT_NAMES, type Doc } from '../../servers/corpus.ts';
 import { Bm25Index, searchServer, snippet, tokenize } from '../../servers/search.ts';
 
 interface Hit {

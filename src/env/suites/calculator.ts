@@ -1,10 +1,10 @@
 /**
  * `calculator`: exact arithmetic (+, -, *, /) with operands and operation counts growing with the
- * difficulty, up to integers of 30 digits. The answer is computed by the calculator server's own
- * exact evaluator, so it is the value the `evaluate` tool returns.
+ * difficulty, up to integers of 30 digits. The answer is computed by lib's exact evaluator, the one
+ * behind the calculator server, so it is the value the `evaluate` tool returns.
  */
-import { evaluateExpression } from '../../../servers/calculator.ts';
-import { answerNumber, call, type Candidate, type Rng, type Sampler } from './common.ts';
+import { evaluateExpression, type SeededRandom } from '../../../lib/index.ts';
+import { answerNumber, call, type Candidate, type Sampler } from './common.ts';
 
 type Op = '+' | '-' | '*' | '/';
 
@@ -39,7 +39,7 @@ function write(node: Node): string {
   return `${left} ${node.op} ${right}`;
 }
 
-function build(rng: Rng, level: Level): Node {
+function build(rng: SeededRandom, level: Level): Node {
   const n = rng.int(level.operands[0], level.operands[1]);
   const num = (): Node => ({ kind: 'num', text: rng.digits(rng.int(level.digits[0], level.digits[1])) });
   let node: Node = num();

@@ -3,11 +3,9 @@
  * each candidate's split keys, independent of the seed, so no parameter is ever in both splits),
  * and the loop that draws a suite's tasks from its sampler.
  */
-import { bundledServers } from '../../../servers/index.ts';
-import { Rng } from '../../../servers/index.ts';
-
-export { Rng };
 import type { z } from 'zod';
+import { fnv1a, SeededRandom } from '../../../lib/index.ts';
+import { bundledServers } from '../../../servers/index.ts';
 import { defineTask, type MatcherSchema, type Task, type TaskCall, type TaskInput } from '../task.ts';
 
 export type Split = 'train' | 'eval';
@@ -17,16 +15,6 @@ export type Json = string | number | boolean | null | Json[] | { [key: string]: 
 
 /** Percent of the hash buckets that belong to the eval split. */
 export const EVAL_PERCENT = 25;
-
-/** FNV-1a, 32 bits: the hash behind the train/eval partition and the per-suite seeds. */
-export function fnv1a(text: string): number {
-  let h = 0x811c9dc5;
-  for (let i = 0; i < text.length; i++) {
-    h ^= text.charCodeAt(i);
-    h = Math.imul(h, 0x01000193) >>> 0;
-  }
-  return h >>> 0;
-}
 
 /** The split a key belongs to, whatever the seed. */
 export function splitOfKey(key: string): Split {
@@ -75,7 +63,7 @@ export interface Candidate {
 }
 
 /** Proposes a task of a difficulty (1-5) for a split; undefined when it could not. */
-export type Sampler = (rng: Rng, difficulty: number, split: Split) => Candidate | undefined;
+export type Sampler = (rng: SeededRandom, difficulty: number, split: Split) => Candidate | undefined;
 
 const MAX_ATTEMPTS = 3000;
 
@@ -89,7 +77,7 @@ function splitSeed(seed: number, suite: string, split: Split): number {
  * dropped, and a params key used twice only once the sampler cannot find a new one.
  */
 export function drawTasks(suite: string, split: Split, count: number, seed: number, sampler: Sampler): Task[] {
-  const rng = new Rng(splitSeed(seed, suite, split));
+  const rng = new SeededRandom(splitSeed(seed, suite, split));
   const seen = new Set<string>();
   const tasks: Task[] = [];
   for (let i = 0; i < count; i++) {

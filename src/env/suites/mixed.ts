@@ -5,10 +5,10 @@
  * combined; 3 two lookups combined by the calculator; 4 a chain of references written to a file,
  * or two sql answers stored; 5 a two-document age computation, or big kv numbers combined.
  */
-import type { Doc } from '../../../servers/corpus.ts';
+import { evaluateExpression, type SeededRandom } from '../../../lib/index.ts';
+import type { Doc } from '../../../servers/index.ts';
 import type { TaskCall } from '../task.ts';
-import { evaluateExpression } from '../../../servers/calculator.ts';
-import { agentTool, answerNumber, call, entityKey, quote, type Candidate, type CheckInput, type MatcherInput, type Rng, type Sampler, type Split } from './common.ts';
+import { agentTool, answerNumber, call, entityKey, quote, type Candidate, type CheckInput, type MatcherInput, type Sampler, type Split } from './common.ts';
 import { chainCalls, chainFrom, chainMatcher, searchPool, type Chain } from './search.ts';
 import { sqlPool, type AnsweredSqlQuestion } from './sql.ts';
 
@@ -32,7 +32,7 @@ function sqlMatcher(q: AnsweredSqlQuestion): MatcherInput {
 }
 
 /** A search question stored in kv (d1) or in a file (d2: one lookup, d4: a chain of references). */
-function searchStore(rng: Rng, split: Split, level: number, store: 'kv' | 'files'): Candidate | undefined {
+function searchStore(rng: SeededRandom, split: Split, level: number, store: 'kv' | 'files'): Candidate | undefined {
   const chain = rng.pick(searchPool(level, split));
   const start = chain.docs[0]!;
   const servers: Record<string, string> = store === 'kv' ? { search: 'search', kv: 'kv' } : { search: 'search', files: 'files' };
@@ -52,7 +52,7 @@ function searchStore(rng: Rng, split: Split, level: number, store: 'kv' | 'files
 }
 
 /** One (d1) or two (d4) sql answers stored in kv. */
-function sqlKv(rng: Rng, split: Split, levels: number[]): Candidate | undefined {
+function sqlKv(rng: SeededRandom, split: Split, levels: number[]): Candidate | undefined {
   const qs = levels.map((l) => rng.pick(sqlPool(l, split)));
   if (qs.length === 2 && qs[0]!.sql === qs[1]!.sql) return undefined;
   const keys = qs.map((q, i) => `answer:${i + 1}`);
@@ -71,7 +71,7 @@ function sqlKv(rng: Rng, split: Split, levels: number[]): Candidate | undefined 
 }
 
 /** Two numeric sql answers combined with the calculator (d3). */
-function sqlCalculator(rng: Rng, split: Split): Candidate | undefined {
+function sqlCalculator(rng: SeededRandom, split: Split): Candidate | undefined {
   const pool = sqlPool(3, split).filter((q) => q.kind === 'number' && q.params.q === 'units_of_product');
   const [a, b] = rng.sample(pool, 2);
   if (!a || !b) return undefined;
@@ -93,7 +93,7 @@ function sqlCalculator(rng: Rng, split: Split): Candidate | undefined {
 }
 
 /** Numbers in kv combined with the calculator and stored back: small (d2) or big (d5). */
-function kvCalculator(rng: Rng, big: boolean): Candidate {
+function kvCalculator(rng: SeededRandom, big: boolean): Candidate {
   const name = rng.pick(['alpha', 'beta', 'gamma', 'delta', 'omega', 'sigma', 'kappa', 'theta', 'lambda', 'zeta']);
   const n = big ? 3 : 2;
   const keys = Array.from({ length: n }, (_, i) => `${name}:${'abc'[i]}`);
@@ -117,7 +117,7 @@ function kvCalculator(rng: Rng, big: boolean): Candidate {
 const CITIES_BY_SPLIT = new Map<Split, Doc[]>();
 
 /** The years between the foundings of two cities (d3), or a person's age at an event (d5). */
-function searchCalculator(rng: Rng, split: Split, level: 3 | 5): Candidate | undefined {
+function searchCalculator(rng: SeededRandom, split: Split, level: 3 | 5): Candidate | undefined {
   const servers = { search: 'search', calculator: 'calculator' };
   if (level === 3) {
     let cities = CITIES_BY_SPLIT.get(split);

@@ -5,8 +5,7 @@
  * three at 5. The reference solution searches each document of the chain by its title and opens
  * it. Questions are split by their starting document, so eval entities never start a train question.
  */
-import { CORPUS, type Doc, type DocKind } from '../../../servers/corpus.ts';
-import { corpusIndex } from '../../../servers/search.ts';
+import { corpusIndex, CORPUS, type Doc, type DocKind } from '../../../servers/index.ts';
 import type { TaskCall } from '../task.ts';
 import { call, entityKey, splitOf, type MatcherInput, type Sampler, type Split } from './common.ts';
 

@@ -9,7 +9,7 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
-import { buildShopDatabase, generateShop, SHOP_DB_FILE, type ShopData } from '../../../servers/shop-data.ts';
+import { buildShopDatabase, generateShop, SHOP_DB_FILE, type ShopData } from '../../../servers/index.ts';
 import type { TaskCall } from '../task.ts';
 import { answerNumber, answerText, call, splitOf, type Candidate, type Sampler, type Split } from './common.ts';
 

@@ -1,11 +1,14 @@
 /**
  * The seeded randomness of everything the project generates (the corpus, the shop data set, the
- * task suites; `seededRng` in src/tools, used by the samplers): mulberry32, and a small helper
- * class over it. Same seed, same data.
+ * task suites, the schema samplers, the policies' sampling): mulberry32, a `RandomFn` factory
+ * over it, and a small helper class. Same seed, same data.
  */
 
+/** A source of floats in [0, 1), like `Math.random`. */
+export type RandomFn = () => number;
+
 /** mulberry32: a tiny, fast 32-bit seeded PRNG; returns a function giving floats in [0, 1). */
-export function mulberry32(seed: number): () => number {
+export function mulberry32(seed: number): RandomFn {
   let a = seed >>> 0;
   return () => {
     a = (a + 0x6d2b79f5) >>> 0;
@@ -16,8 +19,14 @@ export function mulberry32(seed: number): () => number {
   };
 }
 
-export class Rng {
-  private readonly next: () => number;
+/** The project's seeded generator (mulberry32): the same seed gives the same values. */
+export function seededRandom(seed: number): RandomFn {
+  return mulberry32(seed);
+}
+
+/** Helpers over a seeded generator: integers, picks, shuffles, digit strings. */
+export class SeededRandom {
+  private readonly next: RandomFn;
 
   constructor(seed: number) {
     this.next = mulberry32(seed);

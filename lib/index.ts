@@ -1,0 +1,20 @@
+/**
+ * `lib/`: the little code that `servers/` and `src/` share, and the bottom layer of the project
+ * (it imports nothing outside itself but Node built-ins): exact rationals and arithmetic
+ * expressions, the seeded PRNG, and hashing. `src/` imports it only through this file.
+ */
+export { MathError, Rational, toDecimal, gcd, bitLength, DECIMAL_DIGITS } from './rational.ts';
+export {
+  evaluateExpression,
+  parseExpression,
+  parseNumber,
+  checkedSize,
+  MAX_EXPRESSION_LENGTH,
+  MAX_DEPTH,
+  MAX_EXPONENT,
+  MAX_DIGITS,
+} from './expression.ts';
+export type { ExprNode, BinaryOp, FunctionName } from './expression.ts';
+export { mulberry32, seededRandom, SeededRandom } from './random.ts';
+export type { RandomFn } from './random.ts';
+export { fnv1a, sha256Hex } from './hash.ts';
