@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 // Installs what is missing before `npm start` and `npm test`: the npm packages (when
-// node_modules is absent or older than package-lock.json), and checks that the native
-// module better-sqlite3 loads. Uses only Node's built-ins, since it runs before the install.
+// node_modules is absent or older than package-lock.json), checks that the native
+// module better-sqlite3 loads, and builds dist/ (which bin/mcp-gym.js runs) when it is missing or
+// older than a source. Uses only Node's built-ins, since it runs before the install.
 import { execFileSync, spawnSync } from 'node:child_process';
 import { existsSync, statSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -23,6 +24,20 @@ const stale = !existsSync(installed) || (existsSync(lock) && statSync(lock).mtim
 // `npm install`, not `npm ci`: vite lists an optional dependency the registry does not have, which
 // `npm ci` takes for a lock file out of sync. `npm install` still follows package-lock.json.
 if (stale) npm(['install', '--no-audit', '--no-fund']);
+
+// The compiled code in dist/: built only when missing or older than a source (a few seconds).
+// A type error does not stop `npm test` here: its type-check step reports it.
+const { build, staleReason } = await import('./build.mjs');
+const buildReason = staleReason(root);
+if (buildReason) {
+  log(`building dist/: ${buildReason}`);
+  try {
+    build({ root, strict: false, log });
+  } catch (err) {
+    process.stderr.write(`building dist/ failed: ${err.message}\n`);
+    process.exit(1);
+  }
+}
 
 // The native SQLite binding must load on this Node; rebuild it once if it does not.
 const require = createRequire(join(root, 'package.json'));

@@ -15,6 +15,8 @@ const bin = (name) => join(root, 'node_modules', '.bin', name);
 const python = process.env.MCP_GYM_PYTHON ?? '/usr/bin/python3';
 
 const steps = [
+  // tsconfig.json's include covers src, servers, lib, test, bench, bin and examples (whose
+  // `import 'mcp-gym'` resolves to dist/, which scripts/ensure.mjs built before this script).
   ['type-check', bin('tsc'), ['--noEmit', '-p', '.']],
   ['lint', bin('eslint'), ['.']],
   ['vitest', bin('vitest'), ['run', '--reporter=default', '--reporter=json', '--outputFile.json=.tmp/vitest.json']],

@@ -2,11 +2,11 @@
  * `mcp-gym demo`: starts every bundled server as a real stdio process through this command line,
  * lists its tools and runs its example calls: the quickest way to see the tool layer work.
  */
-import { fileURLToPath } from 'node:url';
 import { bundledServers } from '../../servers/index.ts';
+import { CLI_PATH } from '../paths.ts';
 import { resultText, ToolClient } from '../tools/index.ts';
 
-const CLI = fileURLToPath(new URL('../../bin/mcp-gym.js', import.meta.url));
+const CLI = CLI_PATH;
 
 export async function demo(): Promise<void> {
   let failures = 0;
