@@ -6,9 +6,10 @@
  */
 import { randomUUID } from 'node:crypto';
 import { bundledServer, serverFactory, type Backend } from '../../servers/index.ts';
+import { CLI_PATH } from '../paths.ts';
 import { resultText, ToolClient, type ConnectOptions, type ServerSpec, type ToolResult } from '../tools/index.ts';
-import { runChecks } from './checks.ts';
-import { RewardConfigSchema, scoreEpisode, type RewardConfig, type RewardConfigInput } from './rewards.ts';
+import { runChecks, solved } from './checks.ts';
+import { RewardConfigSchema, resolveReward, type RewardConfig, type RewardConfigInput, type RewardFn, type RewardResult } from './rewards.ts';
 import { openingMessages, type ServerRef, type Task, type TaskCall } from './task.ts';
 import type { AgentTool, ChatMessage, Policy, PolicyAction, ToolStep, Trajectory, Turn } from './types.ts';
 
@@ -20,7 +21,10 @@ export interface EnvironmentOptions {
   /** Options for bundled servers' backends (e.g. `delayMs` to slow every call, `dataDir`). */
   serverOptions?: { delayMs?: number; dataDir?: string };
   connect?: ConnectOptions;
+  /** The weights of the built-in rewards; `total` names the reward when `reward` is not given. */
   rewards?: RewardConfigInput;
+  /** The reward: a registered name (art, rlvr, composer, verifier, or registerReward's) or a function. Default: `rewards.total`, else art. */
+  reward?: string | RewardFn;
   /** Characters of a tool result shown to the agent. Default 4,000. */
   maxResultChars?: number;
 }
@@ -39,8 +43,6 @@ interface Connected {
   /** A server connected for one episode only (closed after it). */
   perEpisode: boolean;
 }
-
-const CLI = new URL('../../bin/mcp-gym.js', import.meta.url).pathname;
 
 /** The names the agent sees: a tool's own name, or `server_tool` where two servers share a name. */
 export function agentTools(listed: { server: string; tools: { name: string; description?: string; inputSchema: Record<string, unknown> }[] }[]): AgentTool[] {
@@ -63,6 +65,8 @@ function refKey(ref: ServerRef): string {
 
 export class Environment {
   readonly rewards: RewardConfig;
+  /** The reward every episode is scored with, and its name (recorded in each trajectory). */
+  readonly reward: { name: string; fn: RewardFn };
   private readonly shared = new Map<string, Promise<Connected>>();
   private readonly options: EnvironmentOptions;
   private closed = false;
@@ -70,6 +74,7 @@ export class Environment {
   constructor(options: EnvironmentOptions = {}) {
     this.options = options;
     this.rewards = RewardConfigSchema.parse(options.rewards ?? {});
+    this.reward = resolveReward(options.reward ?? this.rewards.total);
   }
 
   private async connect(ref: ServerRef): Promise<Connected> {
@@ -84,7 +89,7 @@ export class Environment {
       const extra: string[] = [];
       if (this.options.serverOptions?.delayMs) extra.push('--delay-ms', String(this.options.serverOptions.delayMs));
       if (this.options.serverOptions?.dataDir) extra.push('--data-dir', this.options.serverOptions.dataDir);
-      const client = await ToolClient.connect({ transport: 'stdio', command: process.execPath, args: [CLI, 'serve', ref, ...extra] }, connectOptions);
+      const client = await ToolClient.connect({ transport: 'stdio', command: process.execPath, args: [CLI_PATH, 'serve', ref, ...extra] }, connectOptions);
       return { client, perEpisode: false };
     }
     // A third-party stdio server gets a process per episode: a fresh state whatever it keeps.
@@ -247,8 +252,16 @@ export class Environment {
     }
 
     const checks = finish === 'error' ? task.checks.map((c) => ({ kind: c.kind, weight: c.weight, score: 0, detail: 'not checked: the episode failed' })) : await runChecks(task, { answer, calls }, stateCall);
-    const scored = scoreEpisode(task, turns, answer, checks, this.rewards);
-    turns.forEach((t, i) => (t.step_reward = scored.stepRewards[i] ?? 0));
+    let scored: RewardResult;
+    try {
+      scored = await this.reward.fn({ task, turns, answer, checks, solved: solved(checks), weights: this.rewards });
+      if (!Number.isFinite(scored?.reward)) throw new Error(`it returned the reward ${String(scored?.reward)} (a finite number is needed)`);
+    } catch (err) {
+      finish = 'error';
+      error = `the reward '${this.reward.name}' failed: ${(err as Error).message}`;
+      scored = { reward: 0, parts: {} };
+    }
+    turns.forEach((t, i) => (t.step_reward = scored.stepRewards?.[i] ?? 0));
     for (const s of servers.values()) {
       if (s.perEpisode) await s.client.close();
       else s.backend?.release(episodeId);
@@ -270,9 +283,10 @@ export class Environment {
       messages,
       turns,
       answer,
-      success: finish !== 'error' && scored.success,
+      success: finish !== 'error' && solved(checks),
       reward: scored.reward,
-      reward_parts: scored.parts,
+      reward_parts: scored.parts ?? {},
+      reward_name: this.reward.name,
       checks,
       metrics: {
         turns: turns.length,

@@ -5,8 +5,8 @@ export { ChatMessageSchema, TrajectorySchema, TurnSchema, ToolStepSchema } from 
 export type { ChatMessage, Observation, Policy, PolicyAction, ProposedCall, AgentTool, Trajectory, Turn, ToolStep, CheckResult } from './types.ts';
 export { runChecks, extractAnswer, hasAnswerFormat, match, checkScore, solved, parseExact, isSubset, valueAt } from './checks.ts';
 export type { EpisodeRecord } from './checks.ts';
-export { RewardConfigSchema, DEFAULT_REWARDS, scoreEpisode, stepReward, efficiency, relevantTools, isUseful } from './rewards.ts';
-export type { RewardConfig, RewardConfigInput, ScoredEpisode } from './rewards.ts';
+export { RewardConfigSchema, DEFAULT_REWARDS, scoreEpisode, scoreParts, stepReward, efficiency, relevantTools, isUseful, registerReward, rewardNames, resolveReward, artReward, rlvrReward, composerReward, verifierReward } from './rewards.ts';
+export type { RewardConfig, RewardConfigInput, ScoredEpisode, Episode, RewardFn, RewardResult } from './rewards.ts';
 export { Environment, agentTools } from './environment.ts';
 export type { EnvironmentOptions, EpisodeOptions } from './environment.ts';
 export { rollout, gatherGroup, groupId, summarize } from './rollout.ts';

@@ -18,8 +18,8 @@ import type { CheckResult, ToolStep, Turn } from './types.ts';
 import { checkScore, hasAnswerFormat, solved } from './checks.ts';
 
 export const RewardConfigSchema = z.object({
-  /** Which total is the reward. */
-  total: z.enum(['art', 'rlvr', 'composer', 'verifier']).default('art'),
+  /** Which reward is the total: a registered reward's name (the four built-ins, or one of registerReward). */
+  total: z.string().min(1).default('art'),
   art: z
     .object({
       base: z.number().default(1),
@@ -107,28 +107,32 @@ export interface ScoredEpisode {
   reward: number;
   parts: Record<string, number>;
   success: boolean;
+  /** The step rewards (one per turn) of the reward named by `cfg.total`. */
   stepRewards: number[];
 }
 
-/** Scores an episode: every part, and the total the config names. */
-export function scoreEpisode(task: Task, turns: Pick<Turn, 'tool_results'>[], answer: string | null, checks: CheckResult[], cfg: RewardConfig = DEFAULT_REWARDS): ScoredEpisode {
+/** Every built-in part of an episode, and the step rewards of ART and of RLVR. */
+export function scoreParts(task: Task, turns: Pick<Turn, 'tool_results'>[], answer: string | null, checks: CheckResult[], cfg: RewardConfig = DEFAULT_REWARDS) {
   const relevant = relevantTools(task);
   const steps = turns.flatMap((t) => t.tool_results);
-  const stepRewards = turns.map((t) => t.tool_results.reduce((s, step) => s + stepReward(step, relevant, cfg.art), 0));
+  const artSteps = turns.map((t) => t.tool_results.reduce((s, step) => s + stepReward(step, relevant, cfg.art), 0));
   const success = solved(checks);
   const correctness = checkScore(checks);
 
   // ART
   const base = success ? cfg.art.base : 0;
   const eff = efficiency(turns.length, cfg.art);
-  const tools = stepRewards.reduce((a, b) => a + b, 0);
+  const tools = artSteps.reduce((a, b) => a + b, 0);
   const art = base + cfg.art.efficiency_weight * eff + cfg.art.steps_weight * tools;
 
-  // RLVR shaping: correct steps = tool calls that succeeded on a relevant tool.
+  // RLVR shaping: correct steps = tool calls that succeeded on a relevant tool; each correct step
+  // earns its share of the steps weight (so the step rewards sum to steps · fraction).
   const format = answer !== null && hasAnswerFormat(answer) ? 1 : 0;
-  const correctSteps = steps.filter((s) => !s.isError && (relevant.size === 0 || relevant.has(`${s.server}.${s.tool}`))).length;
+  const correct = (s: ToolStep) => !s.isError && (relevant.size === 0 || relevant.has(`${s.server}.${s.tool}`));
+  const correctSteps = steps.filter(correct).length;
   const stepsFraction = steps.length ? correctSteps / steps.length : 0;
   const rlvr = cfg.rlvr.format * format + cfg.rlvr.steps * stepsFraction + cfg.rlvr.final * (success ? 1 : 0);
+  const rlvrSteps = turns.map((t) => (steps.length ? (cfg.rlvr.steps * t.tool_results.filter(correct).length) / steps.length : 0));
 
   // Composer
   const think = thinkAnswerFormat(answer);
@@ -152,6 +156,92 @@ export function scoreEpisode(task: Task, turns: Pick<Turn, 'tool_results'>[], an
     safety,
     composer,
   };
-  const reward = cfg.total === 'art' ? art : cfg.total === 'rlvr' ? rlvr : cfg.total === 'composer' ? composer : correctness;
-  return { reward, parts, success, stepRewards };
+  return { parts, success, artSteps, rlvrSteps };
+}
+
+// ---------------------------------------------------------------------------------------------
+// The reward registry: a reward is a function of the episode; the four built-ins are registered
+// under their names, and a user registers their own (or passes the function itself).
+
+/** What a reward function sees of a finished episode. */
+export interface Episode {
+  task: Task;
+  /** The agent's turns, each with its tool results. */
+  turns: Pick<Turn, 'tool_results' | 'action'>[];
+  /** The final answer (the last assistant message without tool calls), or null. */
+  answer: string | null;
+  /** The task's checks, scored. */
+  checks: CheckResult[];
+  /** Every check scored 1. */
+  solved: boolean;
+  /** The weights of the built-in rewards (RewardConfigSchema). */
+  weights: RewardConfig;
+}
+
+export interface RewardResult {
+  /** The trajectory's reward: what the advantages are computed from. */
+  reward: number;
+  /** Named parts, logged in the trajectory's reward_parts. */
+  parts?: Record<string, number>;
+  /** One reward per turn, part of `reward` (per-turn advantages subtract them from it). Default: zeros. */
+  stepRewards?: number[];
+}
+
+/** A reward: `(episode) => {reward, parts, stepRewards?}`, synchronous or not. */
+export type RewardFn = (episode: Episode) => RewardResult | Promise<RewardResult>;
+
+const zeros = (n: number) => new Array<number>(n).fill(0);
+
+/** ART (seed `ARTTrainer`): base + 0.3·efficiency + 0.2·Σ step rewards; its step rewards are ART's. */
+export const artReward: RewardFn = (e) => {
+  const s = scoreParts(e.task, e.turns, e.answer, e.checks, e.weights);
+  return { reward: s.parts.art!, parts: s.parts, stepRewards: s.artSteps };
+};
+/** RLVR (seed `RLVRTrainer`): 0.1·format + 0.3·fraction of correct steps + 0.6·solved. */
+export const rlvrReward: RewardFn = (e) => {
+  const s = scoreParts(e.task, e.turns, e.answer, e.checks, e.weights);
+  return { reward: s.parts.rlvr!, parts: s.parts, stepRewards: s.rlvrSteps };
+};
+/** The reward composer: weighted named parts (correctness, format, reasoning, safety). */
+export const composerReward: RewardFn = (e) => {
+  const s = scoreParts(e.task, e.turns, e.answer, e.checks, e.weights);
+  return { reward: s.parts.composer!, parts: s.parts, stepRewards: zeros(e.turns.length) };
+};
+/** The checks' weighted score alone. */
+export const verifierReward: RewardFn = (e) => {
+  const s = scoreParts(e.task, e.turns, e.answer, e.checks, e.weights);
+  return { reward: s.parts.correctness!, parts: s.parts, stepRewards: zeros(e.turns.length) };
+};
+
+const BUILTIN_REWARDS: Record<string, RewardFn> = { art: artReward, rlvr: rlvrReward, composer: composerReward, verifier: verifierReward };
+const registry = new Map<string, RewardFn>(Object.entries(BUILTIN_REWARDS));
+
+/** Registers a reward under a name (then `--reward NAME`, `reward: 'NAME'` in a config). A built-in's name cannot be taken. */
+export function registerReward(name: string, fn: RewardFn, options: { replace?: boolean } = {}): void {
+  if (!/^[A-Za-z][\w.-]{0,63}$/.test(name)) throw new Error(`reward name '${name}': 1-64 letters, digits, '_', '.', '-', starting with a letter`);
+  if (typeof fn !== 'function') throw new Error(`reward '${name}': expected a function (episode) => {reward, parts}`);
+  if (name in BUILTIN_REWARDS) throw new Error(`reward '${name}' is built in; register yours under another name`);
+  if (registry.has(name) && !options.replace) throw new Error(`reward '${name}' is already registered (pass {replace: true} to replace it)`);
+  registry.set(name, fn);
+}
+
+/** The names of the registered rewards, built-ins first. */
+export function rewardNames(): string[] {
+  return [...registry.keys()];
+}
+
+/** A reward by name, or the function itself; an unknown name is an error that lists the registered ones. */
+export function resolveReward(reward: string | RewardFn): { name: string; fn: RewardFn } {
+  if (typeof reward === 'function') return { name: reward.name || 'custom', fn: reward };
+  const fn = registry.get(reward);
+  if (!fn) throw new Error(`reward: unknown reward '${reward}'; registered: ${rewardNames().join(', ')} (register yours with registerReward(name, fn))`);
+  return { name: reward, fn };
+}
+
+/** Scores an episode with a built-in reward (`cfg.total`): every part, the total and its step rewards. */
+export function scoreEpisode(task: Task, turns: Pick<Turn, 'tool_results'>[], answer: string | null, checks: CheckResult[], cfg: RewardConfig = DEFAULT_REWARDS): ScoredEpisode {
+  const fn = BUILTIN_REWARDS[cfg.total];
+  if (!fn) throw new Error(`scoreEpisode: '${cfg.total}' is not a built-in reward (${Object.keys(BUILTIN_REWARDS).join(', ')})`);
+  const r = fn({ task, turns: turns as Episode['turns'], answer, checks, solved: solved(checks), weights: cfg }) as RewardResult;
+  return { reward: r.reward, parts: r.parts ?? {}, success: solved(checks), stepRewards: r.stepRewards ?? zeros(turns.length) };
 }

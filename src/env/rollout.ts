@@ -29,8 +29,8 @@ export interface RolloutOptions {
   /** Keep the trajectories already in `out` and run only the missing episodes. */
   resume?: boolean;
   runId?: string;
-  /** Part of every group id (`<task>@<iteration>`): a training step, say. Default 0. */
-  iteration?: number;
+  /** Part of every group id (`<task>@<iteration>`): a training step and round, say (`train.3.0`). Default 0. */
+  iteration?: number | string;
   /** A group with more failed episodes than this is not ok. Default: G − 2 (GRPO needs 2). */
   maxFailures?: number;
   signal?: AbortSignal;
@@ -45,7 +45,7 @@ export interface RolloutResult {
   seconds: number;
 }
 
-export function groupId(task: Task, iteration = 0): string {
+export function groupId(task: Task, iteration: number | string = 0): string {
   return `${task.id}@${iteration}`;
 }
 

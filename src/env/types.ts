@@ -120,6 +120,8 @@ export const TrajectorySchema = z.object({
   success: z.boolean(),
   reward: z.number(),
   reward_parts: z.record(z.string(), z.number()),
+  /** The reward the episode was scored with (its registered name). */
+  reward_name: z.string().optional(),
   checks: z.array(CheckResultSchema),
   metrics: z.object({
     turns: z.number().int(),
