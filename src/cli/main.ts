@@ -27,6 +27,7 @@ Commands:
                         --run DIR (default runs/<preset>-<time>)  --resume  --config FILE (JSON)
                         --learner URL [--learner-token T]  a learner running elsewhere (GPU)
                         --lr X --beta X --clip-low X --clip-high X --epochs N --temperature T ...
+                        (mcp-gym train --help: every config field, each a flag)
   servers             List the bundled servers and how each isolates episodes
   suites              List the bundled task suites (train and eval tasks per suite)
   rollout             Run a policy on a task suite; write trajectories (JSONL) and a summary

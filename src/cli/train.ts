@@ -3,50 +3,28 @@ import { setMaxListeners } from 'node:events';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { resolveConfig, train, type TrainConfigInput, type TrainResult } from '../trainers/index.ts';
+import { resolveConfig, train, TrainConfigSchema, type TrainConfigInput, type TrainResult } from '../trainers/index.ts';
+import { BUNDLED_MODEL_DIR } from '../paths.ts';
 import { ProgressBar } from './ui.ts';
 import { UsageError } from './args.ts';
+import { flagsHelp, flagsOf, flagValues, parseArgsOptions } from './flags.ts';
 
-const FLAGS = {
-  preset: 'string',
-  suite: 'string',
-  model: 'string',
-  steps: 'int',
-  'tasks-per-step': 'int',
-  group: 'int',
-  concurrency: 'int',
-  reward: 'string',
-  advantage: 'string',
-  'per-turn': 'bool',
-  'dynamic-sampling': 'bool',
-  temperature: 'num',
-  'eval-every': 'int',
-  'eval-tasks': 'int',
-  'eval-samples': 'int',
-  'checkpoint-every': 'int',
-  'bundled-servers': 'string',
-  'max-difficulty': 'int',
-  'max-new-tokens': 'int',
-  seed: 'int',
-  learner: 'string',
-  'learner-token': 'string',
-  device: 'string',
-  threads: 'int',
-  loss: 'string',
-  'clip-low': 'num',
-  'clip-high': 'num',
-  beta: 'num',
-  'entropy-coef': 'num',
-  epochs: 'int',
-  'minibatch-size': 'int',
-  'micro-batch-size': 'int',
-  lr: 'num',
-  'warmup-steps': 'int',
-  'adam-eps': 'num',
-  'adam-beta1': 'num',
-  'adam-beta2': 'num',
-  'vector-lr-scale': 'num',
-} as const;
+/** Every field of the training config is a flag (--snake-case), its help the field's description. */
+export const TRAIN_FLAGS = flagsOf(TrainConfigSchema);
+
+export const TRAIN_HELP = `mcp-gym train: train a policy with a preset (grpo, dapo, dr_grpo, gspo, rlvr, art)
+
+Usage: mcp-gym train [--preset P] [options]
+
+Run options:
+  --run DIR        the run directory (default runs/<preset>-<time>)
+  --resume         continue the run in DIR from its last checkpoint
+  --config FILE    a JSON file of config fields (a preset < the file < flags)
+  --json           (accepted for scripts; the last line is always one JSON object)
+
+Config (every field of the training config; booleans also take --no-<flag>):
+${flagsHelp(TRAIN_FLAGS)}
+`;
 
 /**
  * The main job. On-policy (one epoch, one optimizer step per batch) without the KL term: on the
@@ -57,7 +35,7 @@ export const MAIN_JOB: Partial<TrainConfigInput> = {
   preset: 'art',
   suite: 'calculator',
   max_difficulty: 1,
-  model: 'models/calc-tiny',
+  model: BUNDLED_MODEL_DIR,
   steps: 60,
   tasks_per_step: 24,
   group: 8,
@@ -70,27 +48,22 @@ export const MAIN_JOB: Partial<TrainConfigInput> = {
 };
 
 function parseTrainArgs(argv: string[], defaults: Partial<TrainConfigInput>) {
-  const options: Record<string, { type: 'string' | 'boolean' }> = { config: { type: 'string' }, run: { type: 'string' }, resume: { type: 'boolean' }, json: { type: 'boolean' } };
-  for (const [k, t] of Object.entries(FLAGS)) options[k] = { type: t === 'bool' ? 'boolean' : 'string' };
-  const { values } = parseArgs({ args: argv, options });
-  const overrides: Record<string, unknown> = { ...defaults };
-  for (const [k, t] of Object.entries(FLAGS)) {
-    const v = values[k];
-    if (v === undefined) continue;
-    const key = k.replace(/-/g, '_');
-    if (t === 'bool') overrides[key] = v;
-    else if (t === 'string') overrides[key] = v;
-    else {
-      const n = Number(v);
-      if (!Number.isFinite(n) || (t === 'int' && !Number.isInteger(n))) throw new UsageError(`--${k} must be ${t === 'int' ? 'an integer' : 'a number'}, got '${v}'`);
-      overrides[key] = n;
-    }
+  const options = { config: { type: 'string' as const }, run: { type: 'string' as const }, resume: { type: 'boolean' as const }, json: { type: 'boolean' as const }, help: { type: 'boolean' as const, short: 'h' }, ...parseArgsOptions(TRAIN_FLAGS) };
+  let values: Record<string, unknown>;
+  try {
+    values = parseArgs({ args: argv, options, allowNegative: true }).values;
+  } catch (err) {
+    throw new UsageError(`${(err as Error).message} (mcp-gym train --help lists the options)`);
   }
-  return { values: values as Record<string, string | boolean | undefined>, overrides };
+  return { values: values as Record<string, string | boolean | undefined>, overrides: { ...defaults, ...flagValues(TRAIN_FLAGS, values) } };
 }
 
-export async function runTraining(argv: string[], defaults: Partial<TrainConfigInput>, title: string): Promise<TrainResult> {
+export async function runTraining(argv: string[], defaults: Partial<TrainConfigInput>, title: string): Promise<TrainResult | undefined> {
   const { values, overrides } = parseTrainArgs(argv, defaults);
+  if (values.help) {
+    process.stdout.write(TRAIN_HELP);
+    return undefined;
+  }
   let config;
   try {
     config = resolveConfig(overrides as Partial<TrainConfigInput>, values.config as string | undefined);

@@ -1,7 +1,10 @@
 /**
- * Advantages from a group of G rewards (DESIGN.md):
- *   GRPO:     A_i = (r_i − mean(r)) / (std(r) + ε), the std floored so a near-constant group
- *             cannot blow up; a group whose rewards are all equal gets exactly 0.
+ * Advantages from a group of G rewards (docs/architecture.md, "Advantages"):
+ *   GRPO:     A_i = (r_i − mean(r)) / (std(r) + ε), std the sample standard deviation
+ *             (Bessel-corrected, divisor G − 1), as TRL's GRPOTrainer (`rewards.view(-1, G).std(dim=1)`:
+ *             torch.std is unbiased by default; ε = 1e-4 there) and verl's GRPO estimator
+ *             (`torch.std` of the group's scores; ε = 1e-6, ours) compute it. The std is floored
+ *             so a near-constant group cannot blow up; a group whose rewards are all equal gets 0.
  *   Dr. GRPO: A_i = r_i − mean(r) (no std; the loss divides by a constant instead).
  * Per turn (optional): each turn's advantage is the group-normalised return from that turn on
  * (its step rewards onwards plus the final reward), so earlier useful steps get credit.
@@ -15,10 +18,17 @@ export function mean(xs: number[]): number {
   return xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : 0;
 }
 
-/** Population standard deviation (the seed's and the papers' "std of the group"). */
+/** Population standard deviation (divisor n): the spread of a step's rewards, for the metrics. */
 export function std(xs: number[]): number {
   const m = mean(xs);
   return Math.sqrt(mean(xs.map((x) => (x - m) ** 2)));
+}
+
+/** Sample standard deviation (Bessel-corrected, divisor n − 1): GRPO's normaliser, as in TRL and verl. */
+export function sampleStd(xs: number[]): number {
+  if (xs.length < 2) return 0;
+  const m = mean(xs);
+  return Math.sqrt(xs.reduce((s, x) => s + (x - m) ** 2, 0) / (xs.length - 1));
 }
 
 /** True when all rewards of the group are equal (up to 1e-12): no learning signal. */
@@ -30,7 +40,7 @@ export function groupAdvantages(rewards: number[], estimator: AdvantageEstimator
   if (isZeroVariance(rewards)) return rewards.map(() => 0);
   const m = mean(rewards);
   if (estimator === 'dr_grpo') return rewards.map((r) => r - m);
-  const s = Math.max(std(rewards), STD_FLOOR);
+  const s = Math.max(sampleStd(rewards), STD_FLOOR);
   return rewards.map((r) => (r - m) / (s + EPS));
 }
 

@@ -1,19 +1,16 @@
 /**
- * TrainBatch (DESIGN.md): for each trajectory the full token sequence (prompt, environment and
- * policy tokens in order, as generated: nothing re-tokenised), a loss mask (1 on policy tokens
- * only), the sampling logprobs of the policy tokens, its advantage (per trajectory, or per token
- * for per-turn advantages) and its group id.
+ * Building the TrainBatch, a pure function of the step's kept groups (docs/architecture.md,
+ * "Contracts"): for each trajectory the full token sequence (prompt, environment and policy tokens
+ * in order, as generated: nothing re-tokenised), a loss mask (1 on policy tokens only), the
+ * sampling logprobs of the policy tokens, its advantage (per trajectory, or per token for per-turn
+ * advantages) and its group id. The rewards used are the trajectories' `reward` fields: the same
+ * numbers that are logged.
  */
 import type { Trajectory } from '../env/index.ts';
+import { groupAdvantages, isZeroVariance, turnAdvantages, type AdvantageEstimator } from './advantages.ts';
+import type { TrainBatch } from './protocol.ts';
 
-export interface TrainBatch {
-  ids: number[][];
-  mask: number[][];
-  old_logprobs: number[][];
-  /** One per sequence, or one per token when advantages are per turn. */
-  advantages: number[] | number[][];
-  group_ids: string[];
-}
+export type { TrainBatch } from './protocol.ts';
 
 export interface BatchItem {
   trajectory: Trajectory;
@@ -23,9 +20,9 @@ export interface BatchItem {
 }
 
 /** The token sequence of a trajectory with its mask and old logprobs; undefined without tokens. */
-export function sequenceOf(t: Trajectory): { ids: number[]; mask: number[]; logprobs: number[]; turnOf: number[] } | undefined {
+export function sequenceOf(t: Trajectory): { ids: number[]; mask: (0 | 1)[]; logprobs: number[]; turnOf: number[] } | undefined {
   const ids: number[] = [];
-  const mask: number[] = [];
+  const mask: (0 | 1)[] = [];
   const logprobs: number[] = [];
   const turnOf: number[] = [];
   let policyTokens = 0;
@@ -76,4 +73,54 @@ export function overlongPenalty(length: number, lMax: number, lCache: number): n
   if (length <= soft) return 0;
   if (length <= lMax) return (soft - length) / lCache;
   return -1;
+}
+
+/** A group of one task's rollouts, kept for training. */
+export interface KeptGroup {
+  group_id: string;
+  trajectories: Trajectory[];
+}
+
+export interface BatchOptions {
+  advantage: AdvantageEstimator;
+  /** Per-turn advantages from the step rewards of the reward in use (each turn's `step_reward`). */
+  perTurn: boolean;
+  /** Sequences longer than this (the model's context) are left out, and counted. */
+  maxLen: number;
+}
+
+export interface BuiltBatch {
+  batch: TrainBatch;
+  /** What went into the batch, with each trajectory's advantage. */
+  items: BatchItem[];
+  /** Groups whose rewards were all equal (their advantages are exactly 0). */
+  zeroVarianceGroups: number;
+  /** Trajectories longer than the context, left out. */
+  tooLong: number;
+}
+
+/**
+ * Advantages per group, then the TrainBatch. Per turn, a trajectory's final reward is its reward
+ * minus the step rewards of its turns (each turn's `step_reward`, set by the reward in use), so
+ * that the returns add up to the reward.
+ */
+export function buildTrainBatch(groups: KeptGroup[], o: BatchOptions): BuiltBatch {
+  const items: BatchItem[] = [];
+  let zeroVarianceGroups = 0;
+  for (const g of groups) {
+    const rewards = g.trajectories.map((t) => t.reward);
+    if (isZeroVariance(rewards)) zeroVarianceGroups++;
+    const adv: (number | number[])[] = o.perTurn
+      ? turnAdvantages(
+          g.trajectories.map((t) => {
+            const stepRewards = t.turns.map((u) => u.step_reward);
+            return { stepRewards, final: t.reward - stepRewards.reduce((a, b) => a + b, 0) };
+          }),
+          o.advantage,
+        )
+      : groupAdvantages(rewards, o.advantage);
+    g.trajectories.forEach((t, i) => items.push({ trajectory: t, group_id: g.group_id, advantage: adv[i]! }));
+  }
+  const fitting = items.filter((i) => (sequenceOf(i.trajectory)?.ids.length ?? 0) <= o.maxLen);
+  return { batch: buildBatch(fitting), items: fitting, zeroVarianceGroups, tooLong: items.length - fitting.length };
 }

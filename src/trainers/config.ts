@@ -1,84 +1,51 @@
 /**
- * The training configuration: one zod schema, filled from a preset, a config file and flags
- * (in that order). Presets are configurations of the one loop (DESIGN.md: presets over
- * subclasses): reward source, advantage estimator, loss, sampling, schedule.
+ * The training configuration: one zod schema, filled from a preset, a config file and flags (in
+ * that order). Its learner half is the contract's LearnerConfigSchema (src/trainers/protocol.ts):
+ * one schema gives the types, the validation, the command-line flags of `mcp-gym train` (each
+ * field's `.describe()` is its help) and the learner's JSON Schema. Presets are configurations
+ * of the one loop (docs/architecture.md, "Presets"): reward, advantage estimator, loss, sampling,
+ * schedule.
  */
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
+import { BUNDLED_MODEL_DIR } from '../paths.ts';
+import { LearnerConfigSchema, type LearnerConfigInput } from './protocol.ts';
 
-export const LossConfigSchema = z.object({
-  /** grpo: PPO clip, per-sequence mean; dapo: token-level; dr_grpo: sum / constant; gspo: sequence ratio. */
-  loss: z.enum(['grpo', 'dapo', 'dr_grpo', 'gspo']).default('grpo'),
-  clip_low: z.number().min(0).max(1).default(0.2),
-  clip_high: z.number().min(0).default(0.2),
-  /** Weight of the k3 KL to the frozen reference. */
-  beta: z.number().min(0).default(0.04),
-  entropy_coef: z.number().min(0).default(0),
-  epochs: z.number().int().min(1).default(2),
-  /** Sequences per optimizer step within an epoch (0 = the whole batch). */
-  minibatch_size: z.number().int().min(0).default(0),
-  /** Sequences per forward/backward (gradient accumulation inside a minibatch). */
-  micro_batch_size: z.number().int().min(1).default(16),
-  max_grad_norm: z.number().positive().default(1),
-  lr: z.number().positive().default(1e-4),
-  warmup_steps: z.number().int().min(0).default(0),
-  min_lr_ratio: z.number().min(0).max(1).default(0.1),
-  weight_decay: z.number().min(0).default(0),
-  /** AdamW's epsilon and betas. */
-  adam_eps: z.number().gt(0).max(1).default(1e-8),
-  adam_beta1: z.number().min(0).lt(1).default(0.9),
-  adam_beta2: z.number().min(0).lt(1).default(0.999),
-  /** Learning-rate multiplier of the 1-D parameters (norm gains, biases). */
-  vector_lr_scale: z.number().gt(0).max(1000).default(1),
-  /** Reset the reference to the current policy every N steps (ProRL; 0 = never). */
-  ref_reset_every: z.number().int().min(0).default(0),
-});
+/** The learner's fields that the run sets itself (not configurable on their own). */
+const { total_steps: _total, dr_grpo_constant: _constant, ...learnerFields } = LearnerConfigSchema.shape;
+
+export const PRESET_NAMES = ['grpo', 'dapo', 'dr_grpo', 'gspo', 'rlvr', 'art'] as const;
 
 export const TrainConfigSchema = z
   .object({
-    preset: z.enum(['grpo', 'dapo', 'dr_grpo', 'gspo', 'rlvr', 'art']).default('art'),
-    suite: z.string().default('calculator'),
-    /** Only tasks up to this difficulty, for training and evaluation. */
-    max_difficulty: z.number().int().min(1).max(5).default(5),
-    /** The cold-start model directory (copied to the run; the copy is trained). */
-    model: z.string().default('models/calc-tiny'),
-    steps: z.number().int().min(0).default(30),
-    /** Tasks per step (groups). */
-    tasks_per_step: z.number().int().min(1).default(12),
-    /** Rollouts per task (G). */
-    group: z.number().int().min(2).default(8),
-    concurrency: z.number().int().min(1).default(64),
-    /** Reward: env reward source (art / rlvr shaping / plain verifier score). */
-    reward: z.enum(['art', 'rlvr', 'verifier', 'composer']).default('art'),
-    advantage: z.enum(['grpo', 'dr_grpo']).default('grpo'),
-    per_turn: z.boolean().default(false),
-    /** Drop groups whose rewards are all equal and sample more tasks until the batch is full. */
-    dynamic_sampling: z.boolean().default(false),
-    /** At most this many extra sampling rounds per step when dynamic sampling drops groups. */
-    max_resample_rounds: z.number().int().min(0).default(2),
-    /** DAPO overlong shaping over the policy's tokens in an episode (0 = off). */
-    overlong_max: z.number().int().min(0).default(0),
-    overlong_cache: z.number().int().min(1).default(64),
-    temperature: z.number().positive().default(1),
-    top_k: z.number().int().min(0).default(0),
-    top_p: z.number().gt(0).max(1).default(1),
-    max_new_tokens: z.number().int().min(8).default(96),
-    /** Evaluate on held-out tasks every K steps (0 = only before and after). */
-    eval_every: z.number().int().min(0).default(10),
-    /** Held-out tasks evaluated (0 = all of the split), and rollouts of each. */
-    eval_tasks: z.number().int().min(0).default(0),
-    eval_samples: z.number().int().min(1).default(2),
-    /** Learner checkpoint (and state.json) every N steps; a learner that dies costs the steps since. */
-    checkpoint_every: z.number().int().min(1).default(1),
-    /** How the bundled tool servers run: in this process (fastest) or as stdio child processes. */
-    bundled_servers: z.enum(['inprocess', 'stdio']).default('inprocess'),
-    seed: z.number().int().default(0),
-    /** URL of a learner already running (e.g. on a GPU machine); default: spawn one here. */
-    learner: z.string().optional(),
-    learner_token: z.string().optional(),
-    device: z.enum(['auto', 'cpu', 'cuda']).default('auto'),
-    threads: z.number().int().min(1).optional(),
-    ...LossConfigSchema.shape,
+    preset: z.enum(PRESET_NAMES).default('art').describe('the recipe whose settings fill the fields not given: grpo, dapo, dr_grpo, gspo, rlvr, art'),
+    suite: z.string().default('calculator').describe('the bundled task suite to train and evaluate on (when no tasks are given)'),
+    max_difficulty: z.number().int().min(1).max(5).default(5).describe('only tasks up to this difficulty, for training and evaluation'),
+    model: z.string().default(BUNDLED_MODEL_DIR).describe('the cold-start model directory (copied into the run; the copy is trained)'),
+    steps: z.number().int().min(0).default(30).describe('training steps'),
+    tasks_per_step: z.number().int().min(1).default(12).describe('groups (tasks) per step'),
+    group: z.number().int().min(2).default(8).describe('rollouts per task (G)'),
+    concurrency: z.number().int().min(1).default(64).describe('episodes at once'),
+    reward: z.string().min(1).default('art').describe('the reward, by registered name: art, rlvr, composer, verifier, or one registered with registerReward'),
+    advantage: z.enum(['grpo', 'dr_grpo']).default('grpo').describe('advantage estimator: grpo ((r − mean) / sample std) or dr_grpo (r − mean)'),
+    per_turn: z.boolean().default(false).describe('per-turn advantages: each turn gets the group-normalised return from that turn on (the reward\'s step rewards)'),
+    dynamic_sampling: z.boolean().default(false).describe('DAPO dynamic sampling: drop groups without signal and sample more tasks until the batch is full'),
+    dynamic_sampling_on: z.enum(['outcome', 'reward']).default('outcome').describe('what "without signal" means: every episode solved or every one failed (outcome, as in DAPO), or all shaped rewards equal (reward)'),
+    max_resample_rounds: z.number().int().min(0).default(4).describe('with dynamic sampling, at most this many extra sampling rounds per step (the cap)'),
+    overlong_max: z.number().int().min(0).default(0).describe('DAPO overlong shaping: the policy-token limit of an episode (0: off)'),
+    overlong_cache: z.number().int().min(1).default(64).describe('DAPO overlong shaping: the soft-penalty window before overlong_max'),
+    policy_token_budget: z.number().int().min(0).default(0).describe('Dr. GRPO\'s constant normaliser: a fixed budget of policy tokens per episode (0: max_new_tokens × the tasks\' largest max_turns, at most the model\'s context)'),
+    max_new_tokens: z.number().int().min(8).default(96).describe('tokens an assistant turn may have'),
+    eval_every: z.number().int().min(0).default(10).describe('evaluate on held-out tasks every K steps (0: only before and after)'),
+    eval_tasks: z.number().int().min(0).default(0).describe('held-out tasks evaluated (0: all of the split)'),
+    eval_samples: z.number().int().min(1).default(2).describe('rollouts of each held-out task'),
+    checkpoint_every: z.number().int().min(1).default(1).describe('a learner checkpoint (and state.json) every N steps; a learner that dies costs the steps since'),
+    bundled_servers: z.enum(['inprocess', 'stdio']).default('inprocess').describe('how the bundled tool servers run: in this process (fastest) or as stdio child processes'),
+    learner: z.string().optional().describe('URL of a learner already running (e.g. on a GPU machine); default: spawn one here'),
+    learner_token: z.string().optional().describe('bearer token of that learner'),
+    device: z.enum(['auto', 'cpu', 'cuda']).default('auto').describe('the learner\'s device'),
+    threads: z.number().int().min(1).optional().describe('the learner\'s CPU threads (default: all cores)'),
+    ...learnerFields,
   })
   .strict();
 
@@ -115,30 +82,24 @@ export function resolveConfig(overrides: Partial<TrainConfigInput>, file?: strin
   return r.data;
 }
 
-/** What the learner needs of the config for one train step. */
-export function learnerConfig(c: TrainConfig, totalSteps: number) {
-  return {
-    loss: c.loss,
-    clip_low: c.clip_low,
-    clip_high: c.clip_high,
-    beta: c.beta,
-    entropy_coef: c.entropy_coef,
-    epochs: c.epochs,
-    minibatch_size: c.minibatch_size,
-    micro_batch_size: c.micro_batch_size,
-    max_grad_norm: c.max_grad_norm,
-    lr: c.lr,
-    warmup_steps: c.warmup_steps,
-    total_steps: Math.max(1, totalSteps),
-    min_lr_ratio: c.min_lr_ratio,
-    weight_decay: c.weight_decay,
-    eps: c.adam_eps,
-    betas: [c.adam_beta1, c.adam_beta2],
-    vector_lr_scale: c.vector_lr_scale,
-    ref_reset_every: c.ref_reset_every,
-    temperature: c.temperature,
-    top_k: c.top_k,
-    top_p: c.top_p,
-    seed: c.seed,
-  };
+/**
+ * What the learner gets of the config for each `train` call: the contract's fields, by the same
+ * names, plus the two the run sets: the schedule's length and Dr. GRPO's constant (a fixed
+ * budget of policy tokens, the same every step: docs/architecture.md, "Dr. GRPO").
+ */
+export function learnerConfig(c: TrainConfig, o: { totalSteps: number; policyTokenBudget: number }): LearnerConfigInput {
+  const out: Record<string, unknown> = {};
+  for (const k of Object.keys(LearnerConfigSchema.shape)) {
+    const v = (c as Record<string, unknown>)[k];
+    if (v !== undefined) out[k] = v;
+  }
+  out.total_steps = Math.max(1, o.totalSteps);
+  if (c.loss === 'dr_grpo') out.dr_grpo_constant = o.policyTokenBudget;
+  return LearnerConfigSchema.parse(out);
+}
+
+/** Dr. GRPO's budget of policy tokens per episode: the config's, or max_new_tokens × the largest max_turns, at most the context. */
+export function policyTokenBudget(c: TrainConfig, maxTurns: number, contextLength: number): number {
+  if (c.policy_token_budget > 0) return c.policy_token_budget;
+  return Math.max(1, Math.min(contextLength, c.max_new_tokens * Math.max(1, maxTurns)));
 }

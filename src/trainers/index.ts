@@ -1,15 +1,26 @@
-/** Training: the learner client (the loop and the presets come next). */
-export { LearnerClient, LearnerError, learnerPython, LEARNER_DIR } from './learner-client.ts';
-export type { LearnerOptions } from './learner-client.ts';
-export { HttpLearner } from './learner-client.ts';
-export type { Learner } from './learner-client.ts';
-export { TrainConfigSchema, LossConfigSchema, PRESETS, resolveConfig, learnerConfig } from './config.ts';
+/**
+ * Training: the config and its presets, the three pieces of a step (collectGroups,
+ * buildTrainBatch, LearnerSession), the loop that composes them (train), the learner contract
+ * and connections, SFT, and the run report.
+ */
+export { TrainConfigSchema, PRESETS, PRESET_NAMES, resolveConfig, learnerConfig, policyTokenBudget } from './config.ts';
 export type { TrainConfig, TrainConfigInput } from './config.ts';
-export { groupAdvantages, turnAdvantages, isZeroVariance } from './advantages.ts';
+export { LearnerConfigSchema, TrainBatchSchema, TrainMetricsSchema, LEARNER_COMMANDS, PROTOCOL_VERSION, protocolJsonSchema, protocolJsonText } from './protocol.ts';
+export type { LearnerConfig, LearnerConfigInput, LearnerCommand, LearnerArgs, LearnerResult, TrainMetrics } from './protocol.ts';
+export { LearnerClient, HttpLearnerClient, LearnerError, learnerPython, LEARNER_DIR } from './learner-client.ts';
+export type { LearnerOptions, LearnerConnection } from './learner-client.ts';
+export { LearnerSession } from './session.ts';
+export type { LearnerSessionOptions } from './session.ts';
+export { groupAdvantages, turnAdvantages, isZeroVariance, sampleStd } from './advantages.ts';
 export type { AdvantageEstimator } from './advantages.ts';
-export { buildBatch, sequenceOf, overlongPenalty } from './batch.ts';
-export type { TrainBatch, BatchItem } from './batch.ts';
+export { buildBatch, buildTrainBatch, sequenceOf, overlongPenalty } from './batch.ts';
+export type { TrainBatch, BatchItem, KeptGroup, BatchOptions, BuiltBatch } from './batch.ts';
+export { collectGroups, TaskSampler, shapeOverlong, withoutSignal } from './collect.ts';
+export type { CollectOptions, Collected } from './collect.ts';
+export { RunDir } from './run-dir.ts';
+export type { RunState } from './run-dir.ts';
 export { train, wilson } from './loop.ts';
 export type { TrainOptions, TrainResult, EvalResult } from './loop.ts';
 export { renderReport, writeReport, lineChart } from './report.ts';
 export { runSft } from './sft.ts';
+export type { SftOptions, SftResult } from './sft.ts';

@@ -1,13 +1,17 @@
 /**
- * The TypeScript side of the learner protocol (learner/PROTOCOL.md): spawns the Python learner
- * (`python3 -m mcp_gym_learner serve`) and exchanges one JSON line per request and response.
- * A learner that dies rejects what was in flight with its exit status and the end of its stderr.
+ * Connections to the Python learner (learner/PROTOCOL.md): a local process speaking JSON lines on
+ * stdin/stdout (`LearnerClient`), or a learner elsewhere over HTTP (`HttpLearnerClient`). Both
+ * implement `LearnerConnection.request`, typed by the contract (src/trainers/protocol.ts): the
+ * arguments are checked against it before they are sent and the answer after it arrives, so a
+ * mismatch names the field on this side. A learner that dies rejects what was in flight with its
+ * exit status and the end of its stderr. `LearnerSession` (session.ts) builds on these.
  */
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
+import { LEARNER_DIR } from '../paths.ts';
+import { LEARNER_COMMANDS, type LearnerArgs, type LearnerCommand, type LearnerResult } from './protocol.ts';
 
-export const LEARNER_DIR = fileURLToPath(new URL('../../learner/', import.meta.url));
+export { LEARNER_DIR };
 
 /** The Python that has PyTorch: Debian's, unless MCP_GYM_PYTHON says otherwise. */
 export function learnerPython(): string {
@@ -16,6 +20,25 @@ export function learnerPython(): string {
 }
 
 export class LearnerError extends Error {}
+
+/** The arguments of `cmd`, checked against the contract (defaults are left to the learner). */
+function checkArgs<C extends LearnerCommand>(cmd: C, args: LearnerArgs<C>): void {
+  const r = LEARNER_COMMANDS[cmd].request.safeParse(args);
+  if (!r.success) {
+    const i = r.error.issues[0]!;
+    throw new LearnerError(`${cmd}: ${i.path.join('.') || '(arguments)'}: ${i.message}`);
+  }
+}
+
+/** The answer of `cmd`, checked against the contract. */
+function checkResult<C extends LearnerCommand>(cmd: C, result: unknown, where: string): LearnerResult<C> {
+  const r = LEARNER_COMMANDS[cmd].result.safeParse(result);
+  if (!r.success) {
+    const i = r.error.issues[0]!;
+    throw new LearnerError(`${cmd}: the answer of the learner at ${where} does not match the contract: ${i.path.join('.') || '(result)'}: ${i.message}`);
+  }
+  return r.data as LearnerResult<C>;
+}
 
 interface Pending {
   resolve: (v: unknown) => void;
@@ -32,7 +55,7 @@ export interface LearnerOptions {
   forwardStderr?: boolean;
 }
 
-export class LearnerClient implements Learner {
+export class LearnerClient implements LearnerConnection {
   private readonly pending = new Map<number, Pending>();
   private nextId = 1;
   private buffer = '';
@@ -115,14 +138,16 @@ export class LearnerClient implements Learner {
     }
   }
 
-  /** Sends one command and waits for its answer. */
-  request<R = Record<string, unknown>>(cmd: string, args: Record<string, unknown> = {}): Promise<R> {
-    if (this.exited) return Promise.reject(new LearnerError(`${cmd}: the learner is not running (it ${this.exited.signal ? `was killed by ${this.exited.signal}` : `exited with code ${this.exited.code}`})`));
+  /** Sends one command and waits for its answer (both checked against the contract). */
+  async request<C extends LearnerCommand>(cmd: C, args: LearnerArgs<C> = {} as LearnerArgs<C>): Promise<LearnerResult<C>> {
+    if (this.exited) throw new LearnerError(`${cmd}: the learner is not running (it ${this.exited.signal ? `was killed by ${this.exited.signal}` : `exited with code ${this.exited.code}`})`);
+    checkArgs(cmd, args);
     const id = this.nextId++;
-    return new Promise<R>((resolve, reject) => {
-      this.pending.set(id, { resolve: resolve as (v: unknown) => void, reject, cmd });
+    const result = await new Promise<unknown>((resolve, reject) => {
+      this.pending.set(id, { resolve, reject, cmd });
       this.child.stdin.write(JSON.stringify({ id, cmd, ...args }) + '\n');
     });
+    return checkResult(cmd, result, this.where);
   }
 
   /** Asks the learner to stop; kills it if it does not within `graceMs`. */
@@ -141,9 +166,9 @@ export class LearnerClient implements Learner {
   }
 }
 
-/** What the loop needs of a learner, wherever it runs. */
-export interface Learner {
-  request<R = Record<string, unknown>>(cmd: string, args?: Record<string, unknown>): Promise<R>;
+/** A connection to a learner, wherever it runs. */
+export interface LearnerConnection {
+  request<C extends LearnerCommand>(cmd: C, args?: LearnerArgs<C>): Promise<LearnerResult<C>>;
   close(): Promise<void>;
   readonly alive: boolean;
   /** Where it runs, for messages. */
@@ -151,7 +176,7 @@ export interface Learner {
 }
 
 /** A learner already running elsewhere (a GPU machine), reached over HTTP: POST <url>/rpc. */
-export class HttpLearner implements Learner {
+export class HttpLearnerClient implements LearnerConnection {
   private dead = false;
   constructor(
     readonly url: string,
@@ -166,7 +191,8 @@ export class HttpLearner implements Learner {
     return this.url;
   }
 
-  async request<R = Record<string, unknown>>(cmd: string, args: Record<string, unknown> = {}): Promise<R> {
+  async request<C extends LearnerCommand>(cmd: C, args: LearnerArgs<C> = {} as LearnerArgs<C>): Promise<LearnerResult<C>> {
+    checkArgs(cmd, args);
     let res: Response;
     try {
       res = await fetch(new URL('rpc', this.url.endsWith('/') ? this.url : this.url + '/'), {
@@ -185,7 +211,7 @@ export class HttpLearner implements Learner {
       throw new LearnerError(`${cmd}: the learner at ${this.url} answered ${res.status}: ${text.slice(0, 200)}`);
     }
     if (!msg.ok) throw new LearnerError(`${cmd}: ${msg.error ?? `HTTP ${res.status}`}`);
-    return msg.result as R;
+    return checkResult(cmd, msg.result, this.url);
   }
 
   async close(): Promise<void> {

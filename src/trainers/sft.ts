@@ -8,7 +8,7 @@ import { join, resolve } from 'node:path';
 import { ExpertPolicy } from '../agents/index.ts';
 import { ChatTemplate } from '../agents/template.ts';
 import { Environment, rollout, type Task, type Trajectory } from '../env/index.ts';
-import { seededRng } from '../tools/index.ts';
+import { seededRandom } from '../../lib/index.ts';
 import { LearnerClient } from './learner-client.ts';
 
 export interface SftOptions {
@@ -58,7 +58,7 @@ export async function runSft(o: SftOptions): Promise<SftResult> {
   const out = resolve(o.out);
   mkdirSync(out, { recursive: true });
   // Expert demonstrations on train tasks, drawn with the seed.
-  const rng = seededRng(o.seed);
+  const rng = seededRandom(o.seed);
   const pool = o.tasks.filter((t) => t.split === 'train');
   if (pool.length === 0) throw new Error('sft needs train tasks');
   const chosen: Task[] = [];

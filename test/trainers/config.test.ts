@@ -5,7 +5,7 @@ describe('presets and config', () => {
   it('each preset fills the loop and the learner configuration', () => {
     const dapo = resolveConfig({ preset: 'dapo' });
     expect(dapo).toMatchObject({ loss: 'dapo', clip_low: 0.2, clip_high: 0.28, dynamic_sampling: true, beta: 0 });
-    expect(learnerConfig(dapo, 10)).toMatchObject({ loss: 'dapo', clip_high: 0.28, total_steps: 10 });
+    expect(learnerConfig(dapo, { totalSteps: 10, policyTokenBudget: 512 })).toMatchObject({ loss: 'dapo', clip_high: 0.28, total_steps: 10 });
     expect(resolveConfig({ preset: 'dr_grpo' })).toMatchObject({ advantage: 'dr_grpo', loss: 'dr_grpo' });
     expect(resolveConfig({ preset: 'gspo' })).toMatchObject({ loss: 'gspo' });
     expect(resolveConfig({ preset: 'rlvr' })).toMatchObject({ reward: 'rlvr', loss: 'grpo' });
@@ -20,8 +20,11 @@ describe('presets and config', () => {
 
 describe('advantages and the batch', () => {
   it('GRPO normalises within the group; equal rewards give exactly 0; Dr. GRPO only centres', () => {
-    const a = groupAdvantages([1, 0, 0, 1], 'grpo'); // (r - 0.5) / (0.5 + 1e-6)
-    [1, -1, -1, 1].forEach((want, i) => expect(a[i]).toBeCloseTo(want, 5));
+    // The sample std (Bessel-corrected, as TRL and verl): std([1, 0, 0, 1]) = sqrt(1 / 3).
+    const a = groupAdvantages([1, 0, 0, 1], 'grpo'); // (r - 0.5) / (0.57735 + 1e-6)
+    [0.866025, -0.866025, -0.866025, 0.866025].forEach((want, i) => expect(a[i]).toBeCloseTo(want, 5));
+    // Two rewards 1 and 0: ±1/sqrt(2) (the population std would give ±1).
+    groupAdvantages([1, 0], 'grpo').forEach((x, i) => expect(x).toBeCloseTo([Math.SQRT1_2, -Math.SQRT1_2][i]!, 5));
     expect(groupAdvantages([0.3, 0.3, 0.3], 'grpo')).toEqual([0, 0, 0]);
     expect(isZeroVariance([0.3, 0.3])).toBe(true);
     expect(groupAdvantages([1, 0], 'dr_grpo')).toEqual([0.5, -0.5]);

@@ -1,0 +1,89 @@
+/**
+ * Command-line flags derived from a zod object schema: each field `snake_case` is a flag
+ * `--snake-case` (booleans also `--no-snake-case`), typed by the field's schema, with the field's
+ * `.describe()` as its help. The training config (TrainConfigSchema) gets every one of its fields
+ * as a flag this way, so a field cannot exist without a flag, nor a flag without a field.
+ */
+import { z } from 'zod';
+import { UsageError } from './args.ts';
+
+export type FlagKind = 'int' | 'number' | 'boolean' | 'enum' | 'string';
+
+export interface Flag {
+  field: string;
+  flag: string;
+  kind: FlagKind;
+  values?: string[];
+  default?: unknown;
+  help: string;
+}
+
+/** Strips default/optional/nullable wrappers: the field's own schema, its default and its description. */
+function unwrap(s: z.ZodType): { inner: z.ZodType; def?: unknown; help: string } {
+  let help = s.description ?? '';
+  let def: unknown;
+  let cur = s as z.ZodType & { def: { type: string; innerType?: z.ZodType; defaultValue?: unknown } };
+  for (;;) {
+    const t = cur.def.type;
+    if (t === 'default') def = cur.def.defaultValue;
+    if (t !== 'default' && t !== 'optional' && t !== 'nullable' && t !== 'prefault') break;
+    cur = cur.def.innerType as typeof cur;
+    help ||= cur.description ?? '';
+  }
+  return { inner: cur, def, help };
+}
+
+export function flagsOf(schema: z.ZodObject): Flag[] {
+  return Object.entries(schema.shape).map(([field, s]) => {
+    const { inner, def, help } = unwrap(s as z.ZodType);
+    const d = (inner as unknown as { def: { type: string } }).def;
+    let kind: FlagKind;
+    let values: string[] | undefined;
+    if (d.type === 'number') kind = (inner as z.ZodNumber).isInt ? 'int' : 'number';
+    else if (d.type === 'boolean') kind = 'boolean';
+    else if (d.type === 'enum') {
+      kind = 'enum';
+      values = (inner as z.ZodEnum).options.map(String);
+    } else kind = 'string';
+    return { field, flag: field.replace(/_/g, '-'), kind, values, default: def, help };
+  });
+}
+
+/** parseArgs options for these flags (strings, parsed by `flagValues`). */
+export function parseArgsOptions(flags: Flag[]): Record<string, { type: 'string' | 'boolean' }> {
+  return Object.fromEntries(flags.map((f) => [f.flag, { type: f.kind === 'boolean' ? ('boolean' as const) : ('string' as const) }]));
+}
+
+/** The fields given on the command line, typed; a bad value is a UsageError naming the flag. */
+export function flagValues(flags: Flag[], values: Record<string, unknown>): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const f of flags) {
+    const v = values[f.flag];
+    if (v === undefined) continue;
+    if (f.kind === 'boolean' || f.kind === 'string') out[f.field] = v;
+    else if (f.kind === 'enum') {
+      if (!f.values!.includes(String(v))) throw new UsageError(`--${f.flag} must be one of ${f.values!.join(', ')}, got '${v}'`);
+      out[f.field] = v;
+    } else {
+      const n = Number(v);
+      if (String(v).trim() === '' || !Number.isFinite(n) || (f.kind === 'int' && !Number.isInteger(n))) throw new UsageError(`--${f.flag} must be ${f.kind === 'int' ? 'an integer' : 'a number'}, got '${v}'`);
+      out[f.field] = n;
+    }
+  }
+  return out;
+}
+
+const shown = (v: unknown) => (typeof v === 'string' && v.includes('/') ? v.replace(/^.*\/(models\/[^/]+)$/, '$1') : JSON.stringify(v));
+
+/** Help lines: `--flag <kind>  help (default X)`. */
+export function flagsHelp(flags: Flag[], indent = '  '): string {
+  const left = (f: Flag) => `--${f.flag}${f.kind === 'boolean' ? '' : f.kind === 'enum' ? ` ${f.values!.join('|')}` : ` <${f.kind === 'string' ? 'text' : f.kind}>`}`;
+  const width = Math.min(40, Math.max(...flags.map((f) => left(f).length)) + 2);
+  return flags
+    .map((f) => {
+      const l = left(f);
+      const def = f.default === undefined ? '' : ` (default ${shown(f.default)})`;
+      return `${indent}${l.padEnd(width)}${l.length >= width ? `\n${indent}${''.padEnd(width)}` : ''}${f.help}${def}`;
+    })
+    .join('\n');
+}

@@ -1,0 +1,68 @@
+/**
+ * mcp-gym's public API: `import { ... } from 'mcp-gym'`.
+ *
+ * A handful of nouns cover it (docs/architecture.md, "The public API"): a **Task** (what the agent
+ * is asked, which MCP servers it gets, how success is checked), an **Environment** that runs
+ * episodes of tasks against real MCP servers, a **Policy** (anything with `act(observation)`),
+ * a **Trajectory** per episode and a **TrajectoryGroup** per task, a **reward** (a function of the
+ * episode, registered by name or passed), and **training**, composed of three pieces: collecting
+ * groups, building the batch, and a learner session. The user owns the rollout and the reward;
+ * the library owns the loss.
+ */
+
+// ---- Tasks --------------------------------------------------------------------------------
+/** Validates a task written in code; throws naming the field. */
+export { defineTask } from './env/index.ts';
+/** Loads tasks from a .json or .jsonl file; errors name the file, line and field (TaskFileError). */
+export { loadTasks, parseTasks, TaskFileError, TaskSchema } from './env/index.ts';
+/** The bundled task suites (calculator, kv, files, sql, search, mixed), generated from a seed. */
+export { generateSuite, SUITE_NAMES } from './env/suites/index.ts';
+export type { Task, TaskInput, Check, Matcher, ServerRef } from './env/index.ts';
+
+// ---- MCP servers ----------------------------------------------------------------------------
+/** One client for any MCP server (stdio, streamable HTTP, in-process): a call never throws. */
+export { ToolClient } from './tools/index.ts';
+export type { ServerSpec, ToolResult, ToolInfo, CallOptions } from './tools/index.ts';
+/** The bundled MCP servers (calculator, kv, files, search, sql), by name. */
+export { bundledServers } from '../servers/index.ts';
+
+// ---- Episodes, rollouts, policies -------------------------------------------------------------
+/** Runs episodes of tasks against their servers, with a fresh server state per episode. */
+export { Environment } from './env/index.ts';
+/** G rollouts per task, concurrently, written to JSONL as they finish (resumable). */
+export { rollout, gatherGroup, summarize } from './env/index.ts';
+/** Reads a trajectories.jsonl file. */
+export { readTrajectories } from './env/index.ts';
+export type { Policy, Observation, PolicyAction, ProposedCall, Trajectory, TrajectoryGroup, RolloutOptions, RolloutResult, EnvironmentOptions, ChatMessage, AgentTool } from './env/index.ts';
+/** Scripted policies: the expert replays a task's reference solution; random calls random tools. */
+export { ExpertPolicy, RandomPolicy } from './agents/index.ts';
+/** The embedded model (ONNX, sampled in Node with token ids and logprobs): what training trains. */
+export { OnnxPolicy } from './agents/index.ts';
+/** A policy from its command-line name: `expert`, `random[:seed]`, `onnx:<model dir>`. */
+export { makePolicy } from './agents/index.ts';
+
+// ---- Rewards ---------------------------------------------------------------------------------
+/** Registers a reward `(episode) => {reward, parts, stepRewards?}` under a name. */
+export { registerReward, rewardNames, resolveReward } from './env/index.ts';
+/** The four built-in rewards (registered as art, rlvr, composer, verifier). */
+export { artReward, rlvrReward, composerReward, verifierReward, RewardConfigSchema } from './env/index.ts';
+export type { RewardFn, RewardResult, Episode, RewardConfig } from './env/index.ts';
+
+// ---- Training --------------------------------------------------------------------------------
+/** The training loop: evaluate, then steps of collect → batch → learner, checkpoints, a report. */
+export { train } from './trainers/index.ts';
+/** Piece 1: a step's groups: rollouts, reward shaping, DAPO's dynamic sampling. */
+export { collectGroups, TaskSampler } from './trainers/index.ts';
+/** Piece 2: advantages (GRPO, Dr. GRPO, per turn) and the TrainBatch, a pure function. */
+export { buildTrainBatch, groupAdvantages } from './trainers/index.ts';
+/** Piece 3: the learner (local process or remote URL): train, export weights, checkpoints, restarts. */
+export { LearnerSession, LearnerError } from './trainers/index.ts';
+/** The training config (one zod schema), its presets, and the learner contract. */
+export { TrainConfigSchema, PRESETS, resolveConfig, LEARNER_COMMANDS } from './trainers/index.ts';
+/** The SFT cold start: expert demonstrations → a model trained from scratch → ONNX. */
+export { runSft } from './trainers/index.ts';
+export type { TrainOptions, TrainResult, EvalResult, TrainConfig, TrainConfigInput, TrainBatch, KeptGroup, Collected, CollectOptions, BuiltBatch, LearnerSessionOptions } from './trainers/index.ts';
+
+// ---- Files of the package ---------------------------------------------------------------------
+/** The small model shipped with the package (models/calc-tiny): the default cold start. */
+export { BUNDLED_MODEL_DIR } from './paths.ts';

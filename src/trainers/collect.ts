@@ -1,0 +1,130 @@
+/**
+ * Collecting a step's groups, in one visible place: task sampling, G rollouts per task, reward
+ * shaping (DAPO's overlong penalty, written into the trajectory's reward and its parts, so that
+ * the reward logged is the reward trained on), and DAPO's dynamic sampling (docs/architecture.md,
+ * "DAPO"): a group without signal (every episode solved, or every one failed) is dropped and more
+ * tasks are sampled, round after round, until the batch is full or the cap of rounds is hit.
+ * Group ids are structured, `<task id>@train.<step>.<round>`: unique within a run.
+ */
+import { seededRandom } from '../../lib/index.ts';
+import { rollout, type Environment, type Policy, type Task, type Trajectory } from '../env/index.ts';
+import { isZeroVariance } from './advantages.ts';
+import { overlongPenalty, type KeptGroup } from './batch.ts';
+
+/** Draws train tasks with a seeded generator that can be replayed to any point (resume, rollback). */
+export class TaskSampler {
+  private next: () => number;
+  private count = 0;
+
+  constructor(
+    private readonly tasks: Task[],
+    private readonly seed: number,
+    draws = 0,
+  ) {
+    if (tasks.length === 0) throw new Error('TaskSampler: no tasks to sample from');
+    this.next = seededRandom(seed);
+    this.seek(draws);
+  }
+
+  /** Draws made so far (recorded with each checkpoint). */
+  get draws(): number {
+    return this.count;
+  }
+
+  /** Replays the generator to `draws` draws from its start. */
+  seek(draws: number): void {
+    this.next = seededRandom(this.seed);
+    for (let i = 0; i < draws; i++) this.next();
+    this.count = draws;
+  }
+
+  draw(): Task {
+    this.count++;
+    return this.tasks[Math.floor(this.next() * this.tasks.length)]!;
+  }
+}
+
+export interface CollectOptions {
+  env: Environment;
+  policy: Policy;
+  sampler: TaskSampler;
+  step: number;
+  tasksPerStep: number;
+  group: number;
+  concurrency: number;
+  /** Drop groups without signal and sample more (DAPO). */
+  dynamicSampling: boolean;
+  /** outcome: all solved or all failed (DAPO); reward: all (shaped) rewards equal. */
+  dynamicSamplingOn: 'outcome' | 'reward';
+  /** At most this many extra rounds of sampling (the cap). */
+  maxResampleRounds: number;
+  /** DAPO overlong shaping over the policy tokens of an episode; max 0 = off. */
+  overlong: { max: number; cache: number };
+  signal?: AbortSignal;
+}
+
+export interface Collected {
+  /** The groups to train on: at least two finished episodes each, with signal when dynamic sampling is on. */
+  kept: KeptGroup[];
+  /** Every finished or failed trajectory of the step, shaped rewards included (what is logged). */
+  trajectories: Trajectory[];
+  groupsSeen: number;
+  /** Groups dropped by dynamic sampling (no signal). */
+  droppedNoSignal: number;
+  /** Groups dropped because fewer than two of their episodes finished (tool servers failed). */
+  droppedTooFew: number;
+  /** Sampling rounds it took (1 without dynamic sampling). */
+  rounds: number;
+  /** Whether the batch reached tasks_per_step groups (false when the cap of rounds was hit first). */
+  full: boolean;
+  seconds: number;
+}
+
+/** Applies DAPO's overlong penalty to a trajectory's reward, recorded as the part `overlong`. */
+export function shapeOverlong(t: Trajectory, max: number, cache: number): void {
+  if (max <= 0) return;
+  const p = overlongPenalty(t.metrics.policy_tokens, max, cache);
+  t.reward_parts = { ...t.reward_parts, overlong: p };
+  t.reward += p;
+}
+
+/** Whether a group carries no learning signal. */
+export function withoutSignal(trajectories: Trajectory[], on: 'outcome' | 'reward'): boolean {
+  if (on === 'reward') return isZeroVariance(trajectories.map((t) => t.reward));
+  return trajectories.every((t) => t.success) || trajectories.every((t) => !t.success);
+}
+
+export async function collectGroups(o: CollectOptions): Promise<Collected> {
+  const t0 = performance.now();
+  const kept: KeptGroup[] = [];
+  const trajectories: Trajectory[] = [];
+  let groupsSeen = 0;
+  let droppedNoSignal = 0;
+  let droppedTooFew = 0;
+  let rounds = 0;
+  const maxRounds = o.dynamicSampling ? 1 + o.maxResampleRounds : 1;
+  while (rounds < maxRounds && kept.length < o.tasksPerStep && !o.signal?.aborted) {
+    const need = o.tasksPerStep - kept.length;
+    const tasks = Array.from({ length: need }, () => o.sampler.draw());
+    const unique = [...new Map(tasks.map((t) => [t.id, t])).values()];
+    const r = await rollout(o.env, o.policy, unique, { group: o.group, concurrency: o.concurrency, iteration: `train.${o.step}.${rounds}`, signal: o.signal });
+    rounds++;
+    for (const t of r.trajectories) shapeOverlong(t, o.overlong.max, o.overlong.cache);
+    trajectories.push(...r.trajectories);
+    for (const g of r.groups) {
+      groupsSeen++;
+      // Episodes that a tool server's failure ended (finish 'error') are counted in the metrics,
+      // not learned from: the policy did nothing wrong in them.
+      if (g.trajectories.length < 2) {
+        droppedTooFew++;
+        continue;
+      }
+      if (o.dynamicSampling && withoutSignal(g.trajectories, o.dynamicSamplingOn)) {
+        droppedNoSignal++;
+        continue;
+      }
+      kept.push({ group_id: g.group_id, trajectories: g.trajectories });
+    }
+  }
+  return { kept, trajectories, groupsSeen, droppedNoSignal, droppedTooFew, rounds, full: kept.length >= o.tasksPerStep, seconds: (performance.now() - t0) / 1000 };
+}

@@ -1,0 +1,125 @@
+/**
+ * A training run's directory: config.json, the model copy being trained (model/), state.json
+ * (the step, the evaluations, the checkpoint it describes, the task sampler's draws), and the
+ * append-only logs metrics.jsonl, trajectories.jsonl, eval.jsonl, plus report.html. state.json is
+ * written atomically and only together with its checkpoint, so it always describes one.
+ */
+import { cpSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { JsonlWriter, type Trajectory } from '../env/index.ts';
+import { writeReport } from './report.ts';
+
+export interface EvalResult {
+  step: number;
+  success: number;
+  ci95: [number, number];
+  episodes: number;
+  mean_reward: number;
+}
+
+export interface RunState {
+  step: number;
+  evals: EvalResult[];
+  checkpoint?: string;
+  train_seconds: number;
+  /** Draws of the task sampler so far. */
+  rng_draws: number;
+}
+
+export function writeJsonAtomic(file: string, value: unknown): void {
+  writeFileSync(file + '.tmp', JSON.stringify(value, null, 2) + '\n');
+  renameSync(file + '.tmp', file);
+}
+
+function readRows(file: string): Record<string, unknown>[] {
+  if (!existsSync(file)) return [];
+  return readFileSync(file, 'utf8')
+    .split('\n')
+    .filter((l) => l.trim())
+    .flatMap((l) => {
+      try {
+        return [JSON.parse(l)];
+      } catch {
+        return [];
+      }
+    });
+}
+
+export class RunDir {
+  readonly dir: string;
+  readonly modelDir: string;
+  readonly stateFile: string;
+  state: RunState = { step: 0, evals: [], train_seconds: 0, rng_draws: 0 };
+  /** The metrics rows of the steps done (the report draws them). */
+  readonly metrics: Record<string, unknown>[] = [];
+  /** A few trajectories of the last evaluation, for the report. */
+  samples: { label: string; trajectory: Trajectory }[] = [];
+  private readonly metricsOut: JsonlWriter<Record<string, unknown>>;
+  private readonly trajOut: JsonlWriter<Trajectory>;
+  private readonly evalOut: JsonlWriter<EvalResult>;
+
+  /**
+   * A new run (copies the model and writes config.json) or, with `resume`, the run already there
+   * (reads state.json). Refuses a new run over an existing one, and a resume of nothing.
+   */
+  constructor(dir: string, o: { resume: boolean; model: string; config: unknown }) {
+    this.dir = resolve(dir);
+    this.modelDir = join(this.dir, 'model');
+    this.stateFile = join(this.dir, 'state.json');
+    mkdirSync(this.dir, { recursive: true });
+    if (o.resume) {
+      if (!existsSync(this.stateFile)) throw new Error(`${this.dir}: nothing to resume (no state.json)`);
+      this.state = JSON.parse(readFileSync(this.stateFile, 'utf8')) as RunState;
+      this.metrics.push(...readRows(join(this.dir, 'metrics.jsonl')).filter((m) => Number(m.step) <= this.state.step));
+    } else {
+      if (existsSync(this.stateFile)) throw new Error(`${this.dir} already holds a run: pass --resume to continue it, or choose another run directory`);
+      if (!existsSync(join(o.model, 'config.json'))) throw new Error(`model: no model directory at ${o.model} (make one with: mcp-gym sft --out ${o.model})`);
+      rmSync(this.modelDir, { recursive: true, force: true });
+      cpSync(o.model, this.modelDir, { recursive: true, filter: (src) => !src.endsWith('sft-data.jsonl') });
+      writeJsonAtomic(join(this.dir, 'config.json'), o.config);
+    }
+    this.metricsOut = new JsonlWriter(join(this.dir, 'metrics.jsonl'), { sync: false });
+    this.trajOut = new JsonlWriter(join(this.dir, 'trajectories.jsonl'), { sync: false });
+    this.evalOut = new JsonlWriter(join(this.dir, 'eval.jsonl'), { sync: true });
+  }
+
+  get report(): string {
+    return join(this.dir, 'report.html');
+  }
+
+  /** Writes state.json (call only when it describes a saved checkpoint). */
+  commit(): void {
+    writeJsonAtomic(this.stateFile, this.state);
+  }
+
+  /** Back to the state of the last commit (after the learner died): later metrics rows are dropped. */
+  rollback(): void {
+    this.state = JSON.parse(readFileSync(this.stateFile, 'utf8')) as RunState;
+    this.metrics.splice(0, this.metrics.length, ...this.metrics.filter((m) => Number(m.step) <= this.state.step));
+  }
+
+  writeTrajectories(ts: Trajectory[]): void {
+    for (const t of ts) this.trajOut.write(t);
+  }
+
+  writeEval(e: EvalResult, trajectories: Trajectory[]): void {
+    this.evalOut.write(e);
+    this.state.evals.push(e);
+    this.samples = [...trajectories.filter((t) => t.success).slice(0, 2), ...trajectories.filter((t) => !t.success).slice(0, 2)].map((t) => ({ label: `eval @ step ${e.step}`, trajectory: t }));
+  }
+
+  writeMetrics(m: Record<string, unknown>): void {
+    this.metricsOut.write(m);
+    this.metrics.push(m);
+  }
+
+  refreshReport(title: string, summary: Record<string, unknown>): void {
+    writeReport(this.report, { title, metrics: this.metrics, evals: this.state.evals, samples: this.samples, summary });
+  }
+
+  close(): void {
+    this.metricsOut.close();
+    this.trajOut.close();
+    this.evalOut.close();
+  }
+}
