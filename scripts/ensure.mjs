@@ -59,12 +59,13 @@ if (!sqliteLoads()) {
   }
 }
 
-// The learner: Debian's PyTorch (with OpenBLAS: without it torch runs 25 times slower), onnx and
-// pytest, for /usr/bin/python3; and Chromium, which the report test opens headless. Installed
+// The learner: Debian's PyTorch (with OpenBLAS: without it torch runs 25 times slower), onnx,
+// jsonschema (the learner validates requests against the contract), pytest and venv (the package
+// test installs the learner into a virtual environment), for /usr/bin/python3; and Chromium, which the report test opens headless. Installed
 // with apt-get when missing (CI runs as root).
-const APT = ['python3-torch', 'libopenblas0-pthread', 'python3-onnx', 'python3-pytest', 'chromium'];
+const APT = ['python3-torch', 'libopenblas0-pthread', 'python3-onnx', 'python3-pytest', 'python3-jsonschema', 'python3-venv', 'chromium'];
 const python = process.env.MCP_GYM_PYTHON ?? '/usr/bin/python3';
-const pythonOk = () => spawnSync(python, ['-c', 'import torch, onnx, pytest'], { stdio: 'ignore' }).status === 0;
+const pythonOk = () => spawnSync(python, ['-c', 'import torch, onnx, pytest, jsonschema'], { stdio: 'ignore' }).status === 0;
 const missingDebs = () => APT.filter((p) => spawnSync('dpkg-query', ['-W', '-f=${Status}', p], { encoding: 'utf8' }).stdout?.includes('install ok installed') !== true);
 if (!process.env.MCP_GYM_PYTHON && (!pythonOk() || missingDebs().length)) {
   const missing = missingDebs();
@@ -76,7 +77,7 @@ if (!process.env.MCP_GYM_PYTHON && (!pythonOk() || missingDebs().length)) {
   execFileSync('apt-get', ['update', '-qq'], { stdio: ['ignore', 'inherit', 'inherit'] });
   execFileSync('apt-get', ['install', '-y', '-qq', ...APT], { stdio: ['ignore', 'inherit', 'inherit'], env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive' } });
   if (!pythonOk()) {
-    process.stderr.write(`${python} still cannot import torch, onnx and pytest after installing ${APT.join(' ')}\n`);
+    process.stderr.write(`${python} still cannot import torch, onnx, pytest and jsonschema after installing ${APT.join(' ')}\n`);
     process.exit(1);
   }
 }

@@ -1,5 +1,5 @@
-"""python3 -m mcp_gym_learner serve [--http --port N [--host H] [--token T]] | create DIR | export DIR | sft DIR DATA
-(learner/ on PYTHONPATH). Under torchrun, `serve` runs one learner per rank (distributed.py)."""
+"""mcp-gym-learner (or python -m mcp_gym_learner) serve [--http --port N [--host H] [--token T]] | create DIR |
+export DIR | sft DIR DATA. Under torchrun, `serve` runs one learner per rank (distributed.py)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ import json
 import sys
 
 
-def _run(learner, req) -> int:
-    resp = learner.handle(json.dumps(req))
+def _run(service, req) -> int:
+    resp = service.handle(json.dumps(req))
     print(json.dumps(resp, indent=2))
     return 0 if resp["ok"] else 1
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python3 -m mcp_gym_learner", description=__doc__)
+    p = argparse.ArgumentParser(prog="mcp-gym-learner", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
     sv = sub.add_parser("serve", help="speak the JSON-lines protocol on stdin/stdout, or over HTTP (PROTOCOL.md)")
     sv.add_argument("--http", action="store_true", help="serve POST /rpc over HTTP instead of stdin/stdout")
@@ -52,34 +52,34 @@ def main(argv=None) -> int:
 
             from .http_server import serve_http
             return serve_http(args.host, args.port, args.token or os.environ.get("MCP_GYM_LEARNER_TOKEN") or None)
-        from .server import serve
+        from .stdio_server import serve
         return serve()
 
     from .runtime import tune_malloc
-    from .server import Learner
+    from .service import LearnerService
     tune_malloc()
-    learner = Learner()
+    service = LearnerService()
     if args.command == "create":
         arch = {}
         for kv in args.arch:
             k, _, v = kv.partition("=")
             arch[k] = int(v) if v.lstrip("-").isdigit() else v
-        rc = _run(learner, {"cmd": "create", "model_dir": args.model_dir, "architecture": arch, "seed": args.seed,
+        rc = _run(service, {"cmd": "create", "model_dir": args.model_dir, "architecture": arch, "seed": args.seed,
                             "overwrite": args.overwrite})
         if rc or not args.export:
             return rc
-        rc = _run(learner, {"cmd": "load", "model_dir": args.model_dir, "device": "cpu"})
-        return rc or _run(learner, {"cmd": "export", "full": True})
+        rc = _run(service, {"cmd": "load", "model_dir": args.model_dir, "device": "cpu"})
+        return rc or _run(service, {"cmd": "export", "full": True})
     load = {"cmd": "load", "model_dir": args.model_dir, "threads": args.threads, "device": args.device}
-    rc = _run(learner, {k: v for k, v in load.items() if v is not None})
+    rc = _run(service, {k: v for k, v in load.items() if v is not None})
     if rc:
         return rc
     if args.command == "export":
-        return _run(learner, {"cmd": "export", "full": args.full})
+        return _run(service, {"cmd": "export", "full": args.full})
     req = {"cmd": "sft", "data": args.data, "epochs": args.epochs, "steps": args.steps,
            "batch_size": args.batch_size, "lr": args.lr, "warmup": args.warmup, "seed": args.seed}
-    rc = _run(learner, {k: v for k, v in req.items() if v is not None})
-    return rc or _run(learner, {"cmd": "export"})
+    rc = _run(service, {k: v for k, v in req.items() if v is not None})
+    return rc or _run(service, {"cmd": "export"})
 
 
 if __name__ == "__main__":

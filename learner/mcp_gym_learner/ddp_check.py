@@ -7,7 +7,7 @@ CASES.json: [{"batch": TrainBatch, "config": {...}, "steps": n?}, ...]. For each
 model afresh (`load`), runs `train` `steps` times (default 1) on the batch (DDP: each rank takes its shard of
 every minibatch, the gradients are averaged by DDP, the loss normalised by the whole minibatch), and rank 0
 collects the weights and the metrics. OUT.pt: {"states": [state_dict per case], "metrics": [[...] per case],
-"world_size": n}. Run without torchrun it is the single-process reference (tests/test_ddp.py compares them).
+"world_size": n}. Run without torchrun it is the single-process reference (tests/test_rl_process.py compares them).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import sys
 
 def run(model_dir: str, cases, threads: int = 1, device: str = "cpu"):
     from .distributed import current
-    from .server import Learner
+    from .service import LearnerService
 
-    learner = Learner()
+    learner = LearnerService()
     states, metrics = [], []
     for n, case in enumerate(cases):
         r = learner.handle(json.dumps({"cmd": "load", "model_dir": model_dir, "device": device, "threads": threads}))

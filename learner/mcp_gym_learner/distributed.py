@@ -1,6 +1,6 @@
 """Running the learner under `torchrun` (PyTorch distributed: DDP, gloo on the CPU, NCCL on CUDA).
 
-Every rank runs the same Learner. Rank 0 reads the requests (stdin or HTTP) and broadcasts each
+Every rank runs the same LearnerService (service.py). Rank 0 reads the requests (stdin or HTTP) and broadcasts each
 request line to the other ranks; every rank handles it (the same validation, the same errors), the
 `train` command runs DistributedDataParallel over the ranks (each takes its shard of every
 minibatch), files are written by rank 0 only, and rank 0 alone answers.
@@ -71,14 +71,14 @@ def barrier() -> None:
         dist.barrier()
 
 
-def follow(learner) -> int:
+def follow(service) -> int:
     """The loop of a rank other than 0: handle every request rank 0 broadcasts, until None or shutdown."""
     while True:
         line: Optional[str] = broadcast_object(None)
         if line is None:
             break
-        learner.handle(line)
-        if learner.shutdown:
+        service.handle(line)
+        if service.shutdown:
             break
     return 0
 

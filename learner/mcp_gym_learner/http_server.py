@@ -98,18 +98,20 @@ def make_server(dispatch: Callable[[str], Dict[str, Any]], encode: Callable[[Dic
 def serve_http(host: str = "127.0.0.1", port: int = 0, token: Optional[str] = None) -> int:
     from .distributed import broadcast_object, follow, init_from_env, shutdown_group
     from .runtime import tune_malloc
-    from .server import Learner, _encode, make_dispatcher
+    from .protocol import encode_response
+    from .service import LearnerService
+    from .stdio_server import make_dispatcher
 
     rank, world, _ = init_from_env()
     tune_malloc()
-    learner = Learner()
+    service = LearnerService()
     if rank != 0:
         _log(f"rank {rank}/{world} following rank 0 (pid {os.getpid()})")
-        follow(learner)
+        follow(service)
         shutdown_group()
         return 0
-    dispatch = make_dispatcher(learner)
-    srv = make_server(dispatch, _encode, host, port, token, on_shutdown=lambda: learner.shutdown)
+    dispatch = make_dispatcher(service)
+    srv = make_server(dispatch, encode_response, host, port, token, on_shutdown=lambda: service.shutdown)
     h, p = srv.server_address[:2]
     if host not in ("127.0.0.1", "localhost", "::1") and not token:
         _log("warning: listening beyond localhost without a token: anyone who reaches the port can drive the learner")
@@ -122,7 +124,7 @@ def serve_http(host: str = "127.0.0.1", port: int = 0, token: Optional[str] = No
     finally:
         srv.server_close()
         if world > 1:
-            if not learner.shutdown:
+            if not service.shutdown:
                 broadcast_object(None)
             shutdown_group()
     _log("bye")

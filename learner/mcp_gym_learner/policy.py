@@ -9,9 +9,7 @@ DistributedDataParallel sees every use of the parameters inside its forward.
 
 from __future__ import annotations
 
-import json
-import os
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
@@ -79,34 +77,7 @@ class GPTAdapter(Adapter):
 # Hugging Face transformers
 
 
-def transformers_available() -> bool:
-    try:
-        import transformers  # noqa: F401
-        return True
-    except Exception:
-        return False
-
-
-def peft_available() -> bool:
-    try:
-        import peft  # noqa: F401
-        return True
-    except Exception:
-        return False
-
-
-def is_hf_dir(model_dir: str) -> bool:
-    """A directory with a Hugging Face config.json (model_type / architectures), not an mcp-gym model."""
-    path = os.path.join(model_dir, "config.json")
-    try:
-        with open(path, "r", encoding="utf-8") as f:
-            cfg = json.load(f)
-    except (OSError, ValueError):
-        return False
-    return isinstance(cfg, dict) and cfg.get("format") is None and ("model_type" in cfg or "architectures" in cfg)
-
-
-def _base(model):
+def hf_base(model):
     """The transformers model under a peft wrapper (or the model itself)."""
     get = getattr(model, "get_base_model", None)
     return get() if callable(get) else model
@@ -121,7 +92,7 @@ class HFAdapter(Adapter):
     kind = "hf"
 
     def __init__(self, model, pack: Optional[bool] = None):
-        base = _base(model)
+        base = hf_base(model)
         cfg = base.config
         self.vocab_size = int(base.get_output_embeddings().weight.shape[0])
         self.max_seq_len = getattr(cfg, "max_position_embeddings", None)
@@ -148,87 +119,14 @@ class HFAdapter(Adapter):
         return out, [r * T for r in range(len(seqs))]
 
     def hidden(self, model, inputs):
-        dec = _base(model).get_decoder()
+        dec = hf_base(model).get_decoder()
         out = dec(**inputs, use_cache=False)
         h = out[0] if isinstance(out, (tuple, list)) else out.last_hidden_state
         return h.reshape(-1, h.shape[-1])
 
     def head(self, model):
-        emb = _base(model).get_output_embeddings()
+        emb = hf_base(model).get_output_embeddings()
         return emb.weight, getattr(emb, "bias", None)
-
-
-def load_hf(model_dir: str, device: str, dtype: str = "auto", gradient_checkpointing: bool = False,
-            lora: Optional[Dict[str, Any]] = None, attn_implementation: Optional[str] = None):
-    """AutoModelForCausalLM from a local directory. dtype auto: float32 parameters (bf16 autocast on CUDA,
-    see `autocast_dtype`); bfloat16: bf16 parameters. LoRA (peft) when `lora` is given:
-    {r, alpha, dropout, target_modules}. Returns (model, adapter)."""
-    import transformers
-
-    if dtype not in ("auto", "float32", "bfloat16"):
-        raise ValueError(f"dtype: must be auto, float32 or bfloat16, got {dtype!r}")
-    torch_dtype = torch.bfloat16 if dtype == "bfloat16" else torch.float32
-    if attn_implementation is None:
-        attn_implementation = "eager"
-        if hasattr(torch.nn.functional, "scaled_dot_product_attention"):
-            attn_implementation = "sdpa"
-        if device == "cuda":
-            try:
-                import flash_attn  # noqa: F401
-                attn_implementation = "flash_attention_2"
-            except Exception:
-                pass
-    kwargs: Dict[str, Any] = {"torch_dtype": torch_dtype}
-    try:
-        model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation=attn_implementation,
-                                                                  **kwargs)
-    except (TypeError, ValueError, ImportError):
-        model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, **kwargs)
-    if getattr(model.config, "use_cache", None) is not None:
-        model.config.use_cache = False
-    disable_dropout(model)
-    if gradient_checkpointing:
-        try:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        except TypeError:
-            model.gradient_checkpointing_enable()
-    if lora:
-        if not peft_available():
-            raise ValueError("lora: peft is not importable here")
-        import peft
-
-        cfg = peft.LoraConfig(r=int(lora.get("r", 16)), lora_alpha=int(lora.get("alpha", 32)),
-                              lora_dropout=float(lora.get("dropout", 0.0)),
-                              target_modules=lora.get("target_modules") or "all-linear", task_type="CAUSAL_LM")
-        model = peft.get_peft_model(model, cfg)
-        if gradient_checkpointing and hasattr(model, "enable_input_require_grads"):
-            model.enable_input_require_grads()
-    model.to(device)
-    return model, HFAdapter(model)
-
-
-def disable_dropout(model: nn.Module) -> None:
-    """No dropout in RL: the policy's logprobs must be deterministic (the on-policy ratio is 1, the old
-    logprobs are the sampler's). Zeroes every nn.Dropout and the config's *dropout* probabilities (attention
-    dropout is read from the config); LoRA's own dropout (peft, applied afterwards) is left as configured."""
-    for m in model.modules():
-        if isinstance(m, nn.Dropout):
-            m.p = 0.0
-    cfg = getattr(model, "config", None)
-    if cfg is not None:
-        for k, v in list(vars(cfg).items()):
-            if "dropout" in k and isinstance(v, float):
-                setattr(cfg, k, 0.0)
-    for m in model.modules():  # attention modules that copied the probability at construction
-        for k in ("attention_dropout", "dropout"):
-            if isinstance(getattr(m, k, None), float):
-                setattr(m, k, 0.0)
-
-
-def save_hf(model, model_dir: str) -> Dict[str, Any]:
-    """`save_pretrained` into model_dir (the adapter only, for a peft model)."""
-    model.save_pretrained(model_dir, safe_serialization=True)
-    return {"model_dir": model_dir, "format": "hf", "lora": _base(model) is not model}
 
 
 def make_adapter(model) -> Adapter:

@@ -10,9 +10,12 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from mcp_gym_learner.policy import HFAdapter, is_hf_dir  # noqa: E402
-from mcp_gym_learner.rl import RLTrainer, parse_batch, parse_config  # noqa: E402
-from mcp_gym_learner.server import Learner  # noqa: E402
+from mcp_gym_learner.batch import parse_batch  # noqa: E402
+from mcp_gym_learner.hf_backend import is_hf_dir  # noqa: E402
+from mcp_gym_learner.policy import HFAdapter  # noqa: E402
+from mcp_gym_learner.rl import RLTrainer  # noqa: E402
+from mcp_gym_learner.rl_config import parse_config  # noqa: E402
+from mcp_gym_learner.service import LearnerService  # noqa: E402
 
 from _rl_helpers import sampled_batch  # noqa: E402
 
@@ -107,10 +110,10 @@ def test_hf_through_the_protocol_checkpoint_and_export(tmp_path):
     cfg = {"loss": "dapo", "beta": 0.04, "epochs": 2, "minibatch_size": 3, "micro_batch_size": 2, "lr": 1e-3}
 
     def learner():
-        L = Learner()
+        L = LearnerService()
         r = L.handle(json.dumps({"cmd": "load", "model_dir": d, "device": "cpu", "threads": 1}))  # auto-detected
         assert r["ok"], r
-        assert r["result"]["hf"]["dtype"] == "auto" and L.hf
+        assert r["result"]["hf"]["dtype"] == "auto" and L.backend.name == "hf"
         return L
 
     a = learner()
@@ -161,7 +164,7 @@ def test_hf_padding_matches_single_sequences():
 def test_hf_lora(tmp_path):
     pytest.importorskip("peft")
     d = _save(tmp_path)
-    L = Learner()
+    L = LearnerService()
     lora = {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}
     r = L.handle(json.dumps({"cmd": "load", "model_dir": d, "device": "cpu", "lora": lora,
                              "gradient_checkpointing": True}))

@@ -13,8 +13,12 @@ import torch
 
 from mcp_gym_learner.head import head_logprobs, reference_head_logprobs
 from mcp_gym_learner.logprobs import keep_mask
+from mcp_gym_learner.losses import token_weights
 from mcp_gym_learner.policy import GPTAdapter
-from mcp_gym_learner.rl import RLTrainer, parse_batch, parse_config
+from mcp_gym_learner.batch import parse_batch
+from mcp_gym_learner.rl import RLTrainer
+from mcp_gym_learner.protocol import RequestError
+from mcp_gym_learner.rl_config import RLConfig, parse_config
 
 from _helpers import tiny_model
 from _rl_helpers import perturb_, sampled_batch
@@ -45,7 +49,7 @@ def reference_loss(policy, reference, raw, cfg):
     eps_lo, eps_hi = cfg.get("clip_low", 0.2), cfg.get("clip_high", 0.2)
     beta, c_ent = cfg.get("beta", 0.0), cfg.get("entropy_coef", 0.0)
     B = len(raw["ids"])
-    C = cfg.get("dr_grpo_constant") or max(len(s) for s in raw["ids"])
+    C = cfg.get("dr_grpo_constant")  # Dr. GRPO's fixed budget of policy tokens (required for dr_grpo)
     seq_terms, token_sums, n_tokens = [], [], 0
     for b in range(B):
         ids = raw["ids"][b]
@@ -103,14 +107,14 @@ def _rel(a, b):
 CASES = [
     ("grpo", {"loss": "grpo"}),
     ("dapo", {"loss": "dapo", "clip_high": 0.28}),
-    ("dr_grpo", {"loss": "dr_grpo"}),
+    ("dr_grpo", {"loss": "dr_grpo", "dr_grpo_constant": 16}),
     ("dr_grpo_constant", {"loss": "dr_grpo", "dr_grpo_constant": 50}),
     ("gspo", {"loss": "gspo", "clip_low": 0.05, "clip_high": 0.08}),
     ("grpo_kl", {"loss": "grpo", "beta": 0.3}),
     ("grpo_entropy", {"loss": "grpo", "entropy_coef": 0.05}),
     ("dapo_kl_entropy_T", {"loss": "dapo", "beta": 0.1, "entropy_coef": 0.02, "clip_high": 0.28,
                            "temperature": 0.7}),
-    ("dr_grpo_kl_entropy", {"loss": "dr_grpo", "beta": 0.2, "entropy_coef": 0.03}),
+    ("dr_grpo_kl_entropy", {"loss": "dr_grpo", "dr_grpo_constant": 24, "beta": 0.2, "entropy_coef": 0.03}),
     ("gspo_kl_entropy", {"loss": "gspo", "beta": 0.2, "entropy_coef": 0.03, "clip_low": 0.05, "clip_high": 0.08}),
     ("grpo_topk_topp", {"loss": "grpo", "beta": 0.1, "entropy_coef": 0.02, "temperature": 0.8, "top_k": 40,
                         "top_p": 0.9}),
@@ -150,6 +154,49 @@ def test_loss_and_gradient_match_float64_reference(name, cfg):
     trainer2 = RLTrainer(copy.deepcopy(policy), GPTAdapter(policy))
     m = trainer2.train(batch, cfg2)["metrics"]
     assert 0.0 < m["clip_fraction"] < 1.0, m
+
+
+def test_dr_grpo_divides_by_the_given_constant_whatever_the_lengths():
+    """Dr. GRPO's weights are 1 / (B · C) with C the trainer's constant (a fixed budget of policy tokens),
+    never a length of the batch: two batches whose longest sequences differ (one sequence gets 20 more
+    environment tokens at its end: mask 0, so its scored tokens and their terms do not change) give the
+    float64 reference's gradient with w = 1 / (B · C), the same for both; with 2C it is exactly half."""
+    sampler = _model64(0)
+    raw = sampled_batch(sampler, B=6, seed=11)
+    longer = copy.deepcopy(raw)
+    longer["ids"][0] += [65 + i for i in range(20)]
+    longer["mask"][0] += [0] * 20
+    longer["old_logprobs"][0] += [0.0] * 20
+    assert max(map(len, longer["ids"])) > max(map(len, raw["ids"])) + 5
+
+    def grad(r, C):
+        policy = copy.deepcopy(sampler)
+        trainer = RLTrainer(policy, GPTAdapter(policy))  # the reference: the sampler's weights
+        perturb_(policy, 0.03)
+        cfg = {"loss": "dr_grpo", "dr_grpo_constant": C, "beta": 0.1, "entropy_coef": 0.02, "micro_batch_size": 4,
+               "epochs": 1}
+        trainer.gradients(parse_batch(r, V, 64), parse_config(cfg))
+        got = torch.cat([p.grad.reshape(-1) for p in policy.parameters()])
+        for q in policy.parameters():
+            q.grad = None
+        reference_loss(policy, sampler, r, cfg).backward()  # w = 1 / (B · C), from the definition
+        want = torch.cat([q.grad.reshape(-1) for q in policy.parameters()])
+        assert _rel(got, want) < 1e-6
+        return got
+
+    short, long_ = grad(raw, 40), grad(longer, 40)
+    assert _rel(long_, short) < 1e-10
+    assert _rel(2 * grad(raw, 80), short) < 1e-12
+
+    # the weights themselves, and no constant: refused (no fallback)
+    seq_index, seq_tokens = torch.tensor([0, 0, 1]), torch.tensor([2, 1])
+    w = token_weights("dr_grpo", seq_index, seq_tokens, 6, 3, 40.0, torch.float64)
+    assert torch.equal(w, torch.full((3,), 1.0 / (6 * 40.0), dtype=torch.float64))
+    policy = copy.deepcopy(sampler)
+    with pytest.raises(RequestError, match="config.dr_grpo_constant: required for dr_grpo"):
+        parse_config({"loss": "dr_grpo"})
+    with pytest.raises(RequestError, match="config.dr_grpo_constant: required for dr_grpo"):
+        RLTrainer(policy, GPTAdapter(policy)).train(parse_batch(raw, V, 64), RLConfig(loss="dr_grpo"))
 
 
 def test_chunked_head_matches_autograd():

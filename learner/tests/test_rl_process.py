@@ -13,13 +13,13 @@ import urllib.request
 import torch
 
 from mcp_gym_learner.model import GPT
-from mcp_gym_learner.server import Learner
+from mcp_gym_learner.service import LearnerService
 
 from _rl_helpers import LEARNER, TINY, Client, sampled_batch
 
 
 def _make_model(tmp_path, name="m", seed=1):
-    L = Learner()
+    L = LearnerService()
     r = L.handle(json.dumps({"cmd": "create", "model_dir": str(tmp_path / name), "architecture": TINY,
                              "seed": seed}))
     assert r["ok"], r
@@ -91,7 +91,7 @@ def test_resume_after_sigkill_is_bit_exact(tmp_path):
 
 def test_checkpoint_load_refuses_a_foreign_checkpoint(tmp_path):
     d1 = _make_model(tmp_path, "a")
-    L = Learner()
+    L = LearnerService()
     assert L.handle(json.dumps({"cmd": "create", "model_dir": str(tmp_path / "b"),
                                 "architecture": dict(TINY, d_model=64), "seed": 1}))["ok"]
     assert L.handle(json.dumps({"cmd": "load", "model_dir": str(tmp_path / "b"), "device": "cpu"}))["ok"]
@@ -129,7 +129,7 @@ def test_ddp_two_processes_gloo_match_one_process(tmp_path):
          "config": {"loss": "gspo", "beta": 0.02, "clip_low": 0.05, "clip_high": 0.08, "micro_batch_size": 2,
                     "lr": 1e-3}},
         {"batch": sampled_batch(sampler, B=5, seed=4),
-         "config": {"loss": "dr_grpo", "beta": 0.0, "micro_batch_size": 4, "lr": 1e-3}},
+         "config": {"loss": "dr_grpo", "dr_grpo_constant": 24, "beta": 0.0, "micro_batch_size": 4, "lr": 1e-3}},
     ]
     with open(tmp_path / "cases.json", "w") as f:
         json.dump(cases, f)

@@ -6,11 +6,15 @@ import math
 
 import pytest
 import torch
+from jsonschema import Draft202012Validator
 
 from mcp_gym_learner import rl as rl_mod
+from mcp_gym_learner.batch import parse_batch
 from mcp_gym_learner.policy import GPTAdapter
-from mcp_gym_learner.rl import RLTrainer, lr_at, parse_batch, parse_config
-from mcp_gym_learner.server import Learner
+from mcp_gym_learner.protocol import COMMANDS
+from mcp_gym_learner.rl import RLTrainer, lr_at
+from mcp_gym_learner.rl_config import parse_config
+from mcp_gym_learner.service import LearnerService
 
 from _helpers import tiny_model
 from _rl_helpers import TINY, perturb_, sampled_batch
@@ -24,6 +28,11 @@ def _model(seed=0, dtype=torch.float64):
     with torch.no_grad():
         m.tok_emb.weight.mul_(0.25)
     return m
+
+
+def _config(d):
+    """parse_config; dr_grpo gets its constant (the trainer's fixed budget of policy tokens)."""
+    return parse_config(dict(d, dr_grpo_constant=24) if d.get("loss") == "dr_grpo" else d)
 
 
 def _state(m):
@@ -62,7 +71,7 @@ def test_masked_tokens_get_exactly_zero_gradient(loss):
     ad = SpyAdapter(m)
     tr = RLTrainer(m, ad)
     perturb_(m, 0.03)
-    cfg = parse_config({"loss": loss, "beta": 0.1, "entropy_coef": 0.05, "micro_batch_size": 4})
+    cfg = _config({"loss": loss, "beta": 0.1, "entropy_coef": 0.05, "micro_batch_size": 4})
     tr.gradients(parse_batch(raw, V, 64), cfg)
     masks = _row_map(raw)
     checked = nonzero = 0
@@ -94,7 +103,7 @@ def test_values_under_mask_zero_change_nothing():
             if mk == 0:
                 junk["old_logprobs"][b][i] = -1e6 * (i + 1)
                 junk["advantages"][b][i] = 1e6 * (-1) ** i
-    cfg = parse_config({"loss": "dapo", "beta": 0.1, "entropy_coef": 0.01, "micro_batch_size": 2, "epochs": 2,
+    cfg = _config({"loss": "dapo", "beta": 0.1, "entropy_coef": 0.01, "micro_batch_size": 2, "epochs": 2,
                         "minibatch_size": 3, "lr": 1e-3})
     outs = []
     for r in (raw, junk):
@@ -112,7 +121,7 @@ def test_equal_rewards_give_zero_policy_gradient_and_no_nan(loss):
     raw = sampled_batch(m, B=8, seed=5, adv=[0.0] * 8)
     before = _state(m)
     tr = RLTrainer(m, GPTAdapter(m))
-    cfg = parse_config({"loss": loss, "beta": 0.04, "entropy_coef": 0.0, "micro_batch_size": 3,
+    cfg = _config({"loss": loss, "beta": 0.04, "entropy_coef": 0.0, "micro_batch_size": 3,
                         "weight_decay": 0.0, "epochs": 2})
     parts = tr.gradients(parse_batch(raw, V, 64), cfg)
     assert all(math.isfinite(v) for v in parts.values())
@@ -129,7 +138,7 @@ def test_equal_rewards_give_zero_policy_gradient_and_no_nan(loss):
     raw2 = sampled_batch(m, B=8, seed=6, groups=2, adv=[0.0 if b % 2 == 0 else (b - 4) / 3 for b in range(8)])
     ad = SpyAdapter(m)
     tr2 = RLTrainer(m, ad)
-    cfg2 = parse_config({"loss": loss, "beta": 0.0, "micro_batch_size": 8})
+    cfg2 = _config({"loss": loss, "beta": 0.0, "micro_batch_size": 8})
     perturb_(m, 0.02)
     tr2.gradients(parse_batch(raw2, V, 64), cfg2)
     zero_group = {tuple(s) for b, s in enumerate(raw2["ids"]) if b % 2 == 0}
@@ -151,7 +160,7 @@ def test_on_policy_ratio_is_exactly_one(loss):
     m = _model(4, torch.float32)
     tr = RLTrainer(m, GPTAdapter(m))
     raw = sampled_batch(m, B=8, seed=8)
-    cfg = parse_config({"loss": loss, "epochs": 1, "micro_batch_size": 3, "beta": 0.04, "lr": 1e-3})
+    cfg = _config({"loss": loss, "epochs": 1, "micro_batch_size": 3, "beta": 0.04, "lr": 1e-3})
     batch = parse_batch(raw, V, 64)
     lps = tr.score(batch, cfg)  # the learner's own logprobs, as the sampler would report them
     for b, mask in enumerate(raw["mask"]):
@@ -174,7 +183,7 @@ def test_one_batch_equals_four_accumulated_quarters(loss):
     for mbs in (8, 2):
         m = copy.deepcopy(base)
         tr = RLTrainer(m, GPTAdapter(m))
-        cfg = parse_config({"loss": loss, "beta": 0.05, "entropy_coef": 0.01, "micro_batch_size": mbs,
+        cfg = _config({"loss": loss, "beta": 0.05, "entropy_coef": 0.01, "micro_batch_size": mbs,
                             "epochs": 1, "lr": 1e-3, "max_grad_norm": 0.5})
         tr.gradients(parse_batch(raw, V, 64), cfg)
         grads.append(torch.cat([p.grad.reshape(-1) for p in m.parameters()]))
@@ -196,7 +205,7 @@ def test_lr_schedule_and_persistent_optimizer():
     m = _model(6, torch.float32)
     tr = RLTrainer(m, GPTAdapter(m))
     raw = sampled_batch(m, B=4, seed=10)
-    cfg = parse_config({"lr": 1e-3, "warmup_steps": 2, "total_steps": 4, "min_lr_ratio": 0.1, "epochs": 1,
+    cfg = _config({"lr": 1e-3, "warmup_steps": 2, "total_steps": 4, "min_lr_ratio": 0.1, "epochs": 1,
                         "ref_reset_every": 3})
     lrs, resets = [], []
     for _ in range(4):
@@ -213,7 +222,7 @@ def test_lr_schedule_and_persistent_optimizer():
 
 
 def _learner(tmp_path):
-    L = Learner()
+    L = LearnerService()
     r = L.handle(json.dumps({"cmd": "create", "model_dir": str(tmp_path / "m"), "architecture": TINY, "seed": 1}))
     assert r["ok"], r
     r = L.handle(json.dumps({"cmd": "load", "model_dir": str(tmp_path / "m"), "device": "cpu", "threads": 1}))
@@ -253,16 +262,21 @@ def test_train_command_refuses_bad_batches_and_changes_nothing(tmp_path):
     bad([(("advantages",), [0.1, 0.2, 0.3])], "batch.advantages: 3 entries for 4 sequences")
     bad([(("advantages", 1), [0.0] * len(raw["ids"][1]))], "batch.advantages[1]: must be a finite number")
     bad([(("advantages", 2), None)], "batch.advantages[2]: must be a finite number")
-    bad([(("group_ids", 2), 5)], "batch.group_ids[2]: must be a non-empty string")
+    bad([(("group_ids", 2), 5)], "batch.group_ids[2]: must be a string, got 5")
     bad([(("rewards",), [1, 2, 3, 4])], "batch.rewards: unknown field")
     bad([], "batch.group_ids: missing", drop="group_ids")
     bad([], "config.loss: must be one of grpo, dapo, dr_grpo, gspo", cfg={"loss": "ppo"})
-    bad([], "config.clip_low: must be <= 1.0", cfg={"clip_low": 2})
+    bad([], "config.clip_low: must be <= 1, got 2", cfg={"clip_low": 2})
     bad([], "config.epochs: must be >= 1", cfg={"epochs": 0})
-    bad([], "config.top_p: must be > 0.0", cfg={"top_p": 0})
+    bad([], "config.top_p: must be > 0, got 0", cfg={"top_p": 0})
     bad([], "config.lr: must be a finite number", cfg={"lr": "fast"})
     bad([], "config.micro_batch_size: must be an integer", cfg={"micro_batch_size": 1.5})
     bad([], "config.lerning_rate: unknown field", cfg={"lerning_rate": 1})
+    bad([], "config.eps: unknown field", cfg={"eps": 1e-6})  # AdamW's settings are adam_eps, adam_beta1, adam_beta2
+    bad([], "config.adam_beta2: must be < 1, got 1", cfg={"adam_beta2": 1})
+    bad([], "config.dr_grpo_constant: required for dr_grpo (a fixed budget of policy tokens, set by the trainer)",
+        cfg={"loss": "dr_grpo"})
+    bad([], "config.dr_grpo_constant: must be > 0, got 0", cfg={"loss": "dr_grpo", "dr_grpo_constant": 0})
     r = L.handle(json.dumps({"cmd": "train", "config": good_cfg}))
     assert not r["ok"] and r["error"] == "batch: missing"
     r = L.handle(json.dumps({"cmd": "train", "batch": raw, "config": good_cfg, "extra": 1}))
@@ -271,6 +285,7 @@ def test_train_command_refuses_bad_batches_and_changes_nothing(tmp_path):
     r = L.handle(json.dumps({"cmd": "train", "batch": raw, "config": good_cfg}))
     assert r["ok"], r
     assert r["result"]["step"] == 1
+    Draft202012Validator(COMMANDS["train"]["result"]).validate(r["result"])  # TrainMetricsSchema's names
     want = {"loss", "pg_loss", "kl", "entropy", "clip_fraction", "ratio_mean", "ratio_min", "ratio_max",
             "grad_norm", "lr", "learner_tokens_per_s", "tokens", "sequences"}
     assert want <= set(r["result"]["metrics"])
@@ -317,7 +332,7 @@ def test_vector_lr_scale_multiplies_the_step_of_1d_parameters_only():
         m = _model(6, torch.float64)
         before = _state(m)
         tr = RLTrainer(m, GPTAdapter(m))
-        cfg = parse_config({"loss": "grpo", "epochs": 1, "beta": 0.0, "lr": 1e-3, "max_grad_norm": 0.0,
+        cfg = _config({"loss": "grpo", "epochs": 1, "beta": 0.0, "lr": 1e-3, "max_grad_norm": 0.0,
                             "micro_batch_size": 8, "vector_lr_scale": scale})
         tr.train(parse_batch(sampled_batch(m, B=8, seed=9), V, 64), cfg)
         after = _state(m)
@@ -331,3 +346,49 @@ def test_vector_lr_scale_multiplies_the_step_of_1d_parameters_only():
         assert moves[8.0][k] == pytest.approx(8.0 * moves[1.0][k], rel=1e-3)
     for k in mat:
         assert moves[8.0][k] == pytest.approx(moves[1.0][k], rel=1e-6)
+
+
+def test_config_defaults_come_from_the_schema_and_adam_settings_reach_the_optimizer():
+    from mcp_gym_learner.protocol import request_schema
+    from mcp_gym_learner.rl_config import RLConfig
+
+    props = request_schema("train", "config")["properties"]
+    cfg = parse_config(None)
+    assert [f for f in cfg.to_json()] == list(props)
+    for k, p in props.items():
+        assert getattr(cfg, k) == p.get("default"), k
+    assert cfg == RLConfig() and parse_config({"lr": None, "top_k": None}) == cfg  # null: the default
+    assert isinstance(parse_config({"epochs": 3.0}).epochs, int) and isinstance(parse_config({"lr": 1}).lr, float)
+    with pytest.raises(Exception):
+        cfg.lr = 1.0  # frozen
+    m = _model(6, torch.float32)
+    tr = RLTrainer(m, GPTAdapter(m))
+    cfg = parse_config({"adam_eps": 1e-6, "adam_beta1": 0.8, "adam_beta2": 0.99, "epochs": 1, "beta": 0.0})
+    tr.train(parse_batch(sampled_batch(m, B=2, seed=1), V, 64), cfg)
+    for g in tr.optimizer.param_groups:
+        assert g["eps"] == 1e-6 and g["betas"] == (0.8, 0.99)
+    assert tr.last_config["adam_beta1"] == 0.8 and "betas" not in tr.last_config
+
+
+def test_a_checkpoint_with_the_old_adamw_names_still_loads(tmp_path):
+    """Checkpoints written before the config followed the contract store eps and betas."""
+    from mcp_gym_learner.checkpoint import CHECKPOINT_FILE, load_checkpoint, save_checkpoint
+
+    m = _model(6, torch.float32)
+    tr = RLTrainer(m, GPTAdapter(m))
+    raw = sampled_batch(m, B=2, seed=1)
+    tr.train(parse_batch(raw, V, 64), parse_config({"epochs": 1, "adam_eps": 1e-6, "adam_beta1": 0.8}))
+    save_checkpoint(tr, str(tmp_path / "ck"))
+    path = tmp_path / "ck" / CHECKPOINT_FILE
+    st = torch.load(path)
+    old = dict(st["scheduler"]["config"])
+    old["eps"] = old.pop("adam_eps")
+    old["betas"] = [old.pop("adam_beta1"), old.pop("adam_beta2")]
+    st["scheduler"]["config"] = old
+    torch.save(st, path)
+    m2 = _model(7, torch.float32)
+    tr2 = RLTrainer(m2, GPTAdapter(m2))
+    assert load_checkpoint(tr2, str(tmp_path / "ck"))["step"] == 1
+    assert tr2.last_config["adam_eps"] == 1e-6 and tr2.last_config["adam_beta1"] == 0.8
+    assert _same(_state(m), _state(m2))
+    assert tr2.optimizer.param_groups[0]["eps"] == 1e-6

@@ -6,6 +6,9 @@ import sys
 
 import pytest
 import torch
+from jsonschema import Draft202012Validator
+
+from mcp_gym_learner.protocol import COMMANDS
 
 LEARNER = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = {"d_model": 32, "n_layers": 2, "n_heads": 4, "d_ff": 64, "max_seq_len": 64}
@@ -37,6 +40,7 @@ class Client:
         resp = self.call(cmd, **args)
         assert resp["ok"], resp
         assert set(resp) == {"id", "ok", "result"}
+        Draft202012Validator(COMMANDS[cmd]["result"]).validate(resp["result"])  # the answer the contract says
         return resp["result"]
 
     def err(self, cmd, **args):
@@ -57,7 +61,7 @@ def client(tmp_path):
 def test_server_session(client, tmp_path):
     c = client
     st = c.ok("state")
-    assert st["loaded"] is False and st["protocol"] == 1
+    assert st["loaded"] is False and st["protocol"] == 2
     assert c.err("logprobs", sequences=[[1, 2]], starts=[1]) == "model: no model is loaded (send load first)"
 
     r = c.ok("create", model_dir="models/tiny", architecture=TINY, seed=1)
@@ -91,7 +95,8 @@ def test_server_session(client, tmp_path):
     assert c.err("logprobs", sequences=[[1, 2], [3, 4, 5, 6, 7, 999]], starts=[1, 1]) == \
         "sequences[1][5]: token id 999 is out of range [0, 264)"
     assert c.err("logprobs", sequences=[[1, 2]]) == "starts: missing"
-    assert c.err("logprobs", sequences=[[1, 2]], starts=[0]).startswith("starts[0]: must be an integer in [1, 2]")
+    assert c.err("logprobs", sequences=[[1, 2]], starts=[0]) == "starts[0]: must be >= 1, got 0"
+    assert c.err("logprobs", sequences=[[1, 2]], starts=[3]).startswith("starts[0]: must be an integer in [1, 2]")
     assert c.err("logprobs", sequences=[[1, 2]], starts=[1], temperature=0).startswith("temperature: must be > 0")
     assert c.err("logprobs", sequences=[[1, 2]], starts=[1], topk=3).startswith("topk: unknown argument")
     assert c.err("sft").startswith("data: missing")

@@ -1,0 +1,158 @@
+"""The TrainBatch of a `train` call (docs/architecture.md, "Contracts"): parsed, checked, and cut.
+
+The schema (protocol.schema.json, train.batch) gives the batch's shape: five lists, their element
+types where that is cheap. The inner lists (token ids, masks, old logprobs, per-token advantages) are
+deliberately shallow there; parse_batch checks them here, against the loaded model's vocabulary and
+context length, with the rules between the lists.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, List, Optional, Sequence
+
+import torch
+
+from .protocol import RequestError, validate_part
+
+
+@dataclass
+class Batch:
+    """A validated TrainBatch, per sequence (CPU tensors). Position i of sequence b is scored when i >= 1 and
+    mask[b][i] == 1: `pos[b]` holds those i, `tgt[b]` the tokens ids[b][i], `old[b]` / `adv[b]` their old
+    logprobs and advantages (float64)."""
+
+    ids: List[torch.Tensor]
+    pos: List[torch.Tensor]
+    tgt: List[torch.Tensor]
+    old: List[torch.Tensor]
+    adv: List[torch.Tensor]
+    group_ids: List[str]
+    lengths: List[int] = field(default_factory=list)
+    scored: List[int] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def tokens(self) -> int:
+        return sum(self.lengths)
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _first_bad(values: Sequence[Any], ok) -> int:
+    for i, v in enumerate(values):
+        if not ok(v):
+            return i
+    return -1
+
+
+def parse_batch(obj: Any, vocab_size: int, max_seq_len: Optional[int], name: str = "batch") -> Batch:
+    """Validate a TrainBatch whole (the schema, then each sequence); RequestError names the first bad field."""
+    obj = validate_part("train", ("batch",), obj, name)
+    ids, mask, old, adv, gids = (obj[k] for k in ("ids", "mask", "old_logprobs", "advantages", "group_ids"))
+    B = len(ids)
+    if B == 0:
+        raise RequestError(f"{name}.ids: the batch holds no sequence")
+    for k, v in (("mask", mask), ("old_logprobs", old), ("advantages", adv), ("group_ids", gids)):
+        if len(v) != B:
+            raise RequestError(f"{name}.{k}: {len(v)} entries for {B} sequences")
+    per_token = isinstance(adv[0], list)
+    out = Batch([], [], [], [], [], [])
+    for b in range(B):
+        s = ids[b]
+        where = f"{name}.ids[{b}]"
+        n = len(s)
+        if n < 2:
+            raise RequestError(f"{where}: needs at least 2 tokens, got {n}")
+        if max_seq_len is not None and n > max_seq_len:
+            raise RequestError(f"{where}: {n} tokens is more than max_seq_len {max_seq_len}")
+        i = _first_bad(s, lambda t: type(t) is int and 0 <= t < vocab_size)
+        if i >= 0:
+            raise RequestError(f"{where}[{i}]: token id {s[i]!r} is out of range [0, {vocab_size})")
+        m = mask[b]
+        if len(m) != n:
+            raise RequestError(f"{name}.mask[{b}]: must be a list of {n} values 0 or 1 (one per token), "
+                               f"got a list of {len(m)}")
+        i = _first_bad(m, lambda t: type(t) is int and (t == 0 or t == 1))
+        if i >= 0:
+            raise RequestError(f"{name}.mask[{b}][{i}]: must be 0 or 1, got {m[i]!r}")
+        pos = [i for i in range(1, n) if m[i] == 1]
+        if not pos:
+            raise RequestError(f"{name}.mask[{b}]: no token with mask 1 after the first (nothing to train on)")
+        o = old[b]
+        if len(o) != n:
+            raise RequestError(f"{name}.old_logprobs[{b}]: must be a list of {n} numbers (one per token)")
+        for i in pos:
+            v = o[i]
+            if not _is_num(v):
+                raise RequestError(f"{name}.old_logprobs[{b}][{i}]: must be a finite number (the sampler's logprob "
+                                   f"of a policy token), got {v!r}")
+            if v > 1e-3:
+                raise RequestError(f"{name}.old_logprobs[{b}][{i}]: {v} is positive: not a logprob")
+        a = adv[b]
+        if per_token:  # the schema: all lists or all numbers
+            if len(a) != n:
+                raise RequestError(f"{name}.advantages[{b}]: must be a list of {n} numbers (per-token advantages, "
+                                   "aligned with ids), like the others")
+            for i in pos:
+                if not _is_num(a[i]):
+                    raise RequestError(f"{name}.advantages[{b}][{i}]: must be a finite number, got {a[i]!r}")
+            av = torch.tensor([float(a[i]) for i in pos], dtype=torch.float64)
+        else:
+            av = torch.full((len(pos),), float(a), dtype=torch.float64)
+        t = torch.tensor(s, dtype=torch.long)
+        p = torch.tensor(pos, dtype=torch.long)
+        out.ids.append(t)
+        out.pos.append(p)
+        out.tgt.append(t[p])
+        out.old.append(torch.tensor([float(o[i]) for i in pos], dtype=torch.float64))
+        out.adv.append(av)
+        out.group_ids.append(gids[b])
+        out.lengths.append(n)
+        out.scored.append(len(pos))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# how a step cuts the batch
+
+
+def mix_seed(*parts: int) -> int:
+    x = 0x9E3779B97F4A7C15
+    for p in parts:
+        x = ((x ^ (int(p) & 0xFFFFFFFFFFFFFFFF)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+        x ^= x >> 31
+    return x & 0x7FFFFFFFFFFFFFFF
+
+
+def minibatches(B: int, size: int, seed: int, step: int, epoch: int) -> List[List[int]]:
+    """The sequences of each optimizer step of an epoch: all of them (size 0), or a permutation drawn from
+    (seed, step, epoch) cut into `size` sequences."""
+    if size == 0 or size >= B:
+        return [list(range(B))]
+    g = torch.Generator().manual_seed(mix_seed(seed, step, epoch))
+    perm = torch.randperm(B, generator=g).tolist()
+    return [perm[i: i + size] for i in range(0, B, size)]
+
+
+def micro_batches(shard: Sequence[int], batch: Batch, size: int) -> List[List[int]]:
+    """Longest first (stable), `size` sequences each: rows of similar length share a padded micro-batch."""
+    order = sorted(shard, key=lambda i: -batch.lengths[i])
+    return [order[i: i + size] for i in range(0, len(order), size)]
+
+
+def micro_inputs(batch: Batch, idx: Sequence[int], adapter: Any, device: torch.device):
+    """The model inputs of sequences `idx` laid out by the adapter, the rows of their scored positions' hidden
+    states (`sel`), the target tokens, each token's local sequence and each sequence's scored tokens."""
+    seqs = [batch.ids[i] for i in idx]
+    inputs, starts = adapter.inputs(seqs, device)
+    sel = torch.cat([batch.pos[i] - 1 + starts[j] for j, i in enumerate(idx)]).to(device)
+    targets = torch.cat([batch.tgt[i] for i in idx]).to(device)
+    seq_index = torch.cat([torch.full((batch.scored[i],), j, dtype=torch.long) for j, i in enumerate(idx)])
+    seq_tokens = torch.tensor([batch.scored[i] for i in idx], dtype=torch.long)
+    return inputs, sel, targets, seq_index.to(device), seq_tokens.to(device)

@@ -1,0 +1,190 @@
+"""Checkpoints of RL training (PROTOCOL.md, "Checkpoints"): `checkpoint_save` and `checkpoint_load`.
+
+`dir/trainer.pt` (torch.save) holds the model's state_dict, AdamW's state, the schedule's step and
+last config, the step, the reference and the torch / CUDA / Python / NumPy RNG states; `dir/meta.json`
+describes it. Both are written into `dir.tmp-<pid>`, fsynced, then renamed to `dir`: a kill leaves the
+previous checkpoint or the new one. Loading checks that the checkpoint fits the loaded model before it
+changes anything.
+"""
+
+from __future__ import annotations
+
+import inspect
+import io
+import json
+import os
+import random
+import shutil
+import time
+from typing import Any, Dict, Optional
+
+import torch
+
+from .config import ConfigError
+from .rl import RLTrainer
+from .rl_config import RLConfig, config_from_checkpoint
+
+CHECKPOINT_FORMAT = "mcp-gym-learner-checkpoint/1"
+CHECKPOINT_FILE = "trainer.pt"
+
+
+def _rng_state() -> Dict[str, Any]:
+    rng: Dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    try:
+        import numpy as np
+
+        rng["numpy"] = np.random.get_state()
+    except Exception:  # pragma: no cover
+        pass
+    if torch.cuda.is_available():
+        rng["cuda"] = torch.cuda.get_rng_state_all()
+    return rng
+
+
+def _set_rng_state(rng: Dict[str, Any]) -> None:
+    if "torch" in rng:
+        torch.set_rng_state(rng["torch"])
+    if "python" in rng:
+        random.setstate(rng["python"])
+    if "numpy" in rng:
+        try:
+            import numpy as np
+
+            np.random.set_state(rng["numpy"])
+        except Exception:  # pragma: no cover
+            pass
+    if "cuda" in rng and torch.cuda.is_available():
+        try:
+            torch.cuda.set_rng_state_all(rng["cuda"])
+        except Exception:  # pragma: no cover (another number of devices)
+            pass
+
+
+def trainer_state(trainer: RLTrainer) -> Dict[str, Any]:
+    return {
+        "format": CHECKPOINT_FORMAT,
+        "step": trainer.step,
+        "model": {k: v.detach().cpu().clone() for k, v in trainer.model.state_dict().items()},
+        "optimizer": trainer.optimizer.state_dict() if trainer.optimizer is not None else None,
+        "scheduler": {"step": trainer.step, "config": trainer.last_config},
+        "reference": trainer.reference.state_dict(),
+        "rng": _rng_state(),
+        "world_size": trainer.world,
+    }
+
+
+def check_trainer_state(trainer: RLTrainer, st: Any) -> None:
+    """ConfigError (`dir: ...`) unless `st` is a checkpoint of a model shaped like the loaded one."""
+    if not isinstance(st, dict) or st.get("format") != CHECKPOINT_FORMAT:
+        raise ConfigError(f"dir: not a {CHECKPOINT_FORMAT} checkpoint")
+    want = trainer.model.state_dict()
+    got = st.get("model") or {}
+    if set(want) != set(got):
+        missing = sorted(set(want) - set(got))[:3]
+        extra = sorted(set(got) - set(want))[:3]
+        raise ConfigError(f"dir: the checkpoint's model does not fit the loaded model (missing {missing}, "
+                          f"unexpected {extra})")
+    for k, v in want.items():
+        if tuple(v.shape) != tuple(got[k].shape):
+            raise ConfigError(f"dir: the checkpoint's {k} is {list(got[k].shape)}, the loaded model's "
+                              f"{list(v.shape)}")
+    trainer.reference.check_state(st.get("reference"))
+
+
+def restore_trainer(trainer: RLTrainer, st: Dict[str, Any]) -> None:
+    """The trainer (weights, reference, step, optimizer, schedule) and the RNGs as `st` holds them."""
+    check_trainer_state(trainer, st)
+    saved = (st.get("scheduler") or {}).get("config")
+    cfg = config_from_checkpoint(saved) if saved else RLConfig()  # checked before anything changes
+    with torch.no_grad():
+        trainer.model.load_state_dict(st["model"])
+    trainer.reference.load_state_dict(st["reference"])
+    trainer.step = int(st["step"])
+    trainer.last_config = cfg.to_json() if saved else None
+    trainer.optimizer = None
+    if st.get("optimizer") is not None:
+        trainer.optimizer = trainer.make_optimizer(cfg)
+        trainer.optimizer.load_state_dict(st["optimizer"])
+    _set_rng_state(st.get("rng") or {})
+
+
+def _fsync_dir(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _write_dir(path: str, files: Dict[str, bytes]) -> None:
+    """`files` into directory `path`: a temporary sibling, fsynced, then renamed (replacing `path`)."""
+    parent = os.path.dirname(path)
+    os.makedirs(parent, exist_ok=True)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    try:
+        for name, data in files.items():
+            with open(os.path.join(tmp, name), "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        _fsync_dir(tmp)
+        old = None
+        if os.path.exists(path):
+            old = f"{path}.old-{os.getpid()}"
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(path, old)
+        os.replace(tmp, path)
+        _fsync_dir(parent)
+        if old:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def save_checkpoint(trainer: RLTrainer, path: str, extra: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """Write the trainer's state into directory `path` (see the module's docstring). Under DDP only rank 0
+    writes (all ranks must call it)."""
+    t0 = time.perf_counter()
+    st = trainer_state(trainer)
+    path = os.path.abspath(path)
+    info = {"format": CHECKPOINT_FORMAT, "step": trainer.step, "dir": path, "torch": torch.__version__,
+            "time": time.time(), **(extra or {})}
+    if trainer.rank == 0:
+        buf = io.BytesIO()
+        torch.save(st, buf)
+        _write_dir(path, {CHECKPOINT_FILE: buf.getvalue(), "meta.json": (json.dumps(info, indent=2) + "\n").encode()})
+    if trainer.dist:
+        trainer.dist.barrier()
+    info["seconds"] = time.perf_counter() - t0
+    f = os.path.join(path, CHECKPOINT_FILE)
+    info["bytes"] = os.path.getsize(f) if os.path.exists(f) else None
+    return info
+
+
+def read_checkpoint(path: str) -> Dict[str, Any]:
+    f = os.path.join(path, CHECKPOINT_FILE)
+    if not os.path.isdir(path):
+        raise ConfigError(f"dir: {path} is not a directory")
+    if not os.path.exists(f):
+        raise ConfigError(f"dir: {f} does not exist")
+    kwargs: Dict[str, Any] = {"map_location": "cpu"}
+    if "weights_only" in inspect.signature(torch.load).parameters:
+        kwargs["weights_only"] = False  # our own file: RNG states are Python objects
+    try:
+        return torch.load(f, **kwargs)
+    except Exception as e:
+        raise ConfigError(f"dir: {f} cannot be read: {type(e).__name__}: {e}") from None
+
+
+def load_checkpoint(trainer: RLTrainer, path: str) -> Dict[str, Any]:
+    st = read_checkpoint(path)
+    restore_trainer(trainer, st)
+    return {"step": trainer.step, "dir": os.path.abspath(path)}
