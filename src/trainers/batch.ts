@@ -91,7 +91,7 @@ export interface BatchOptions {
 
 export interface BuiltBatch {
   batch: TrainBatch;
-  /** What went into the batch, with each trajectory's advantage. */
+  /** What went into the batch, in its order, with each trajectory's advantage. */
   items: BatchItem[];
   /** Groups whose rewards were all equal (their advantages are exactly 0). */
   zeroVarianceGroups: number;
@@ -121,6 +121,7 @@ export function buildTrainBatch(groups: KeptGroup[], o: BatchOptions): BuiltBatc
       : groupAdvantages(rewards, o.advantage);
     g.trajectories.forEach((t, i) => items.push({ trajectory: t, group_id: g.group_id, advantage: adv[i]! }));
   }
-  const fitting = items.filter((i) => (sequenceOf(i.trajectory)?.ids.length ?? 0) <= o.maxLen);
-  return { batch: buildBatch(fitting), items: fitting, zeroVarianceGroups, tooLong: items.length - fitting.length };
+  const withTokens = items.filter((i) => sequenceOf(i.trajectory) !== undefined); // a trajectory without policy tokens has nothing to train on
+  const fitting = withTokens.filter((i) => sequenceOf(i.trajectory)!.ids.length <= o.maxLen);
+  return { batch: buildBatch(fitting), items: fitting, zeroVarianceGroups, tooLong: withTokens.length - fitting.length };
 }

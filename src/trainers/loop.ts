@@ -86,6 +86,9 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
   let policy: OnnxPolicy | undefined;
   try {
     session = await LearnerSession.open({ modelDir: run.modelDir, runDir: run.dir, url: c.learner, token: c.learner_token, threads: c.threads, device: c.device === 'auto' ? undefined : c.device, checkpoint: run.state.checkpoint, log });
+    // A resumed run samples from its checkpoint's weights: the model directory may hold weights
+    // exported after that checkpoint (by the steps a kill undid).
+    if (o.resume && run.state.checkpoint) await session.exportWeights();
     policy = await OnnxPolicy.load(run.modelDir, { temperature: c.temperature, topK: c.top_k, topP: c.top_p, maxNewTokens: c.max_new_tokens, seed: c.seed + 1 + run.state.step });
     const sampler = new TaskSampler(trainTasks, c.seed + 7, run.state.rng_draws);
     const budget = policyTokenBudget(c, Math.max(...trainTasks.map((t) => t.max_turns)), policy.model.maxLen);

@@ -5,8 +5,7 @@
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { ExpertPolicy } from '../agents/index.ts';
-import { ChatTemplate } from '../agents/template.ts';
+import { ChatTemplate, ExpertPolicy } from '../agents/index.ts';
 import { Environment, rollout, type Task, type Trajectory } from '../env/index.ts';
 import { seededRandom } from '../../lib/index.ts';
 import { LearnerClient } from './learner-client.ts';

@@ -84,7 +84,12 @@ describe('presets reach the learner (a real learner over HTTP behind a recording
     expect(request.config.clip_low).toBe(p.clip_low);
     expect(request.config.clip_high).toBe(p.clip_high);
     expect(request.config.beta).toBe(p.beta);
-    expect(request.config).toMatchObject({ eps: 1e-8, betas: [0.9, 0.999] });
+    expect(request.config).toMatchObject({ adam_eps: 1e-8, adam_beta1: 0.9, adam_beta2: 0.999, total_steps: 1 });
+    // Dr. GRPO's constant: the run's fixed budget of policy tokens (max_new_tokens 96 x the train
+    // tasks' largest max_turns, at most the context of 384), not a batch's longest sequence.
+    const maxTurns = Math.max(...generateSuite('calculator', { train: 4000, eval: 500 }).filter((t) => t.split === 'train' && t.difficulty <= 1).map((t) => t.max_turns));
+    if (preset === 'dr_grpo') expect(request.config.dr_grpo_constant).toBe(Math.min(384, 96 * maxTurns));
+    else expect(request.config.dr_grpo_constant).toBeUndefined();
     // The run used the remote learner for everything: the model sent, load, step-0 checkpoint,
     // train, export; the learner's files are in its own directory, not the run's.
     expect(cmds.slice(0, 5)).toEqual(['put_files', 'load', 'checkpoint_save', 'train', 'export']);
@@ -96,7 +101,7 @@ describe('presets reach the learner (a real learner over HTTP behind a recording
 
   it('dapo: clip-higher, token-level loss, and the dropped groups are not in the batch', async () => {
     // 8 tasks of 4 rollouts from a pool of easy tasks (the model solves about 40%) and hard ones
-    // (it solves none: all rewards equal): groups without a spread are dropped, more are sampled.
+    // (it solves none: every episode fails): groups without signal are dropped, more are sampled.
     const suite = generateSuite('calculator', { train: 400, eval: 10 }).filter((t) => t.split === 'train');
     const pool = [...suite.filter((t) => t.difficulty === 1).slice(0, 4), ...suite.filter((t) => t.difficulty === 5).slice(0, 4)];
     const { request, metrics } = await runPreset('dapo', { tasks_per_step: 8, max_difficulty: 5 }, pool);
