@@ -1,5 +1,5 @@
 /**
- * The contracts of the tool layer (DESIGN.md): a tool call, its result, a tool's description,
+ * The contracts of the tool layer (docs/architecture.md, "Contracts"): a tool call, its result, a tool's description,
  * and the ways to reach a server. Each is one zod schema; the types are derived from it.
  */
 import { z } from 'zod';

@@ -12,8 +12,8 @@ import { OnnxPolicy } from '../agents/index.ts';
 import { Environment, rollout, type EnvironmentOptions, type RewardFn, type Task } from '../env/index.ts';
 import { generateSuite } from '../env/suites/index.ts';
 import { mean, std } from './advantages.ts';
-import { buildTrainBatch } from './batch.ts';
-import { collectGroups, TaskSampler } from './collect.ts';
+import { buildTrainBatch, type BuiltBatch } from './batch.ts';
+import { collectGroups, TaskSampler, type Collected } from './collect.ts';
 import { learnerConfig, policyTokenBudget, resolveConfig, type TrainConfig, type TrainConfigInput } from './config.ts';
 import type { LearnerConnection } from './learner-client.ts';
 import { RunDir, type EvalResult } from './run-dir.ts';
@@ -61,6 +61,41 @@ export function wilson(successes: number, n: number, z = 1.96): [number, number]
   const c = (p + (z * z) / (2 * n)) / d;
   const h = (z * Math.sqrt((p * (1 - p)) / n + (z * z) / (4 * n * n))) / d;
   return [Math.max(0, c - h), Math.min(1, c + h)];
+}
+
+/** A step's row of metrics.jsonl: the learner's metrics, then the loop's (which win where both use a name). */
+function stepMetrics(step: number, learner: Record<string, unknown>, got: Collected, built: BuiltBatch, o: { reward: string; learnerSeconds: number; restarts: number; version: number }): Record<string, unknown> {
+  const all = got.trajectories;
+  const calls = all.reduce((n, t) => n + t.metrics.tool_calls, 0);
+  const policyTokens = all.reduce((n, t) => n + t.metrics.policy_tokens, 0);
+  return {
+    ...learner,
+    step,
+    reward: o.reward,
+    reward_mean: mean(all.map((t) => t.reward)),
+    reward_std: std(all.map((t) => t.reward)),
+    success_rate: mean(all.map((t) => (t.success ? 1 : 0))),
+    episodes: all.length,
+    groups_seen: got.groupsSeen,
+    groups_kept: got.kept.length,
+    dropped_fraction: got.groupsSeen ? (got.droppedNoSignal + got.droppedTooFew) / got.groupsSeen : 0,
+    dropped_no_signal: got.droppedNoSignal,
+    dropped_too_few: got.droppedTooFew,
+    sampling_rounds: got.rounds,
+    batch_full: got.full,
+    zero_variance_groups: built.zeroVarianceGroups,
+    too_long_dropped: built.tooLong,
+    turns_mean: mean(all.map((t) => t.metrics.turns)),
+    tool_calls: calls,
+    tool_error_rate: calls ? all.reduce((n, t) => n + t.metrics.tool_errors, 0) / calls : 0,
+    failed_episodes: all.filter((t) => t.finish === 'error').length,
+    policy_tokens_mean: all.length ? policyTokens / all.length : 0,
+    rollout_tokens_per_s: got.seconds > 0 ? policyTokens / got.seconds : 0,
+    rollout_seconds: got.seconds,
+    learner_seconds: o.learnerSeconds,
+    learner_restarts: o.restarts,
+    policy_version: o.version,
+  };
 }
 
 /** The train and held-out tasks: given, or drawn from the suite (large pools, so that training rarely repeats a task). */
@@ -165,39 +200,8 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
       const learnerSeconds = (performance.now() - tl) / 1000;
       await p.reload();
 
-      const all = got.trajectories;
-      const calls = all.reduce((n, t) => n + t.metrics.tool_calls, 0);
-      const policyTokens = all.reduce((n, t) => n + t.metrics.policy_tokens, 0);
       run.state.step = step;
-      // The learner's metrics first, so that the loop's win where both use a name.
-      const m: Record<string, unknown> = {
-        ...lm,
-        step,
-        reward: env.reward.name,
-        reward_mean: mean(all.map((t) => t.reward)),
-        reward_std: std(all.map((t) => t.reward)),
-        success_rate: mean(all.map((t) => (t.success ? 1 : 0))),
-        episodes: all.length,
-        groups_seen: got.groupsSeen,
-        groups_kept: got.kept.length,
-        dropped_fraction: got.groupsSeen ? (got.droppedNoSignal + got.droppedTooFew) / got.groupsSeen : 0,
-        dropped_no_signal: got.droppedNoSignal,
-        dropped_too_few: got.droppedTooFew,
-        sampling_rounds: got.rounds,
-        batch_full: got.full,
-        zero_variance_groups: built.zeroVarianceGroups,
-        too_long_dropped: built.tooLong,
-        turns_mean: mean(all.map((t) => t.metrics.turns)),
-        tool_calls: calls,
-        tool_error_rate: calls ? all.reduce((n, t) => n + t.metrics.tool_errors, 0) / calls : 0,
-        failed_episodes: all.filter((t) => t.finish === 'error').length,
-        policy_tokens_mean: all.length ? policyTokens / all.length : 0,
-        rollout_tokens_per_s: got.seconds > 0 ? policyTokens / got.seconds : 0,
-        rollout_seconds: got.seconds,
-        learner_seconds: learnerSeconds,
-        learner_restarts: s.restarts,
-        policy_version: p.version,
-      };
+      const m = stepMetrics(step, lm, got, built, { reward: env.reward.name, learnerSeconds, restarts: s.restarts, version: p.version });
       if (c.eval_every > 0 && step % c.eval_every === 0 && step < c.steps) m.eval_success = (await evaluate(step)).success;
       run.state.train_seconds = (performance.now() - t0) / 1000;
       run.state.rng_draws = sampler.draws;
