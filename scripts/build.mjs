@@ -7,7 +7,7 @@
 //   node scripts/build.mjs            clean build; fails on a type error
 //   node scripts/build.mjs --if-stale build only when dist/ is missing or older than a source
 import { spawnSync } from 'node:child_process';
-import { copyFileSync, existsSync, mkdirSync, readdirSync, rmSync, statSync, utimesSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, readdirSync, renameSync, rmSync, statSync, utimesSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, extname, join, relative } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -59,12 +59,18 @@ export function staleReason(root = ROOT) {
  */
 export function build({ root = ROOT, strict = true, log = (m) => process.stderr.write(`[build] ${m}\n`) } = {}) {
   const started = Date.now();
-  const dist = join(root, 'dist');
+  // Built into a fresh sibling folder, then swapped in by rename: a process running the old dist/
+  // (a test starting the CLI, a concurrent build) never sees a half-written one.
+  const final = join(root, 'dist');
+  const dist = join(root, `dist.tmp-${process.pid}`);
   rmSync(dist, { recursive: true, force: true });
   const tsc = createRequire(join(root, 'package.json')).resolve('typescript/bin/tsc');
   log('tsc -p tsconfig.build.json');
-  const r = spawnSync(process.execPath, [tsc, '-p', 'tsconfig.build.json'], { cwd: root, stdio: ['ignore', 'inherit', 'inherit'] });
-  if (r.status !== 0 && (strict || !existsSync(dist))) throw new Error(`tsc -p tsconfig.build.json failed (exit ${r.status ?? r.signal})`);
+  const r = spawnSync(process.execPath, [tsc, '-p', 'tsconfig.build.json', '--outDir', dist], { cwd: root, stdio: ['ignore', 'inherit', 'inherit'] });
+  if (r.status !== 0 && (strict || !existsSync(dist))) {
+    rmSync(dist, { recursive: true, force: true });
+    throw new Error(`tsc -p tsconfig.build.json failed (exit ${r.status ?? r.signal})`);
+  }
 
   let copied = 0;
   for (const file of SOURCE_DIRS.flatMap((d) => walk(root, d)).filter(isAsset)) {
@@ -75,13 +81,19 @@ export function build({ root = ROOT, strict = true, log = (m) => process.stderr.
     copied++;
   }
   log(`copied ${copied} asset file(s) into dist/`);
+  if (r.status === 0) {
+    const stamp = join(dist, STAMP);
+    writeFileSync(stamp, `${new Date(started).toISOString()}\n`);
+    utimesSync(stamp, started / 1000, started / 1000); // a source saved during the build stays newer
+  }
+  const old = join(root, `dist.old-${process.pid}`);
+  if (existsSync(final)) renameSync(final, old);
+  renameSync(dist, final);
+  rmSync(old, { recursive: true, force: true });
   if (r.status !== 0) {
     log('type errors: JavaScript emitted anyway, dist/ stays marked stale');
     return false;
   }
-  const stamp = join(dist, STAMP);
-  writeFileSync(stamp, `${new Date(started).toISOString()}\n`);
-  utimesSync(stamp, started / 1000, started / 1000); // a source saved during the build stays newer
   log(`dist/ built in ${((Date.now() - started) / 1000).toFixed(1)} s`);
   return true;
 }
