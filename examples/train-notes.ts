@@ -12,37 +12,14 @@
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { BUNDLED_MODEL_DIR, defineTask, Environment, ExpertPolicy, OnnxPolicy, registerReward, rollout, summarize, train, type RewardFn, type ServerSpec, type Task } from 'mcp-gym';
+import { BUNDLED_MODEL_DIR, Environment, ExpertPolicy, OnnxPolicy, registerReward, rollout, summarize, train, type RewardFn } from 'mcp-gym';
+import { notesTasks } from './notes-tasks.ts';
 
-// 1. The server: any MCP server works; a stdio one is started afresh for every episode.
-const NOTES_SERVER: ServerSpec = {
-  transport: 'stdio',
-  command: process.execPath,
-  args: ['--import', 'tsx', fileURLToPath(new URL('./notes-server.ts', import.meta.url))],
-  cwd: fileURLToPath(new URL('..', import.meta.url)),
-};
-
-// 2. Tasks, checked by the server's state after the episode (and by the answer).
-function notesTask(id: string, split: 'train' | 'eval', texts: string[]): Task {
-  return defineTask({
-    id,
-    split,
-    difficulty: texts.length,
-    prompt: `Add these notes to the notebook: ${texts.map((t) => JSON.stringify(t)).join(', ')}. Then answer with the number of notes.`,
-    servers: { notes: NOTES_SERVER },
-    max_turns: texts.length + 2,
-    checks: [
-      { kind: 'state', call: { server: 'notes', tool: 'count_notes', arguments: {} }, path: 'count', expect: { kind: 'equals', value: texts.length } },
-      { kind: 'state', call: { server: 'notes', tool: 'list_notes', arguments: {} }, path: 'notes', expect: { kind: 'subset', value: texts } },
-      { kind: 'answer', expect: { kind: 'number', value: texts.length } },
-    ],
-    solution: { calls: texts.map((text) => ({ server: 'notes', tool: 'add_note', arguments: { text } })), answer: String(texts.length) },
-  });
-}
-const WORDS = ['milk', 'bread', 'call mum', 'pay rent', 'book dentist', 'water plants', 'fix bike', 'read paper'];
-const trainTasks = WORDS.map((w, i) => notesTask(`notes-train-${i}`, 'train', [w, WORDS[(i + 3) % WORDS.length]!].slice(0, 1 + (i % 2))));
-const evalTasks = WORDS.slice(0, 4).map((w, i) => notesTask(`notes-eval-${i}`, 'eval', [`${w} today`]));
+// 1-2. The server (examples/notes-server.ts, started afresh for every episode) and tasks against
+// it, checked by the server's state after the episode and by the answer (examples/notes-tasks.ts).
+const tasks = notesTasks(8, 4);
+const trainTasks = tasks.filter((t) => t.split === 'train');
+const evalTasks = tasks.filter((t) => t.split === 'eval');
 
 // 3. A reward of our own: the checks' score, a bonus for solving, a small cost per wasted call.
 const notesReward: RewardFn = (e) => {

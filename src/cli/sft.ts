@@ -13,7 +13,7 @@ export async function sftCommand(argv: string[]): Promise<void> {
     args: argv,
     options: {
       suite: { type: 'string', default: SFT_DEFAULTS.suite },
-      'max-difficulty': { type: 'string', default: String(SFT_DEFAULTS.maxDifficulty) },
+      'max-difficulty': { type: 'string' },
       tasks: { type: 'string' },
       demos: { type: 'string', default: String(SFT_DEFAULTS.demos) },
       out: { type: 'string' },
@@ -36,7 +36,15 @@ export async function sftCommand(argv: string[]): Promise<void> {
   const demos = intFlag(values.demos, '--demos', 400);
   // A pool of train tasks large enough that demonstrations rarely repeat, and a held-out set
   // large enough for a useful estimate.
-  const tasks = selectTasks({ suite: values.tasks ? undefined : values.suite, tasks: values.tasks, split: 'all', 'max-difficulty': values['max-difficulty'] }, { train: Math.max(200, demos * 3), eval: SFT_DEFAULTS.evalTasks });
+  // A suite's cold start keeps difficulty 1 unless told otherwise; a task file keeps all of it.
+  const maxDifficulty = values['max-difficulty'] ?? (values.tasks ? undefined : String(SFT_DEFAULTS.maxDifficulty));
+  const tasks = selectTasks({ suite: values.tasks ? undefined : values.suite, tasks: values.tasks, split: 'all', 'max-difficulty': maxDifficulty }, { train: Math.max(200, demos * 3), eval: SFT_DEFAULTS.evalTasks });
+  const count = (split: string) => tasks.filter((t) => t.split === split).length;
+  const difficulties = [...new Set(tasks.map((t) => t.difficulty))].sort();
+  console.log(`sft: ${count('train')} train tasks (demonstrations) and ${count('eval')} eval tasks from ${values.tasks ?? `the ${values.suite} suite`}, difficulties ${difficulties.join(', ')}${maxDifficulty ? ` (--max-difficulty ${maxDifficulty})` : ''}`);
+  if (count('train') === 0) throw new UsageError(`${values.tasks ?? values.suite}: no train tasks to make demonstrations from (a task's "split" says where it goes)`);
+  const unsolvable = tasks.filter((t) => t.split === 'train' && !t.solution).length;
+  if (unsolvable) console.log(`sft: ${unsolvable} train tasks have no "solution": the expert cannot demonstrate them (they are skipped)`);
   const dModel = intFlag(values['d-model'], '--d-model', 128);
   const heads = intFlag(values.heads, '--heads', 4);
   if (dModel % heads !== 0) throw new UsageError(`--d-model (${dModel}) must be a multiple of --heads (${heads})`);

@@ -3,7 +3,7 @@ import { setMaxListeners } from 'node:events';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { resolveConfig, train, TrainConfigSchema, type TrainConfigInput, type TrainResult } from '../trainers/index.ts';
+import { recordedConfig, resolveConfig, train, TrainConfigSchema, type TrainConfigInput, type TrainResult } from '../trainers/index.ts';
 import { BUNDLED_MODEL_DIR } from '../paths.ts';
 import { ProgressBar } from './ui.ts';
 import { UsageError } from './args.ts';
@@ -66,12 +66,16 @@ export async function runTraining(argv: string[], defaults: Partial<TrainConfigI
   }
   let config;
   try {
-    config = resolveConfig(overrides as Partial<TrainConfigInput>, values.config as string | undefined);
+    // A resumed run keeps the settings it was made with (its config.json); flags given change only
+    // what may change (e.g. --steps to extend it), and train() refuses the rest, naming it.
+    const recorded = values.resume && values.run ? recordedConfig(values.run as string) : undefined;
+    if (recorded) for (const [k, v] of Object.entries(flagValues(TRAIN_FLAGS, values as Record<string, unknown>))) recorded[k] = v;
+    config = recorded ? resolveConfig(recorded as Partial<TrainConfigInput>) : resolveConfig(overrides as Partial<TrainConfigInput>, values.config as string | undefined);
   } catch (err) {
     throw new UsageError((err as Error).message);
   }
   const runDir = (values.run as string | undefined) ?? join('runs', `${config.preset}-${new Date().toISOString().replace(/[:.]/g, '-')}`);
-  console.log(`${title}: preset ${config.preset}, suite ${config.suite} (difficulty <= ${config.max_difficulty}), ${config.steps} steps of ${config.tasks_per_step} tasks x ${config.group} rollouts, from ${config.model}; run in ${runDir}`);
+  console.log(`${title}: preset ${config.preset}, ${config.tasks ? `tasks ${config.tasks}${config.eval_tasks ? ` (held out: ${config.eval_tasks})` : ''}` : `suite ${config.suite}`} (difficulty <= ${config.max_difficulty}), ${config.steps} steps of ${config.tasks_per_step} tasks x ${config.group} rollouts, from ${config.model}; run in ${runDir}`);
   const ac = new AbortController();
   setMaxListeners(10_000, ac.signal); // every tool call in flight listens to it (and lets go when done)
   const onSigint = () => {

@@ -19,7 +19,9 @@ export const PRESET_NAMES = ['grpo', 'dapo', 'dr_grpo', 'gspo', 'rlvr', 'art'] a
 export const TrainConfigSchema = z
   .object({
     preset: z.enum(PRESET_NAMES).default('art').describe('the recipe whose settings fill the fields not given: grpo, dapo, dr_grpo, gspo, rlvr, art'),
-    suite: z.string().default('calculator').describe('the bundled task suite to train and evaluate on (when no tasks are given)'),
+    suite: z.string().default('calculator').describe('the bundled task suite to train and evaluate on (when no task file is given)'),
+    tasks: z.string().min(1).optional().describe('a task file (.json or .jsonl) to train on instead of a suite: its train split (and, without eval_tasks, its eval split as the held-out tasks)'),
+    eval_tasks: z.string().min(1).optional().describe('a task file of held-out tasks (all of it; default: the eval split of the tasks or of the suite)'),
     max_difficulty: z.number().int().min(1).max(5).default(5).describe('only tasks up to this difficulty, for training and evaluation'),
     model: z.string().default(BUNDLED_MODEL_DIR).describe('the cold-start model directory (copied into the run; the copy is trained)'),
     steps: z.number().int().min(0).default(30).describe('training steps'),
@@ -37,7 +39,7 @@ export const TrainConfigSchema = z
     policy_token_budget: z.number().int().min(0).default(0).describe('Dr. GRPO\'s constant normaliser: a fixed budget of policy tokens per episode (0: max_new_tokens × the tasks\' largest max_turns, at most the model\'s context)'),
     max_new_tokens: z.number().int().min(8).default(96).describe('tokens an assistant turn may have'),
     eval_every: z.number().int().min(0).default(10).describe('evaluate on held-out tasks every K steps (0: only before and after)'),
-    eval_tasks: z.number().int().min(0).default(0).describe('held-out tasks evaluated (0: all of the split)'),
+    eval_limit: z.number().int().min(0).default(0).describe('held-out tasks evaluated: the first N (0: all of them)'),
     eval_samples: z.number().int().min(1).default(2).describe('rollouts of each held-out task'),
     checkpoint_every: z.number().int().min(1).default(1).describe('a learner checkpoint (and state.json) every N steps; a learner that dies costs the steps since'),
     bundled_servers: z.enum(['inprocess', 'stdio']).default('inprocess').describe('how the bundled tool servers run: in this process (fastest) or as stdio child processes'),

@@ -17,9 +17,9 @@ export { buildBatch, buildTrainBatch, sequenceOf, overlongPenalty } from './batc
 export type { TrainBatch, BatchItem, KeptGroup, BatchOptions, BuiltBatch } from './batch.ts';
 export { collectGroups, TaskSampler, shapeOverlong, withoutSignal } from './collect.ts';
 export type { CollectOptions, Collected } from './collect.ts';
-export { RunDir } from './run-dir.ts';
+export { RunDir, RUN_IDENTITY, identityChanges, recordedConfig } from './run-dir.ts';
 export type { RunState } from './run-dir.ts';
-export { train, wilson } from './loop.ts';
+export { train, trainingTasks, wilson } from './loop.ts';
 export type { TrainOptions, TrainResult, EvalResult } from './loop.ts';
 export { renderReport, writeReport, lineChart } from './report.ts';
 export { runSft } from './sft.ts';

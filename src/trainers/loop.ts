@@ -9,7 +9,7 @@
  * checkpoint with `resume`.
  */
 import { OnnxPolicy } from '../agents/index.ts';
-import { Environment, rollout, type EnvironmentOptions, type RewardFn, type Task } from '../env/index.ts';
+import { Environment, loadTasks, rollout, type EnvironmentOptions, type RewardFn, type Task } from '../env/index.ts';
 import { generateSuite } from '../env/suites/index.ts';
 import { mean, std } from './advantages.ts';
 import { buildTrainBatch, type BuiltBatch } from './batch.ts';
@@ -37,9 +37,9 @@ export interface TrainOptions {
   runDir: string;
   resume?: boolean;
   signal?: AbortSignal;
-  /** Train tasks; default: the suite's train split. */
+  /** Train tasks; default: the config's task file's train split, else the suite's. */
   trainTasks?: Task[];
-  /** Held-out tasks; default: the suite's eval split. */
+  /** Held-out tasks; default: the config's eval_tasks file, else the eval split of the tasks or the suite. */
   evalTasks?: Task[];
   /** The reward: a function, or a registered name; default: the config's `reward`. */
   reward?: string | RewardFn;
@@ -98,15 +98,24 @@ function stepMetrics(step: number, learner: Record<string, unknown>, got: Collec
   };
 }
 
-/** The train and held-out tasks: given, or drawn from the suite (large pools, so that training rarely repeats a task). */
-function tasksOf(c: TrainConfig, o: TrainOptions): { train: Task[]; held: Task[] } {
-  const suite = o.trainTasks && o.evalTasks ? [] : generateSuite(c.suite, { seed: c.seed === 0 ? undefined : c.seed, train: 4000, eval: 500 }).filter((t) => t.difficulty <= c.max_difficulty);
-  const train = o.trainTasks ?? suite.filter((t) => t.split === 'train');
-  let held = o.evalTasks ?? suite.filter((t) => t.split === 'eval');
-  if (c.eval_tasks > 0) held = held.slice(0, c.eval_tasks);
-  if (train.length === 0) throw new Error(o.trainTasks ? 'trainTasks: no tasks' : `suite '${c.suite}' has no train tasks`);
-  if (held.length === 0) throw new Error(o.evalTasks ? 'evalTasks: no tasks' : `suite '${c.suite}' has no eval tasks`);
-  return { train, held };
+/**
+ * The train and held-out tasks: given in code, or from the config's task files, or drawn from the
+ * suite (large pools, so that training rarely repeats a task). Only tasks up to max_difficulty.
+ */
+export function trainingTasks(c: TrainConfig, o: Pick<TrainOptions, 'trainTasks' | 'evalTasks'> = {}): { train: Task[]; held: Task[]; source: string } {
+  const upTo = (ts: Task[]) => ts.filter((t) => t.difficulty <= c.max_difficulty);
+  const fromFile = c.tasks ? upTo(loadTasks(c.tasks)) : undefined;
+  const suite = o.trainTasks || fromFile ? [] : upTo(generateSuite(c.suite, { seed: c.seed === 0 ? undefined : c.seed, train: 4000, eval: 500 }));
+  const source = o.trainTasks ? 'the given tasks' : c.tasks ? c.tasks : `the ${c.suite} suite`;
+  const train = o.trainTasks ?? (fromFile ?? suite).filter((t) => t.split === 'train');
+  let held = o.evalTasks ?? (c.eval_tasks ? upTo(loadTasks(c.eval_tasks)) : (fromFile ?? suite).filter((t) => t.split === 'eval'));
+  if (c.eval_limit > 0) held = held.slice(0, c.eval_limit);
+  const limit = c.max_difficulty < 5 ? ` of difficulty <= ${c.max_difficulty}` : '';
+  if (train.length === 0) throw new Error(o.trainTasks ? 'trainTasks: no tasks' : `${c.tasks ? `tasks: ${c.tasks}` : `suite '${c.suite}'`} has no train tasks${limit} (a task's "split" says where it goes)`);
+  if (held.length === 0) {
+    throw new Error(o.evalTasks ? 'evalTasks: no tasks' : c.eval_tasks ? `eval_tasks: ${c.eval_tasks} has no tasks${limit}` : `${c.tasks ? `tasks: ${c.tasks}` : `suite '${c.suite}'`} has no eval tasks${limit}: give held-out tasks with --eval-tasks FILE (or "split": "eval" in the task file)`);
+  }
+  return { train, held, source };
 }
 
 export async function train(o: TrainOptions): Promise<TrainResult> {
@@ -114,8 +123,9 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
   const log = o.onLog ?? (() => {});
   const run = new RunDir(o.runDir, { resume: o.resume === true, model: c.model, config: c });
   if (o.resume) log(`resuming ${run.dir} at step ${run.state.step}`);
-  const { train: trainTasks, held } = tasksOf(c, o);
-  const title = `mcp-gym training run: ${c.preset} on ${o.trainTasks ? 'the given tasks' : c.suite}`;
+  const { train: trainTasks, held, source } = trainingTasks(c, o);
+  log(`${trainTasks.length} train tasks and ${held.length} held-out tasks from ${source}`);
+  const title = `mcp-gym training run: ${c.preset} on ${source}`;
   const env = new Environment({ ...o.environment, bundled: c.bundled_servers, reward: o.reward ?? o.environment?.reward ?? c.reward });
   let session: LearnerSession | undefined;
   let policy: OnnxPolicy | undefined;

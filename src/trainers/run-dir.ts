@@ -45,6 +45,20 @@ function readRows(file: string): Record<string, unknown>[] {
     });
 }
 
+/** What makes a run the run it is: resuming with any of these changed would mix two runs in one directory. */
+export const RUN_IDENTITY = ['preset', 'model', 'suite', 'tasks', 'eval_tasks', 'max_difficulty', 'reward', 'group', 'tasks_per_step', 'loss', 'advantage', 'per_turn', 'seed', 'temperature', 'top_k', 'top_p', 'max_new_tokens'] as const;
+
+/** The differences between a run's recorded config and the one it is resumed with, as `field: was X, now Y`. */
+export function identityChanges(was: Record<string, unknown>, now: Record<string, unknown>): string[] {
+  return RUN_IDENTITY.filter((k) => JSON.stringify(was[k]) !== JSON.stringify(now[k])).map((k) => `${k}: the run has ${JSON.stringify(was[k]) ?? '(none)'}, not ${JSON.stringify(now[k]) ?? '(none)'}`);
+}
+
+/** The config a run was made with (its config.json), or undefined. */
+export function recordedConfig(dir: string): Record<string, unknown> | undefined {
+  const file = join(resolve(dir), 'config.json');
+  return existsSync(file) ? (JSON.parse(readFileSync(file, 'utf8')) as Record<string, unknown>) : undefined;
+}
+
 export class RunDir {
   readonly dir: string;
   readonly modelDir: string;
@@ -69,6 +83,9 @@ export class RunDir {
     mkdirSync(this.dir, { recursive: true });
     if (o.resume) {
       if (!existsSync(this.stateFile)) throw new Error(`${this.dir}: nothing to resume (no state.json)`);
+      const was = recordedConfig(this.dir);
+      const changes = was ? identityChanges(was, o.config as Record<string, unknown>) : [];
+      if (changes.length) throw new Error(`resume: ${this.dir} holds another run (${changes.join('; ')}); resume it with its own settings, or start a new run directory`);
       this.state = JSON.parse(readFileSync(this.stateFile, 'utf8')) as RunState;
       this.metrics.push(...readRows(join(this.dir, 'metrics.jsonl')).filter((m) => Number(m.step) <= this.state.step));
     } else {

@@ -13,7 +13,7 @@ import { resolveConfig, train, type LearnerClient, type TrainConfigInput } from 
 const ROOT = join(import.meta.dirname, '..', '..');
 const MODEL = join(ROOT, 'models', 'calc-tiny');
 const small = (o: Partial<TrainConfigInput> = {}) =>
-  resolveConfig({ preset: 'art', suite: 'calculator', max_difficulty: 1, model: MODEL, steps: 3, tasks_per_step: 4, group: 4, eval_tasks: 8, eval_samples: 1, eval_every: 0, lr: 1e-4, ...o });
+  resolveConfig({ preset: 'art', suite: 'calculator', max_difficulty: 1, model: MODEL, steps: 3, tasks_per_step: 4, group: 4, eval_limit: 8, eval_samples: 1, eval_every: 0, lr: 1e-4, ...o });
 const tmp = (name: string) => join(mkdtempSync(join(tmpdir(), `mcp-gym-loop-${name}-`)), 'run');
 const rows = (file: string) =>
   readFileSync(file, 'utf8')
@@ -92,7 +92,7 @@ describe('the training loop under faults', () => {
 
   it('Ctrl-C stops the CLI cleanly with a checkpoint, and --resume continues to the end', async () => {
     const runDir = tmp('sigint');
-    const args = [join(ROOT, 'bin', 'mcp-gym.js'), 'train', '--preset', 'art', '--suite', 'calculator', '--max-difficulty', '1', '--model', MODEL, '--steps', '4', '--tasks-per-step', '4', '--group', '4', '--eval-tasks', '8', '--eval-samples', '1', '--eval-every', '0', '--run', runDir, '--json'];
+    const args = [join(ROOT, 'bin', 'mcp-gym.js'), 'train', '--preset', 'art', '--suite', 'calculator', '--max-difficulty', '1', '--model', MODEL, '--steps', '4', '--tasks-per-step', '4', '--group', '4', '--eval-limit', '8', '--eval-samples', '1', '--eval-every', '0', '--run', runDir, '--json'];
     // Its own process group, signalled as a terminal's Ctrl-C signals the foreground group.
     const first = spawn(process.execPath, args, { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
     let out = '';

@@ -65,7 +65,7 @@ afterAll(async () => {
 async function runPreset(preset: TrainConfig['preset'], extra: Record<string, unknown> = {}, trainTasks?: Task[]) {
   seen.length = 0;
   const runDir = join(mkdtempSync(join(tmpdir(), `mcp-gym-preset-${preset}-`)), 'run');
-  const config = resolveConfig({ preset, suite: 'calculator', max_difficulty: 1, model: MODEL, steps: 1, tasks_per_step: 4, group: 4, eval_tasks: 4, eval_samples: 1, eval_every: 0, learner: url, learner_token: TOKEN, ...extra });
+  const config = resolveConfig({ preset, suite: 'calculator', max_difficulty: 1, model: MODEL, steps: 1, tasks_per_step: 4, group: 4, eval_limit: 4, eval_samples: 1, eval_every: 0, learner: url, learner_token: TOKEN, ...extra });
   await train({ config, runDir, trainTasks });
   // The run's own model directory got the trained weights back from the learner.
   const local = JSON.parse(readFileSync(join(runDir, 'model', 'config.json'), 'utf8')) as { version: number; training?: { rl_steps?: number } };

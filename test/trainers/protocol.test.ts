@@ -40,7 +40,7 @@ describe('flags from the schema', () => {
     expect(TRAIN_FLAGS.map((f) => f.field).sort()).toEqual(fields.filter((f) => f !== 'total_steps').sort());
     for (const f of TRAIN_FLAGS) expect(TRAIN_HELP).toContain(`--${f.flag}`);
     // Among them the nine that had no flag before.
-    for (const f of ['overlong-max', 'overlong-cache', 'top-k', 'top-p', 'eval-tasks', 'max-resample-rounds', 'min-lr-ratio', 'weight-decay', 'ref-reset-every', 'max-grad-norm']) expect(TRAIN_HELP).toContain(`--${f}`);
+    for (const f of ['overlong-max', 'overlong-cache', 'top-k', 'top-p', 'eval-limit', 'max-resample-rounds', 'min-lr-ratio', 'weight-decay', 'ref-reset-every', 'max-grad-norm']) expect(TRAIN_HELP).toContain(`--${f}`);
   });
 
   it('flag values are typed by the schema; bad ones name the flag', () => {
