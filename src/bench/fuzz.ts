@@ -1,8 +1,10 @@
 /**
  * Robustness: invalid and edge-case arguments generated from a tool's JSON Schema (missing
  * required fields, wrong types, unknown fields, null, empty and huge strings, odd unicode,
- * numbers at the edges, deep nesting, huge arrays), seeded and reproducible; each answer
- * classified; the inputs that crashed the server or hung are saved as JSONL for replay.
+ * numbers at the edges, deep nesting, huge arrays) and pathological ones (regular expressions
+ * that backtrack catastrophically with subjects that make them, requests for huge outputs),
+ * seeded and reproducible; each answer classified; the inputs that crashed the server or hung
+ * are saved as JSONL for replay.
  */
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
@@ -69,6 +71,31 @@ export const ODD_STRINGS: readonly string[] = [
   '1e309',
 ];
 
+/**
+ * Regular expressions that backtrack catastrophically (exponential time in the subject's length in
+ * a backtracking engine such as JavaScript's), each with a subject that makes them: 40 characters
+ * are enough to never end.
+ */
+export const REDOS_PATTERNS: readonly { pattern: string; subject: string }[] = [
+  { pattern: '(a+)+$', subject: 'a'.repeat(40) + '!' },
+  { pattern: '(a|a)*b', subject: 'a'.repeat(40) },
+  { pattern: '([a-zA-Z]+)*$', subject: 'a'.repeat(40) + '!' },
+  { pattern: '^(\\w+\\s?)*$', subject: 'a'.repeat(40) + '!' },
+  { pattern: '(x+x+)+y', subject: 'x'.repeat(40) },
+];
+
+/** A subject on which most of `REDOS_PATTERNS` never end: for any text a server may later match. */
+export const BACKTRACKING_SUBJECT = 'a'.repeat(40) + '!';
+
+/** Fields that may hold a regular expression (or a query a server may turn into one). */
+const PATTERN_FIELD = /pattern|regex|regexp|query|search|expr|filter|match|glob|grep|find/i;
+/** Boolean fields that switch regular expressions on. */
+const REGEX_FLAG = /regex|regexp|pattern|^use_?re$|^is_?re$/i;
+/** Fields that may hold the text a pattern is matched against. */
+const SUBJECT_FIELD = /text|input|subject|content|body|string|^str$|value|data|source|message|haystack|line|document/i;
+/** Numbers that may size an output: counts, limits, lengths, repeats. */
+const COUNT_FIELD = /count|limit|length|^len$|size|max|num|repeat|times|^n$|^k$|top|depth|width|height|lines|head|tail|page|amount|total|steps|rows|items|results|chars|bytes|iterations/i;
+
 const NUMBER_EDGES: readonly number[] = [
   0,
   -1,
@@ -100,6 +127,22 @@ function typesOf(s: Schema): string[] {
   return [];
 }
 
+/**
+ * Large numbers a schema allows, for a field that may size an output: its maximum when it has one
+ * (then 1,000,000 too when that is allowed and much smaller), otherwise 1,000,000 and 1,000,000,000;
+ * none below its minimum, each a multiple of `multipleOf`.
+ */
+function hugeWithin(s: Schema, integer: boolean): number[] {
+  const lo = typeof s.minimum === 'number' ? s.minimum : typeof s.exclusiveMinimum === 'number' ? s.exclusiveMinimum : -Infinity;
+  let hi: number | undefined;
+  if (typeof s.maximum === 'number') hi = s.maximum;
+  if (typeof s.exclusiveMaximum === 'number') hi = Math.min(hi ?? Infinity, s.exclusiveMaximum - (integer ? 1 : 1e-6));
+  const step = typeof s.multipleOf === 'number' && s.multipleOf > 0 ? s.multipleOf : integer ? 1 : 0;
+  const fit = (v: number) => (step ? Math.floor(v / step) * step : v);
+  const out = hi === undefined ? [1e6, 1e9] : hi > 1e7 ? [1e6, hi] : [hi];
+  return [...new Set(out.map(fit))].filter((v) => Number.isFinite(v) && (v > lo || (v === lo && typeof s.minimum === 'number')));
+}
+
 function deepObject(depth: number): unknown {
   let v: unknown = 'bottom';
   for (let i = 0; i < depth; i++) v = { a: v };
@@ -110,6 +153,13 @@ function deepArray(depth: number): unknown {
   let v: unknown = [];
   for (let i = 0; i < depth; i++) v = [v];
   return v;
+}
+
+/** `base` without the optional fields of the object at `prefix` (those not in `required`). */
+function withoutOptional(base: Args, prefix: string[], props: Record<string, unknown>, required: string[]): Args {
+  let out = base;
+  for (const k of Object.keys(props)) if (!required.includes(k)) out = setAt(out, [...prefix, k], undefined, true);
+  return out;
 }
 
 function setAt(base: Args, path: string[], value: unknown, remove = false): Args {
@@ -151,10 +201,14 @@ export function fuzzCases(tool: { name: string; inputSchema: Schema }, options: 
   const schema = tool.inputSchema ?? {};
   const base = generateArguments(schema, 1, seed).args[0] ?? {};
   const byKind = new Map<string, FuzzCase[]>();
-  const add = (kind: string, path: string[], args: Args) => {
+  /** Cases that go first in their kind (a pattern in a field named like one, ...). */
+  const first = new Set<FuzzCase>();
+  const add = (kind: string, path: string[], args: Args, atFront = false) => {
     const list = byKind.get(kind) ?? [];
-    list.push({ kind, path: path.length ? path.join('.') : '(root)', arguments: args });
+    const c: FuzzCase = { kind, path: path.length ? path.join('.') : '(root)', arguments: args };
+    list.push(c);
     byKind.set(kind, list);
+    if (atFront) first.add(c);
   };
 
   // The whole object.
@@ -166,6 +220,21 @@ export function fuzzCases(tool: { name: string; inputSchema: Schema }, options: 
 
   const visit = (props: Record<string, Schema>, required: string[], prefix: string[], level: number) => {
     for (const k of required) add('missing_required', [...prefix, k], setAt(base, [...prefix, k], undefined, true));
+    /**
+     * `args` with a pattern's companions set: the fields beside `k` that switch regular
+     * expressions on (true) and those that may hold the text it is matched against (`subject`).
+     */
+    const paired = (args: Args, k: string, subject: string): Args => {
+      let out = args;
+      for (const [k2, raw2] of Object.entries(props)) {
+        const s2 = (raw2 ?? {}) as Schema;
+        if (k2 === k || Array.isArray(s2.enum) || 'const' in s2) continue;
+        const t2 = typesOf(s2);
+        if (t2.includes('boolean') && REGEX_FLAG.test(k2)) out = setAt(out, [...prefix, k2], true);
+        else if (t2.includes('string') && SUBJECT_FIELD.test(k2) && !PATTERN_FIELD.test(k2)) out = setAt(out, [...prefix, k2], subject);
+      }
+      return out;
+    };
     for (const [k, raw] of Object.entries(props)) {
       const s = (raw ?? {}) as Schema;
       const path = [...prefix, k];
@@ -191,10 +260,27 @@ export function fuzzCases(tool: { name: string; inputSchema: Schema }, options: 
         if (typeof s.minLength === 'number' && s.minLength > 1) add('out_of_range', path, at('x'.repeat(s.minLength - 1)));
         if (typeof s.pattern === 'string') add('out_of_range', path, at('!!not matching!!'));
         if (typeof s.format === 'string') add('out_of_range', path, at('not a ' + s.format));
+        if (!Array.isArray(s.enum) && !('const' in s)) {
+          // Catastrophic backtracking: every pattern in a field named like one (regular
+          // expressions switched on, the subject beside it where there is a field for it), two
+          // elsewhere; and the subject itself, for a server that matches it against a pattern.
+          // In a field named like a pattern, the optional fields beside it are left out (to their
+          // defaults: a search scoped to a path may otherwise match nothing).
+          const pattern = PATTERN_FIELD.test(k);
+          const bare = pattern ? withoutOptional(base, prefix, props, required) : base;
+          for (const p of pattern ? REDOS_PATTERNS : [REDOS_PATTERNS[0]!, REDOS_PATTERNS[2]!]) add('redos', path, paired(setAt(bare, path, p.pattern), k, p.subject), pattern);
+          const subject = SUBJECT_FIELD.test(k);
+          add('redos_subject', path, at(BACKTRACKING_SUBJECT), subject);
+          if (subject) add('redos_subject', path, at(REDOS_PATTERNS[4]!.subject), true);
+          // The longest string the schema allows (a very long one is huge_string).
+          if (typeof s.maxLength === 'number' && s.maxLength > 64) add('huge_output', path, at('a'.repeat(Math.min(s.maxLength, hugeLength))));
+        }
       }
       if (Array.isArray(s.enum)) add('out_of_range', path, at('__not_in_enum__'));
       if (types.includes('number') || types.includes('integer')) {
         for (const n of NUMBER_EDGES) add('number_edge', path, at(n));
+        // Huge outputs within the bounds: the largest count, limit or length allowed.
+        for (const n of hugeWithin(s, types.includes('integer') && !types.includes('number'))) add('huge_output', path, at(n), COUNT_FIELD.test(k));
         for (const [key, step] of [['minimum', -1], ['exclusiveMinimum', -1], ['maximum', 1], ['exclusiveMaximum', 1]] as const) {
           const bound = s[key];
           if (typeof bound !== 'number') continue;
@@ -216,7 +302,11 @@ export function fuzzCases(tool: { name: string; inputSchema: Schema }, options: 
   visit((schema.properties ?? {}) as Record<string, Schema>, (schema.required as string[] | undefined) ?? [], [], 1);
 
   const kinds = shuffle([...byKind.keys()].sort(), rng);
-  const queues = kinds.map((k) => shuffle(byKind.get(k)!, rng));
+  // Shuffled within each kind, the cases marked first ahead (stably: the order stays seeded).
+  const queues = kinds.map((k) => {
+    const q = shuffle(byKind.get(k)!, rng);
+    return [...q.filter((c) => first.has(c)), ...q.filter((c) => !first.has(c))];
+  });
   const out: FuzzCase[] = [];
   for (let round = 0; out.length < count; round++) {
     let any = false;
@@ -242,7 +332,7 @@ export interface FuzzClient extends Caller {
 export interface Classified {
   outcome: Outcome;
   detail: string;
-  /** The server was restarted after this call (it crashed, or hung and did not answer a probe). */
+  /** The server went down with this call (it crashed, or hung and did not answer a probe): restarted, now or on the next call. */
   restarted?: boolean;
 }
 
@@ -261,6 +351,15 @@ async function answers(client: FuzzClient, timeoutMs: number): Promise<boolean> 
   } catch {
     return false;
   }
+}
+
+/** After killing a stdio server: waits for the client to see the exit, then for a fresh server to answer. */
+async function restartAfterKill(client: FuzzClient, timeoutMs: number): Promise<boolean> {
+  for (let i = 0; i < 3; i++) {
+    if (await answers(client, timeoutMs)) return true;
+    await sleep(50);
+  }
+  return false;
 }
 
 /**
@@ -286,7 +385,10 @@ export async function sendAndClassify(client: FuzzClient, name: string, args: Ar
       const pid = client.pid;
       if (client.spec.transport === 'stdio' && pid !== undefined) {
         await killTree(pid, { group: true, graceMs: 500 });
-        return { outcome: 'hang', detail: `${text}; the server did not answer afterwards and was restarted`, restarted: true };
+        // Start the fresh server now: a call sent before the client has seen the exit (killTree
+        // returns once the process is a zombie) would fail as if the next input had crashed it.
+        const back = await restartAfterKill(client, probeMs);
+        return { outcome: 'hang', detail: `${text}; the server did not answer afterwards and was ${back ? 'restarted' : 'killed'}`, restarted: true };
       }
       return { outcome: 'hang', detail: `${text}; the server did not answer afterwards` };
     }
@@ -360,8 +462,10 @@ export async function runFuzz(client: FuzzClient, tools: { name: string; inputSc
     report.tools[tool.name] = row;
     for (const [i, c] of cases.entries()) {
       if (options.signal?.aborted) break;
+      const before = client.restarts;
       const r = await sendAndClassify(client, tool.name, c.arguments, timeoutMs);
-      pending = r.restarted === true;
+      // A restart is due when the server went down and no fresh one has been started yet.
+      pending = r.restarted === true && client.restarts === before;
       row.cases++;
       row[r.outcome]++;
       (row.by_kind[c.kind] ??= zero())[r.outcome]++;

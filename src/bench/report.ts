@@ -8,6 +8,7 @@ import type { FuzzReport, Outcome, ReplayResult } from './fuzz.ts';
 import type { Histogram } from './latency.ts';
 import type { ToolLoad } from './load.ts';
 import type { ProcessReport } from './proc.ts';
+import type { SkippedTool } from './safety.ts';
 
 export interface BenchReport {
   /** How the server was reached. */
@@ -23,6 +24,12 @@ export interface BenchReport {
   /** Load figures by tool. */
   tools: Record<string, ToolLoad>;
   excluded: string[];
+  /** Tools not called because their annotations say they may write (no `allowWrites`). */
+  skipped?: SkippedTool[];
+  /** Whether tools that may write were allowed (`--allow-writes`). */
+  allow_writes?: boolean;
+  /** With `allowWrites`: the tools called although their annotations say they may write. */
+  may_write?: SkippedTool[];
   warnings: string[];
   /** CPU time and peak memory of a stdio server's process tree. */
   process?: ProcessReport;
@@ -65,6 +72,11 @@ export function renderText(r: BenchReport): string {
         (r.excluded.length ? ` (excluded: ${r.excluded.join(', ')})` : ''),
     );
   }
+  if (r.skipped?.length) {
+    out.push(`skipped ${r.skipped.length} tool${r.skipped.length === 1 ? '' : 's'} that may write (not called; --allow-writes calls them):`);
+    out.push(textTable([['tool', 'why'], ...r.skipped.map((s) => [s.tool, s.reason])]).replace(/^/gm, '  '));
+  }
+  if (r.may_write?.length) out.push(`--allow-writes: called although they may write: ${r.may_write.map((s) => `${s.tool} (${s.reason})`).join(', ')}`);
   if (r.process) {
     out.push(`server process: CPU ${fmt(r.process.cpu_ms)} ms in all, ${fmt(r.process.cpu_ms_window)} ms during the benchmark (${fmt(r.process.cpu_cores_window)} cores), peak memory ${fmt(r.process.peak_rss_mb)} MB (${r.process.processes} process${r.process.processes === 1 ? '' : 'es'})`);
   }
@@ -153,6 +165,9 @@ export function reportJson(r: BenchReport): Record<string, unknown> {
     calls_per_level: r.calls_per_level,
     tools,
     excluded: r.excluded,
+    skipped: r.skipped ?? [],
+    allow_writes: r.allow_writes ?? false,
+    ...(r.may_write ? { may_write: r.may_write } : {}),
     process: r.process,
     ...(fuzz ? { fuzz } : {}),
     ...(r.replay ? { replay: r.replay } : {}),
@@ -315,11 +330,18 @@ export function renderHtml(r: BenchReport): string {
       ['tools/list ms', r.list_tools_ms ?? 0],
       ['tools', r.tool_count ?? 0],
       ['excluded', r.excluded.join(', ') || '(none)'],
+      ['skipped (may write)', r.skipped?.map((s) => s.tool).join(', ') || '(none)'],
     ];
+    if (r.may_write?.length) facts.push(['called with --allow-writes, may write', r.may_write.map((s) => s.tool).join(', ')]);
     if (r.process) {
       facts.push(['server CPU ms (all / during the benchmark)', `${fmt(r.process.cpu_ms)} / ${fmt(r.process.cpu_ms_window)}`], ['server peak memory MB', r.process.peak_rss_mb]);
     }
     sections.push(`<section><h2>Server</h2>${htmlTable(facts).replace(/<thead>.*?<\/thead>/, '')}</section>`);
+  }
+  if (r.skipped?.length) {
+    sections.push(
+      `<section><h2>Skipped tools</h2><p>Not called: their annotations say they may change or delete data. <code>--allow-writes</code> calls them.</p>${htmlTable([['tool', 'why'], ...r.skipped.map((s) => [s.tool, s.reason])])}</section>`,
+    );
   }
   const tools = Object.values(r.tools);
   if (tools.length) {

@@ -12,6 +12,7 @@ import { replayFailures, runFuzz, saveFailures, type FuzzFailure, type FuzzOptio
 import { DEFAULT_CONCURRENCY, loadTool, type LevelResult } from './load.ts';
 import { ProcessSampler } from './proc.ts';
 import type { BenchReport } from './report.ts';
+import { writingTools } from './safety.ts';
 
 export interface BenchOptions {
   /** The server to benchmark (stdio, HTTP or in-process). Without one, only `agent` runs. */
@@ -21,6 +22,11 @@ export interface BenchOptions {
   examples?: Map<string, Args[]>;
   /** Tools not to call at all (e.g. those with side effects). */
   exclude?: string[];
+  /**
+   * Call (load, fuzz, replay) tools whose annotations say they may write (`destructiveHint: true`,
+   * or `readOnlyHint: false`). Default false: they are skipped and listed in `report.skipped`.
+   */
+  allowWrites?: boolean;
   /** Concurrency levels. Default 1, 4, 16, 64. */
   concurrency?: number[];
   /** Calls per tool and level; 0 skips the load phase. Default 500. */
@@ -55,10 +61,12 @@ export async function runBench(options: BenchOptions): Promise<BenchReport> {
   const t0 = performance.now();
   const log = options.log ?? (() => {});
   const concurrency = [...new Set(options.concurrency ?? DEFAULT_CONCURRENCY)].sort((a, b) => a - b);
+  for (const c of concurrency) if (!Number.isInteger(c) || c < 1) throw new RangeError(`concurrency levels must be positive integers, got ${c}`);
   const calls = options.calls ?? 500;
   const seed = options.seed ?? 1;
   const timeoutMs = options.timeoutMs ?? 10_000;
-  const report: BenchReport = { concurrency, calls_per_level: calls, tools: {}, excluded: [], warnings: [], seconds: 0 };
+  const allowWrites = options.allowWrites === true;
+  const report: BenchReport = { concurrency, calls_per_level: calls, tools: {}, excluded: [], skipped: [], allow_writes: allowWrites, warnings: [], seconds: 0 };
 
   if (options.server) {
     let spec = options.server;
@@ -79,8 +87,19 @@ export async function runBench(options: BenchOptions): Promise<BenchReport> {
       const exclude = new Set(options.exclude ?? []);
       for (const name of exclude) if (!listed.some((t) => t.name === name)) report.warnings.push(`--exclude names '${name}', which the server does not list`);
       for (const name of options.examples?.keys() ?? []) if (!listed.some((t) => t.name === name)) report.warnings.push(`the examples name '${name}', which the server does not list`);
-      const tools: ToolInfo[] = listed.filter((t) => !exclude.has(t.name));
       report.excluded = listed.filter((t) => exclude.has(t.name)).map((t) => t.name);
+      // Tools whose annotations say they may write: never called with generated arguments unless allowed.
+      const writers = writingTools(listed.filter((t) => !exclude.has(t.name)));
+      const writer = new Set(writers.map((w) => w.tool));
+      const tools: ToolInfo[] = listed.filter((t) => !exclude.has(t.name) && (allowWrites || !writer.has(t.name)));
+      if (allowWrites) {
+        report.may_write = writers;
+        log(`--allow-writes: calling ${tools.length} tool${tools.length === 1 ? '' : 's'} with generated arguments: ${tools.map((t) => t.name).join(', ') || '(none)'}`);
+        if (writers.length) log(`  of which may change or delete data: ${writers.map((w) => `${w.tool} (${w.reason})`).join(', ')}`);
+      } else {
+        report.skipped = writers;
+        if (writers.length) log(`skipped ${writers.length} tool${writers.length === 1 ? '' : 's'} that may write (--allow-writes calls them): ${writers.map((w) => `${w.tool} (${w.reason})`).join(', ')}`);
+      }
 
       if (calls > 0 && !options.replay) {
         for (const tool of tools) {
@@ -126,7 +145,10 @@ export async function runBench(options: BenchOptions): Promise<BenchReport> {
         log(`replay: ${options.replay.failures.length} inputs`);
         const known = new Set(listed.map((t) => t.name));
         for (const f of options.replay.failures) if (!known.has(f.tool)) report.warnings.push(`replay: the server does not list '${f.tool}'`);
-        const r = await replayFailures(client, options.replay.failures, { timeoutMs: fuzzTimeout, signal: options.signal });
+        const skipped = new Set(report.skipped?.map((s) => s.tool));
+        const held = options.replay.failures.filter((f) => skipped.has(f.tool));
+        if (held.length) report.warnings.push(`replay: ${held.length} input${held.length === 1 ? '' : 's'} of tools that may write not sent (${[...new Set(held.map((f) => f.tool))].join(', ')}); --allow-writes sends them`);
+        const r = await replayFailures(client, options.replay.failures.filter((f) => !skipped.has(f.tool)), { timeoutMs: fuzzTimeout, signal: options.signal });
         report.replay = { file: options.replay.file, ...r };
       }
     } finally {

@@ -15,7 +15,9 @@ export const BENCH_HELP = `Usage: mcp-gym bench (--stdio "<command line>" | --ur
 Server:   --stdio "CMD ARGS"  a stdio server (split like a shell: quotes work)
           --url URL           a streamable HTTP server   --token T   --header K:V (repeatable)
 Load:     --examples F        example calls: {"tool": [args, ...]} (JSON) or {"tool", "arguments"} lines (JSONL)
-          --exclude a,b       tools never called (e.g. those with side effects)
+          --exclude a,b       tools never called
+          --allow-writes      also call tools whose annotations say they may write (destructiveHint: true
+                              or readOnlyHint: false); without it they are skipped and listed
           --concurrency L     levels (default 1,4,16,64)   --calls N   per tool and level (default 500; 0: no load)
           --duration-ms N     time limit per tool and level (default 5000)   --timeout-ms N  per call (default 10000)
 Fuzz:     --fuzz              invalid and edge-case arguments from each tool's schema
@@ -29,10 +31,25 @@ Output:   --json              also print the report as one JSON object, the last
           --html F            write a self-contained HTML report (charts as inline SVG)
 `;
 
+/** A comma-separated list of positive integers (concurrency levels): 0 or less is refused. */
 function intList(value: string, flag: string): number[] {
-  const out = value.split(',').map((s) => s.trim()).filter(Boolean).map((s) => intFlag(s, flag, 0));
-  if (!out.length || out.some((n) => n < 1)) throw new UsageError(`${flag} must be a comma-separated list of positive integers, got '${value}'`);
-  return out;
+  const items = value.split(',').map((s) => s.trim());
+  const hint = `give a comma-separated list of positive integers, e.g. ${flag} 1,4,16`;
+  if (!items.some(Boolean)) throw new UsageError(`${flag} is empty: ${hint}`);
+  return items.filter(Boolean).map((s) => {
+    const n = Number(s);
+    const where = items.length > 1 ? ` (in '${value}')` : '';
+    if (!/^[+-]?\d+$/.test(s) || !Number.isSafeInteger(n)) throw new UsageError(`${flag} levels must be integers, got '${s}'${where}: ${hint}`);
+    if (n < 1) throw new UsageError(`${flag} levels must be at least 1 (the number of calls in flight), got ${s}${where}: ${hint}`);
+    return n;
+  });
+}
+
+/** node:util parseArgs's errors (an unknown option, a missing value) as usage errors. */
+function usageOf(err: unknown): unknown {
+  const e = err as { code?: string; message?: string };
+  if (typeof e?.code === 'string' && e.code.startsWith('ERR_PARSE_ARGS')) return new UsageError(`${(e.message ?? String(err)).split('\n')[0]!.replace(/\.?$/, '.')} Run mcp-gym bench --help`);
+  return err;
 }
 
 function selectTasks(spec: string, split: string, limit: string | undefined): Task[] {
@@ -48,34 +65,46 @@ function selectTasks(spec: string, split: string, limit: string | undefined): Ta
 }
 
 export async function benchCommand(argv: string[]): Promise<void> {
-  const { values } = parseArgs({
-    args: argv,
-    options: {
-      stdio: { type: 'string' },
-      url: { type: 'string' },
-      token: { type: 'string' },
-      header: { type: 'string', multiple: true },
-      examples: { type: 'string' },
-      exclude: { type: 'string' },
-      concurrency: { type: 'string' },
-      calls: { type: 'string' },
-      'duration-ms': { type: 'string' },
-      'timeout-ms': { type: 'string' },
-      fuzz: { type: 'boolean', default: false },
-      'fuzz-cases': { type: 'string' },
-      seed: { type: 'string' },
-      'save-failures': { type: 'string' },
-      replay: { type: 'string' },
-      tasks: { type: 'string' },
-      split: { type: 'string', default: 'eval' },
-      limit: { type: 'string' },
-      policy: { type: 'string', default: 'expert' },
-      k: { type: 'string', short: 'k' },
-      json: { type: 'boolean', default: false },
-      html: { type: 'string' },
-      help: { type: 'boolean', short: 'h', default: false },
-    },
-  });
+  // A negative number after an option reads as an option of its own: `--concurrency -1` is a usage error.
+  const negative = argv.findIndex((a, i) => i > 0 && /^-\d/.test(a) && argv[i - 1] === '--concurrency');
+  if (negative > 0) intList(argv[negative]!, '--concurrency');
+  const parse = () =>
+    parseArgs({
+      args: argv,
+      options: {
+        stdio: { type: 'string' },
+        url: { type: 'string' },
+        token: { type: 'string' },
+        header: { type: 'string', multiple: true },
+        examples: { type: 'string' },
+        exclude: { type: 'string' },
+        'allow-writes': { type: 'boolean', default: false },
+        concurrency: { type: 'string' },
+        calls: { type: 'string' },
+        'duration-ms': { type: 'string' },
+        'timeout-ms': { type: 'string' },
+        fuzz: { type: 'boolean', default: false },
+        'fuzz-cases': { type: 'string' },
+        seed: { type: 'string' },
+        'save-failures': { type: 'string' },
+        replay: { type: 'string' },
+        tasks: { type: 'string' },
+        split: { type: 'string', default: 'eval' },
+        limit: { type: 'string' },
+        policy: { type: 'string', default: 'expert' },
+        k: { type: 'string', short: 'k' },
+        json: { type: 'boolean', default: false },
+        html: { type: 'string' },
+        help: { type: 'boolean', short: 'h', default: false },
+      },
+    });
+  let parsed: ReturnType<typeof parse>;
+  try {
+    parsed = parse();
+  } catch (err) {
+    throw usageOf(err);
+  }
+  const { values } = parsed;
   if (values.help) {
     process.stdout.write(BENCH_HELP);
     return;
@@ -118,6 +147,7 @@ export async function benchCommand(argv: string[]): Promise<void> {
   const options: BenchOptions = {
     server,
     exclude: values.exclude?.split(',').map((s) => s.trim()).filter(Boolean),
+    allowWrites: values['allow-writes'],
     concurrency: values.concurrency === undefined ? undefined : intList(values.concurrency, '--concurrency'),
     calls: intFlag(values.calls, '--calls', 500),
     durationMs: intFlag(values['duration-ms'], '--duration-ms', 5000),

@@ -7,6 +7,7 @@ import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import {
   agentReport,
+  BACKTRACKING_SUBJECT,
   fuzzCases,
   generateArguments,
   LatencyStore,
@@ -14,14 +15,17 @@ import {
   passAtK,
   passHatK,
   readFailures,
+  REDOS_PATTERNS,
   renderHtml,
   renderText,
   reportJson,
   runAgentBench,
   runBench,
   schemaValidator,
+  sendAndClassify,
   splitCommandLine,
   taskStats,
+  writeRisk,
   type BenchReport,
   type FuzzOptions,
   type ToolLoad,
@@ -144,7 +148,7 @@ describe('bench building blocks', () => {
     expect(JSON.stringify(a)).not.toBe(JSON.stringify(c));
     expect(a).toHaveLength(60);
     const kinds = new Set(a.map((x) => x.kind));
-    for (const k of ['missing_required', 'wrong_type', 'unknown_field', 'empty_string', 'huge_string', 'deep_nesting', 'odd_unicode', 'number_edge', 'null', 'out_of_range', 'huge_array', 'empty_object']) {
+    for (const k of ['missing_required', 'wrong_type', 'unknown_field', 'empty_string', 'huge_string', 'deep_nesting', 'odd_unicode', 'number_edge', 'null', 'out_of_range', 'huge_array', 'empty_object', 'redos', 'redos_subject', 'huge_output']) {
       expect(kinds, k).toContain(k);
     }
     expect(a.find((x) => x.kind === 'huge_string')!.arguments.s).toHaveLength(1000);
@@ -153,16 +157,81 @@ describe('bench building blocks', () => {
     // Few cases still cover many kinds (round-robin across kinds).
     expect(new Set(fuzzCases(tool, { seed: 5, count: 12 }).map((x) => x.kind)).size).toBe(12);
   });
+
+  it('generates pathological inputs: catastrophic regular expressions paired with their subjects, huge outputs within the bounds', () => {
+    const tool = {
+      name: 'grep',
+      inputSchema: {
+        type: 'object',
+        properties: {
+          pattern: { type: 'string', maxLength: 200 },
+          text: { type: 'string' },
+          regex: { type: 'boolean' },
+          count: { type: 'integer', minimum: 1, maximum: 1_000_000 },
+          limit: { type: 'integer', minimum: 0 },
+          scale: { type: 'number', exclusiveMaximum: 50, multipleOf: 0.5 },
+          note: { type: 'string', maxLength: 500 },
+          mode: { type: 'string', enum: ['a', 'b'] },
+        },
+        required: ['pattern'],
+      },
+    };
+    const all = fuzzCases(tool, { seed: 3, count: 1000 });
+    expect(JSON.stringify(fuzzCases(tool, { seed: 3, count: 1000 }))).toBe(JSON.stringify(all)); // same seed, same inputs
+    // Every catastrophic pattern in the pattern field, with regular expressions switched on and its
+    // subject in the text field; optional fields beside it left to their defaults.
+    const redos = all.filter((c) => c.kind === 'redos' && c.path === 'pattern');
+    expect(redos.map((c) => c.arguments.pattern).sort()).toEqual(REDOS_PATTERNS.map((p) => p.pattern).sort());
+    for (const c of redos) {
+      const p = REDOS_PATTERNS.find((x) => x.pattern === c.arguments.pattern)!;
+      expect(c.arguments).toEqual({ pattern: p.pattern, regex: true, text: p.subject });
+    }
+    expect(REDOS_PATTERNS.map((p) => p.pattern)).toEqual(expect.arrayContaining(['(a+)+$', '(a|a)*b', '([a-zA-Z]+)*$']));
+    expect(BACKTRACKING_SUBJECT).toBe('a'.repeat(40) + '!');
+    // Other string fields get a pattern too, and the subject on its own; an enum field gets neither.
+    expect(all.some((c) => c.kind === 'redos' && c.path === 'note' && c.arguments.note === '(a+)+$')).toBe(true);
+    expect(all.filter((c) => c.kind === 'redos_subject' && c.path === 'text').map((c) => c.arguments.text).sort()).toEqual([BACKTRACKING_SUBJECT, 'x'.repeat(40)]);
+    expect(all.filter((c) => c.kind === 'redos_subject' && c.path === 'note').map((c) => c.arguments.note)).toEqual([BACKTRACKING_SUBJECT]);
+    expect(all.some((c) => ['redos', 'redos_subject'].includes(c.kind) && c.path === 'mode')).toBe(false);
+    // Huge outputs, every one within the schema.
+    const huge = all.filter((c) => c.kind === 'huge_output');
+    const valid = schemaValidator(tool.inputSchema)!;
+    for (const c of huge) expect(valid(c.arguments).valid, JSON.stringify(c.arguments).slice(0, 80)).toBe(true);
+    const at = (path: string) => huge.filter((c) => c.path === path).map((c) => c.arguments[path]);
+    expect(at('count')).toEqual([1_000_000]);
+    expect(at('limit').sort()).toEqual([1e6, 1e9]);
+    expect(at('scale')).toEqual([49.5]);
+    expect(at('note')).toEqual(['a'.repeat(500)]);
+    // With few cases, the patterns in the field named like one come first.
+    const few = fuzzCases(tool, { seed: 3, count: 20 }).filter((c) => c.kind === 'redos');
+    expect(few[0]?.path).toBe('pattern');
+  });
+
+  it("tells from a tool's annotations whether calling it may write", () => {
+    expect(writeRisk({})).toBeUndefined();
+    expect(writeRisk({ annotations: {} })).toBeUndefined();
+    expect(writeRisk({ annotations: { readOnlyHint: true } })).toBeUndefined();
+    expect(writeRisk({ annotations: { destructiveHint: false } })).toBeUndefined();
+    expect(writeRisk({ annotations: { readOnlyHint: false, destructiveHint: true } })).toBe('destructiveHint: true');
+    expect(writeRisk({ annotations: { destructiveHint: true } })).toBe('destructiveHint: true');
+    expect(writeRisk({ annotations: { readOnlyHint: false } })).toBe('readOnlyHint: false, no destructiveHint (destructive by default)');
+    expect(writeRisk({ annotations: { readOnlyHint: false, destructiveHint: false } })).toBe('readOnlyHint: false, destructiveHint: false (it only adds)');
+  });
 });
 
 describe('load against servers', () => {
   it('mcp-gym bench over stdio (kv): sane figures, process stats, --json last line, --html with an <svg> per chart', async () => {
     const html = join(tmp, 'kv.html');
-    const r = await cli(['bench', '--stdio', `"${process.execPath}" ${CLI} serve kv`, '--calls', '40', '--concurrency', '1,4,16', '--duration-ms', '3000', '--json', '--html', html]);
+    // kv keeps its data in memory, one episode at a time: its writing tools are safe to call.
+    const r = await cli(['bench', '--stdio', `"${process.execPath}" ${CLI} serve kv`, '--calls', '40', '--concurrency', '1,4,16', '--duration-ms', '3000', '--allow-writes', '--json', '--html', html]);
     expect(r.stderr).not.toMatch(/Error|Warning|warning:/);
     expect(r.code).toBe(0);
+    expect(r.stderr).toContain('--allow-writes: calling 5 tools with generated arguments: get, set, delete, list, incr');
+    expect(r.stderr).toMatch(/may change or delete data: set \(readOnlyHint: false, no destructiveHint/);
     const lines = r.stdout.trim().split('\n');
     const report = JSON.parse(lines[lines.length - 1]!) as Record<string, unknown> & { tools: Record<string, ToolLoad>; process: { cpu_ms: number; peak_rss_mb: number } };
+    expect(report).toMatchObject({ allow_writes: true, skipped: [] });
+    expect((report.may_write as { tool: string }[]).map((w) => w.tool)).toEqual(['set', 'delete', 'incr']);
     for (const key of ['connect_ms', 'list_tools_ms', 'tools', 'process']) expect(report).toHaveProperty(key);
     expect(report.connect_ms).toBeGreaterThan(0);
     expect(Object.keys(report.tools).sort()).toEqual(['delete', 'get', 'incr', 'list', 'set']);
@@ -186,13 +255,17 @@ describe('load against servers', () => {
     try {
       const report = await runBench({ server: { transport: 'http', url: serving.url, token: 'T0k' }, calls: 30, concurrency: [1, 4], fuzz: { count: 12 }, exclude: ['set', 'delete'] });
       expect(report.server).toMatchObject({ transport: 'http', name: 'mcp-gym-kv' });
-      expect(Object.keys(report.tools).sort()).toEqual(['get', 'incr', 'list']);
+      // incr may write (readOnlyHint: false): skipped, as no allowWrites; set and delete were excluded.
+      expect(Object.keys(report.tools).sort()).toEqual(['get', 'list']);
+      expect(report.excluded.sort()).toEqual(['delete', 'set']);
+      expect(report.skipped).toEqual([{ tool: 'incr', reason: 'readOnlyHint: false, no destructiveHint (destructive by default)', annotations: { readOnlyHint: false } }]);
+      expect(Object.keys(report.fuzz!.tools).sort()).toEqual(['get', 'list']);
       for (const t of Object.values(report.tools)) {
         expectSane(t, [1, 4]);
         expect(t.errors).toBe(0);
       }
       expect(report.process).toBeUndefined();
-      expect(report.fuzz!.totals.cases).toBe(3 * 12);
+      expect(report.fuzz!.totals.cases).toBe(2 * 12);
       expect(report.fuzz!.totals.crash).toBe(0);
       expect(report.fuzz!.totals.hang).toBe(0);
       expect(report.fuzz!.totals.rejected).toBeGreaterThan(0);
@@ -213,6 +286,7 @@ describe('load against servers', () => {
     });
     expect(report.server?.name).toMatch(/everything/);
     expect(report.excluded.sort()).toEqual([...EVERYTHING_EXCLUDE].sort());
+    expect(report.skipped).toEqual([]); // its tools that may write are among the excluded
     const tools = Object.values(report.tools);
     expect(tools.map((t) => t.tool)).toEqual(expect.arrayContaining(['echo', 'get-sum', 'get-tiny-image']));
     for (const t of tools) {
@@ -247,7 +321,7 @@ describe('fuzz against a deliberately fragile server', () => {
     const saved = join(tmp, 'fragile-failures.jsonl');
     const strictCases: { args: Record<string, unknown>; outcome: string }[] = [];
     const onCase: NonNullable<FuzzOptions['onCase']> = (tool, _i, _n, c, r) => void (tool === 'strict' && strictCases.push({ args: c.arguments, outcome: r.outcome }));
-    const report = await runBench({ server: fragileSpec, calls: 0, fuzz: { count: 30, timeoutMs: 800, seed: 9, onCase }, saveFailuresTo: saved });
+    const report = await runBench({ server: fragileSpec, calls: 0, exclude: ['blocky'], fuzz: { count: 30, timeoutMs: 800, seed: 9, onCase }, saveFailuresTo: saved });
     const t = report.fuzz!.tools;
     expect(t.crashy!.crash).toBe(1); // only the empty string kills it
     expect(t.crashy!.accepted).toBeGreaterThan(0);
@@ -273,7 +347,7 @@ describe('fuzz against a deliberately fragile server', () => {
       expect(f.arguments.n as number).toBeLessThan(0);
     }
     // The same seed gives the same inputs, and so the same failures.
-    const again = await runBench({ server: fragileSpec, calls: 0, exclude: ['strict', 'rude', 'hangy'], fuzz: { count: 30, timeoutMs: 800, seed: 9 } });
+    const again = await runBench({ server: fragileSpec, calls: 0, exclude: ['strict', 'rude', 'hangy', 'blocky'], fuzz: { count: 30, timeoutMs: 800, seed: 9 } });
     expect(again.fuzz!.failures.map((f) => JSON.stringify(f.arguments))).toEqual(failures.filter((f) => f.tool === 'crashy').map((f) => JSON.stringify(f.arguments)));
 
     // Replay through the command line: every saved failure reproduces.
@@ -284,6 +358,25 @@ describe('fuzz against a deliberately fragile server', () => {
     expect(replay.results).toHaveLength(failures.length);
     expect(replay.reproduced).toBe(failures.length);
     expect(r.stdout).toMatch(new RegExp(`replay of .*: ${failures.length} inputs, ${failures.length} reproduced`));
+  });
+
+  it('finds a catastrophic regular expression that blocks a server, and the next input is not taken for a crash', async () => {
+    const schema = (await readToolSchema('blocky'))!;
+    const redos = fuzzCases({ name: 'blocky', inputSchema: schema }, { count: 1000 }).filter((c) => c.kind === 'redos' && c.path === 'pattern');
+    const client = await ToolClient.connect({ ...fragileSpec, maxRestartsPerMinute: 100 });
+    try {
+      const p = redos.find((c) => c.arguments.pattern === '(a+)+$')!;
+      expect(p.arguments).toEqual({ pattern: '(a+)+$', text: 'a'.repeat(40) + '!' });
+      const pid = client.pid;
+      const hung = await sendAndClassify(client, 'blocky', p.arguments, 600);
+      expect(hung).toMatchObject({ outcome: 'hang', restarted: true });
+      expect(hung.detail).toMatch(/did not answer afterwards and was restarted/);
+      expect(client.pid).not.toBe(pid);
+      // The server that was killed is not blamed on the next input.
+      expect(await sendAndClassify(client, 'blocky', { pattern: 'a+', text: 'aaa' }, 600)).toMatchObject({ outcome: 'accepted', detail: 'true' });
+    } finally {
+      await client.close();
+    }
   });
 });
 
@@ -316,5 +409,15 @@ describe('agent success and reports', () => {
     const badLevels = await cli(['bench', '--stdio', 'x', '--concurrency', '1,zero']);
     expect(badLevels.code).toBe(2);
     expect(badLevels.stderr).toContain('--concurrency');
+    // No level of 0 or less: refused before any server is started.
+    for (const args of [['--concurrency', '0'], ['--concurrency', '4,0'], ['--concurrency', '-1'], ['--concurrency=-3,4'], ['--concurrency', '-2,8']]) {
+      const r = await cli(['bench', '--stdio', 'no-such-command-mcp-gym', ...args]);
+      expect(r.code, args.join(' ')).toBe(2);
+      expect(r.stderr, args.join(' ')).toMatch(/^mcp-gym: --concurrency levels must be at least 1 .*got -?\d+.*e\.g\. --concurrency 1,4,16/);
+    }
+    const unknown = await cli(['bench', '--stdio', 'x', '--no-such-flag']);
+    expect(unknown.code).toBe(2);
+    expect(unknown.stderr).toMatch(/no-such-flag/);
+    await expect(runBench({ server: { transport: 'stdio', command: 'no-such-command-mcp-gym' }, concurrency: [0] })).rejects.toThrow(/concurrency levels must be positive integers, got 0/);
   });
 });

@@ -5,7 +5,9 @@
  * - `crashy`: the process exits when `text` is the empty string;
  * - `hangy`: never answers when `n` is negative;
  * - `strict`: validates its arguments and answers bad ones with a proper `isError` result;
- * - `rude`: answers bad arguments with a JSON-RPC error instead of a result.
+ * - `rude`: answers bad arguments with a JSON-RPC error instead of a result;
+ * - `blocky`: matches a regular expression in the server's own thread, so a pattern that
+ *   backtracks catastrophically blocks the whole process (it answers nothing, not even tools/list).
  */
 import { ProtocolError, Server, type Tool } from '@modelcontextprotocol/server';
 import { StdioServerTransport } from '@modelcontextprotocol/server/stdio';
@@ -20,6 +22,11 @@ const tools: Tool[] = [
     inputSchema: { type: 'object' as const, properties: { name: { type: 'string', minLength: 1, maxLength: 20 }, count: { type: 'integer', minimum: 0, maximum: 5 } }, required: ['name'], additionalProperties: false },
   },
   { name: 'rude', description: 'Answers bad input with a JSON-RPC error', inputSchema: { type: 'object' as const, properties: { flag: { type: 'boolean' } }, required: ['flag'] } },
+  {
+    name: 'blocky',
+    description: 'Whether text matches pattern (a regular expression), matched in the server thread',
+    inputSchema: { type: 'object' as const, properties: { pattern: { type: 'string' }, text: { type: 'string' } }, required: ['pattern'] },
+  },
 ];
 
 const ok = (text: string) => ({ content: [{ type: 'text' as const, text }] });
@@ -49,6 +56,16 @@ server.setRequestHandler('tools/call', async (request) => {
     case 'rude': {
       if (typeof args.flag !== 'boolean' || Object.keys(args).length !== 1) throw new ProtocolError(-32602, 'flag must be a boolean and alone');
       return ok(String(!args.flag));
+    }
+    case 'blocky': {
+      if (typeof args.pattern !== 'string') return bad('pattern must be a string');
+      let re: RegExp;
+      try {
+        re = new RegExp(args.pattern);
+      } catch (err) {
+        return bad(`invalid pattern: ${(err as Error).message}`);
+      }
+      return ok(String(re.test(typeof args.text === 'string' ? args.text : 'hello')));
     }
     default:
       throw new ProtocolError(-32602, `Tool ${request.params.name} not found`);
