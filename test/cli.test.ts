@@ -18,7 +18,7 @@ describe('mcp-gym command line', () => {
   it('--help lists its commands and the bundled servers', async () => {
     const { code, stdout } = await run(['--help']);
     expect(code).toBe(0);
-    for (const command of ['serve <name>', 'servers', 'demo', 'help']) expect(stdout).toContain(command);
+    for (const command of ['serve <name>', 'servers', 'demo', 'help', 'rollout', 'repair <file>']) expect(stdout).toContain(command);
     expect(stdout).toContain(`Bundled servers: ${Object.keys(bundledServers).join(', ')}`);
   });
 
@@ -44,6 +44,12 @@ describe('mcp-gym command line', () => {
     const badPort = await run(['serve', 'kv', '--http', '--port', 'abc']);
     expect(badPort.code).toBe(2);
     expect(badPort.stderr).toContain("--port must be a non-negative integer, got 'abc'");
+    const noFile = await run(['repair']);
+    expect(noFile.code).toBe(2);
+    expect(noFile.stderr).toContain('repair needs one file: mcp-gym repair <trajectories.jsonl> [--drop]');
+    const missing = await run(['repair', '/nonexistent/trajectories.jsonl']);
+    expect(missing.code).toBe(2);
+    expect(missing.stderr).toContain('repair: /nonexistent/trajectories.jsonl: no such file');
     const badFlag = await run(['serve', 'kv', '--bogus']);
     expect(badFlag.code).not.toBe(0);
     expect(badFlag.stderr).toContain("Unknown option '--bogus'");

@@ -2,9 +2,10 @@
  * Agent success: K rollouts of each task through the environment, and per task the success
  * rate, pass@k (at least one of k draws succeeds, the unbiased estimator 1 − C(n−c, k)/C(n, k))
  * and pass^k (all k draws succeed, C(c, k)/C(n, k)), turns, tool calls, tool errors and latency;
- * averaged over the tasks.
+ * averaged over the tasks. Failed episodes are counted apart from task errors (a broken task, not
+ * the agent's failure), and both are grouped by cause with the first line of their error.
  */
-import { Environment, rollout, type EnvironmentOptions, type Policy, type Task, type Trajectory } from '../env/index.ts';
+import { Environment, failureCauses, rollout, type EnvironmentOptions, type FailureCause, type Policy, type Task, type Trajectory } from '../env/index.ts';
 
 /** C(n, k)/C(m, k) computed as a product, stable for large n. */
 function binomRatio(n: number, m: number, k: number): number {
@@ -44,7 +45,10 @@ export interface TaskAgentStats {
   mean_episode_ms: number;
   /** Mean wall time of a tool call, ms. */
   mean_tool_ms: number;
+  /** Episodes that failed (a server, the policy), task errors not included. */
   failed_episodes: number;
+  /** Episodes of this task that could not be checked because the task is broken. */
+  task_errors: number;
 }
 
 export interface AgentReport {
@@ -63,6 +67,9 @@ export interface AgentReport {
   mean_episode_ms: number;
   mean_tool_ms: number;
   failed_episodes: number;
+  task_errors: number;
+  /** Failed episodes and task errors by cause (the first line of the error), most frequent first. */
+  failures: FailureCause[];
   seconds: number;
   per_task: TaskAgentStats[];
 }
@@ -87,12 +94,13 @@ export function taskStats(task: string, trajectories: Trajectory[]): TaskAgentSt
     tool_errors: trajectories.reduce((s, t) => s + t.metrics.tool_errors, 0),
     mean_episode_ms: mean((t) => t.timings.total_ms),
     mean_tool_ms: calls ? toolMs / calls : 0,
-    failed_episodes: trajectories.filter((t) => t.finish === 'error').length,
+    failed_episodes: trajectories.filter((t) => t.finish === 'error' && !t.task_error).length,
+    task_errors: trajectories.filter((t) => t.finish === 'error' && t.task_error).length,
   };
 }
 
-/** Averages per-task statistics into a report. */
-export function agentReport(policy: string, k: number, perTask: TaskAgentStats[], seconds: number): AgentReport {
+/** Averages per-task statistics into a report; `failures` are the failed episodes by cause (failureCauses). */
+export function agentReport(policy: string, k: number, perTask: TaskAgentStats[], seconds: number, failures: FailureCause[] = []): AgentReport {
   const T = perTask.length;
   const avg = (f: (s: TaskAgentStats) => number) => (T ? perTask.reduce((s, x) => s + f(x), 0) / T : 0);
   const episodes = perTask.reduce((s, x) => s + x.runs, 0);
@@ -121,6 +129,8 @@ export function agentReport(policy: string, k: number, perTask: TaskAgentStats[]
     mean_episode_ms: weighted((x) => x.mean_episode_ms),
     mean_tool_ms: calls ? perTask.reduce((s, x) => s + x.mean_tool_ms * x.mean_tool_calls * x.runs, 0) / calls : 0,
     failed_episodes: perTask.reduce((s, x) => s + x.failed_episodes, 0),
+    task_errors: perTask.reduce((s, x) => s + (x.task_errors ?? 0), 0),
+    failures,
     seconds,
     per_task: perTask,
   };
@@ -150,7 +160,7 @@ export async function runAgentBench(policy: Policy, tasks: Task[], options: Agen
       byTask.set(t.task_id, list);
     }
     const perTask = tasks.filter((t) => byTask.has(t.id)).map((t) => taskStats(t.id, byTask.get(t.id)!));
-    return agentReport(policy.id, k, perTask, r.seconds);
+    return agentReport(policy.id, k, perTask, r.seconds, failureCauses(r.trajectories));
   } finally {
     await env.close();
   }

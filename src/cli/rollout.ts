@@ -1,10 +1,11 @@
-/** `mcp-gym rollout` and `mcp-gym suites`. */
+/** `mcp-gym rollout`, `mcp-gym suites` and `mcp-gym repair`. */
+import { createHash } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
-import { existsSync, mkdirSync, statSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { makePolicy } from '../agents/index.ts';
-import { Environment, exportOpenAI, loadTasks, rollout, summarize, type RolloutSummary, type Task } from '../env/index.ts';
+import { Environment, exportOpenAI, loadTasks, repairJsonlLines, rollout, summarize, type RolloutSummary, type Task } from '../env/index.ts';
 import { describeSuites, generateSuite, SUITE_NAMES } from '../env/suites/index.ts';
 import { ProgressBar, table } from './ui.ts';
 import { UsageError, intFlag } from './args.ts';
@@ -45,12 +46,73 @@ export function printSummary(s: RolloutSummary): void {
     ['mean tool calls', s.mean_tool_calls],
     ['tool errors', `${s.tool_errors} (${(100 * s.tool_error_rate).toFixed(1)}% of calls)`],
     ['failed episodes', s.failed_episodes],
+    ['task errors', s.task_errors],
     ['episodes per second', s.episodes_per_s],
   ];
   console.log(table([['', ''], ...rows]).split('\n').slice(1).join('\n'));
+  if (s.failures.length > 0) {
+    const shown = s.failures.slice(0, 10);
+    console.log(`\nFailed episodes by cause (mean reward and its parts leave them out):`);
+    for (const f of shown) console.log(`  ${String(f.episodes).padStart(5)}  ${f.kind === 'task_error' ? 'task error: ' : ''}${f.cause}\n         e.g. episode ${f.example}`);
+    if (s.failures.length > shown.length) console.log(`  ... and ${s.failures.length - shown.length} more causes (summary.json has them all)`);
+    if (s.task_errors > 0) console.log(`  A task error is the task's own bug (a setup call or a check that cannot run), not the agent's failure: fix the task.`);
+  }
   if (s.by_family && Object.keys(s.by_family).length > 1) {
     console.log('\n' + table([['family', 'episodes', 'success'], ...Object.entries(s.by_family).map(([k, v]) => [k, v.episodes, v.success_rate])]));
   }
+}
+
+/** What a run was made with (DIR/run.json): a resumed run must be made with the same. */
+export interface RunSettings {
+  policy: string;
+  group: number;
+  suite: string | null;
+  /** The task file, absolute, and its content's sha256. */
+  tasks: { file: string; sha256: string } | null;
+  split: string;
+  limit: number | null;
+  max_difficulty: number | null;
+  seed: number | null;
+  eval_tasks: number | null;
+  reward: string;
+  temperature: number | null;
+}
+
+const SETTING_FLAGS: [keyof RunSettings, string][] = [
+  ['policy', '--policy'],
+  ['group', '--group'],
+  ['suite', '--suite'],
+  ['tasks', '--tasks'],
+  ['split', '--split'],
+  ['limit', '--limit'],
+  ['max_difficulty', '--max-difficulty'],
+  ['seed', '--seed'],
+  ['eval_tasks', '--eval-tasks'],
+  ['reward', '--reward'],
+  ['temperature', '--temperature'],
+];
+
+/** Why a run made with `was` cannot be continued with `now` (naming the first difference), or undefined. */
+export function settingsMismatch(dir: string, was: Partial<RunSettings>, now: RunSettings): string | undefined {
+  const shown = (k: keyof RunSettings, v: unknown) => (v === null || v === undefined ? 'none' : k === 'tasks' ? (v as RunSettings['tasks'])!.file : String(v));
+  const ta = was.tasks;
+  const tb = now.tasks;
+  if (ta && tb && ta.file === tb.file && ta.sha256 !== tb.sha256) {
+    return `--resume: the task file ${tb.file} changed since the run in ${dir} started (sha256 ${ta.sha256.slice(0, 12)}..., now ${tb.sha256.slice(0, 12)}...): start a new run (another --out)`;
+  }
+  for (const [k, flag] of SETTING_FLAGS) {
+    const a = was[k] ?? null;
+    const b = now[k];
+    if (JSON.stringify(a) === JSON.stringify(b)) continue;
+    let difference: string;
+    if (a === null) difference = `used no ${flag}, not ${shown(k, b)}`;
+    else if (b !== null) difference = `used ${flag} ${shown(k, a)}, not ${shown(k, b)}`;
+    else if (k === 'suite' && now.tasks) difference = `used --suite ${shown(k, a)}, not --tasks ${now.tasks.file}`;
+    else if (k === 'tasks' && now.suite) difference = `used --tasks ${shown(k, a)}, not --suite ${now.suite}`;
+    else difference = `used ${flag} ${shown(k, a)}, and this one does not`;
+    return `--resume: the run in ${dir} ${difference}: resume it with the same settings (see its run.json), or start a new run (another --out)`;
+  }
+  return undefined;
 }
 
 export async function rolloutCommand(argv: string[]): Promise<void> {
@@ -78,23 +140,58 @@ export async function rolloutCommand(argv: string[]): Promise<void> {
       temperature: { type: 'string' },
     },
   });
-  const tasks = selectTasks(values, values['eval-tasks'] === undefined ? {} : { eval: intFlag(values['eval-tasks'], '--eval-tasks', 40) });
-  const policy = await makePolicy(values.policy!, { temperature: values.temperature === undefined ? undefined : Number(values.temperature) });
   const group = intFlag(values.group, '--group', 1);
-  if (group < 1) throw new UsageError('--group must be at least 1');
+  if (group < 1) throw new UsageError(`--group must be at least 1, got '${values.group}'`);
+  const concurrency = intFlag(values.concurrency, '--concurrency', 8);
+  if (concurrency < 1) throw new UsageError(`--concurrency must be at least 1, got '${values.concurrency}'`);
   const reward = values.reward!;
   if (!['art', 'rlvr', 'composer', 'verifier'].includes(reward)) throw new UsageError(`--reward must be art, rlvr, composer or verifier, got '${reward}'`);
+  const tasks = selectTasks(values, values['eval-tasks'] === undefined ? {} : { eval: intFlag(values['eval-tasks'], '--eval-tasks', 40) });
   const outDir = values.out ?? join('runs', `rollout-${new Date().toISOString().replace(/[:.]/g, '-')}`);
   const file = join(outDir, 'trajectories.jsonl');
-  if (!values.resume && existsSync(file) && statSync(file).size > 0) {
+  const held = existsSync(file) && statSync(file).size > 0;
+  if (!values.resume && held) {
     throw new UsageError(`${file} already holds trajectories: pass --resume to continue that run, or choose another --out`);
   }
+  const num = (v: string | undefined) => (v === undefined ? null : Number(v));
+  const settings: RunSettings = {
+    policy: values.policy!,
+    group,
+    suite: values.tasks ? null : values.suite!,
+    tasks: values.tasks ? { file: resolve(values.tasks), sha256: createHash('sha256').update(readFileSync(values.tasks)).digest('hex') } : null,
+    split: values.split ?? 'eval',
+    limit: num(values.limit),
+    max_difficulty: num(values['max-difficulty']),
+    seed: num(values.seed),
+    eval_tasks: num(values['eval-tasks']),
+    reward,
+    temperature: num(values.temperature),
+  };
+  const runFile = join(outDir, 'run.json');
+  if (values.resume && existsSync(runFile)) {
+    let was: Partial<RunSettings>;
+    try {
+      was = JSON.parse(readFileSync(runFile, 'utf8')) as Partial<RunSettings>;
+    } catch (err) {
+      throw new UsageError(`--resume: cannot read ${runFile}: ${(err as Error).message}`);
+    }
+    const mismatch = settingsMismatch(outDir, was, settings);
+    if (mismatch) throw new UsageError(mismatch);
+  }
+  const policy = await makePolicy(values.policy!, { temperature: values.temperature === undefined ? undefined : Number(values.temperature) });
   mkdirSync(outDir, { recursive: true });
+  // Recorded when the run starts, so that a resumed run can be checked against it.
+  if (!existsSync(runFile) || !values.resume) writeFileSync(runFile, JSON.stringify({ ...settings, started_at: new Date().toISOString() }, null, 2) + '\n');
+  let warnedLine = false;
   const env = new Environment({
     bundled: values.stdio ? 'stdio' : 'inprocess',
     serverOptions: { delayMs: values['delay-ms'] === undefined ? undefined : intFlag(values['delay-ms'], '--delay-ms', 0) },
     callTimeoutMs: values['timeout-ms'] === undefined ? undefined : intFlag(values['timeout-ms'], '--timeout-ms', 10_000),
     rewards: { total: reward as 'art' },
+    onWarning: (message) => {
+      process.stderr.write(`${warnedLine ? '' : '\n'}mcp-gym: warning: ${message}\n`);
+      warnedLine = true;
+    },
   });
   const bar = new ProgressBar('rollout', tasks.length * group);
   let successes = 0;
@@ -105,7 +202,7 @@ export async function rolloutCommand(argv: string[]): Promise<void> {
   try {
     const result = await rollout(env, policy, tasks, {
       group,
-      concurrency: intFlag(values.concurrency, '--concurrency', 8),
+      concurrency,
       out: file,
       resume: values.resume,
       signal: ac.signal,
@@ -132,4 +229,23 @@ export async function rolloutCommand(argv: string[]): Promise<void> {
     await env.close();
     await policy.close?.();
   }
+}
+
+/** `mcp-gym repair FILE [--drop]`: takes the lines that are not whole JSON records out of a JSONL file. */
+export async function repairCommand(argv: string[]): Promise<void> {
+  const { values, positionals } = parseArgs({ args: argv, allowPositionals: true, options: { drop: { type: 'boolean', default: false } } });
+  const file = positionals[0];
+  if (!file || positionals.length > 1) throw new UsageError('repair needs one file: mcp-gym repair <trajectories.jsonl> [--drop]');
+  if (!existsSync(file)) throw new UsageError(`repair: ${file}: no such file`);
+  const r = repairJsonlLines(file, { drop: values.drop });
+  const what = r.validated ? 'trajectories' : 'JSON records';
+  if (r.bad.length === 0) {
+    console.log(`${file}: all ${r.lines} lines are whole ${what}; nothing to repair`);
+    return;
+  }
+  const lines = r.bad.length > 20 ? `${r.bad.slice(0, 20).join(', ')}, ...` : r.bad.join(', ');
+  console.log(
+    `${file}: ${r.bad.length} of ${r.lines} lines were not whole ${what} (line${r.bad.length > 1 ? 's' : ''} ${lines}): ` +
+      `${r.badFile ? `moved to ${r.badFile}` : 'dropped'}; ${r.kept} kept. A resumed run will run those episodes again.`,
+  );
 }

@@ -4,8 +4,12 @@
  * `answer` (the final answer, extracted from \boxed{}, <answer></answer> or "答案是"),
  * `call` (a tool call that must have happened; only the named arguments are compared),
  * `code` (the answer's code run against test cases; the fraction passed).
+ *
+ * A check that cannot run is not the agent's failure: it is marked `error: 'task'` when the task
+ * is at fault (`taskProblem` finds most of these before the episode starts) and `error: 'server'`
+ * when its tool server failed; the environment then ends the episode as failed, scoring nothing.
  */
-import type { ToolResult } from '../tools/index.ts';
+import type { ToolInfo, ToolResult } from '../tools/index.ts';
 import { resultText } from '../tools/index.ts';
 import type { Check, Matcher, Task, TaskCall } from './task.ts';
 import type { CheckResult } from './types.ts';
@@ -179,12 +183,134 @@ export function valueAt(root: unknown, path: string | undefined): unknown {
   return v;
 }
 
+/**
+ * Who is at fault when a state call fails, by the tool layer's error kind: the task (`unknown_tool`,
+ * `invalid_arguments`: the call is the task's own; `protocol`: the server refused the call itself),
+ * the server (`crashed`, `closed`, `timeout`, `aborted`), or nobody but the agent (`tool`: the tool
+ * ran and reported an error about the state the agent left, e.g. a file it deleted).
+ */
+export function stateCallFault(kind: ToolResult['errorKind']): 'task' | 'server' | undefined {
+  if (kind === 'unknown_tool' || kind === 'invalid_arguments' || kind === 'protocol') return 'task';
+  if (kind === 'crashed' || kind === 'closed' || kind === 'timeout' || kind === 'aborted') return 'server';
+  return undefined;
+}
+
+/**
+ * The code of an answer, for a `code` check: what `<answer>…</answer>` or `\boxed{}` holds (as
+ * `extractAnswer` takes it for `answer` checks), then the last fenced block in that (extractCode).
+ * When the extracted part does not name the function but the whole answer does (code in a fenced
+ * block and a short `\boxed{}` after it), the whole answer's fenced block is used.
+ */
+export function codeOf(answer: string, functionName?: string): string {
+  const marked = lastBoxed(answer) !== undefined || /<answer>[\s\S]*?<\/answer>/.test(answer);
+  const code = extractCode(marked ? extractAnswer(answer) : answer);
+  if (marked && functionName !== undefined) {
+    const named = new RegExp(`(^|[^\\w$])${functionName.replace(/\$/g, '\\$')}([^\\w$]|$)`);
+    if (!named.test(code) && named.test(answer)) return extractCode(answer);
+  }
+  return code;
+}
+
+type JsonSchema = Record<string, unknown>;
+
+/**
+ * Whether a result of this JSON Schema can have a value at `path` (dotted, as state checks name
+ * it): false only when the schema rules it out for sure (an object with `additionalProperties:
+ * false` that lacks the key, a non-index into an array, any key into a string or number); true or
+ * undefined (cannot tell: no schema, `$ref`, open objects) otherwise.
+ */
+export function schemaAllowsPath(schema: unknown, path: string): boolean | undefined {
+  const parts = path.split('.');
+  const walk = (node: unknown, i: number, depth: number): boolean | undefined => {
+    if (i === parts.length) return true;
+    if (depth > 64 || node === null || typeof node !== 'object' || Array.isArray(node)) return undefined;
+    const s = node as JsonSchema;
+    if (s.$ref !== undefined) return undefined;
+    for (const key of ['anyOf', 'oneOf'] as const) {
+      const branches = s[key];
+      if (Array.isArray(branches) && branches.length > 0) {
+        const verdicts = branches.map((b) => walk(b, i, depth + 1));
+        if (verdicts.some((v) => v === true)) return true;
+        if (verdicts.every((v) => v === false)) return false;
+        return undefined;
+      }
+    }
+    if (Array.isArray(s.allOf)) {
+      const verdicts = s.allOf.map((b) => walk(b, i, depth + 1));
+      if (verdicts.some((v) => v === false)) return false;
+    }
+    const seg = parts[i]!;
+    const types = Array.isArray(s.type) ? (s.type as unknown[]) : s.type === undefined ? undefined : [s.type];
+    const props = s.properties as Record<string, unknown> | undefined;
+    const canObject = types === undefined ? props !== undefined || s.additionalProperties !== undefined : types.includes('object');
+    const canArray = types === undefined ? s.items !== undefined || s.prefixItems !== undefined : types.includes('array');
+    if (types !== undefined && !canObject && !canArray) return false; // a string, number, boolean or null has no keys
+    const verdicts: (boolean | undefined)[] = [];
+    if (canObject) {
+      if (props && Object.hasOwn(props, seg)) verdicts.push(walk(props[seg], i + 1, depth + 1));
+      else if (s.additionalProperties === false && s.patternProperties === undefined) verdicts.push(false);
+      else verdicts.push(undefined);
+    }
+    if (canArray) {
+      if (!/^(0|[1-9]\d*)$/.test(seg)) verdicts.push(seg === 'length' && i + 1 === parts.length ? true : false);
+      else if (Array.isArray(s.prefixItems) && Number(seg) < s.prefixItems.length) verdicts.push(walk(s.prefixItems[Number(seg)], i + 1, depth + 1));
+      else if (s.items !== undefined && typeof s.items === 'object') verdicts.push(walk(s.items, i + 1, depth + 1));
+      else verdicts.push(s.items === false ? false : undefined);
+    }
+    if (verdicts.some((v) => v === true)) return true;
+    if (verdicts.length > 0 && verdicts.every((v) => v === false)) return false;
+    return undefined;
+  };
+  return walk(schema, 0, 0);
+}
+
+/**
+ * What is wrong with a task given the tools its servers offer (by alias), before any episode runs:
+ * a setup call, state check, call check or solution call that names a server the task does not
+ * have or a tool its server does not offer, or a state check whose path the tool's output schema
+ * rules out. Undefined when nothing is.
+ */
+export function taskProblem(task: Task, tools: Map<string, ToolInfo[]>): string | undefined {
+  const find = (where: string, server: string, tool: string): ToolInfo | string => {
+    const list = tools.get(server);
+    if (!list) return `${where}: no server '${server}' in this task (its servers: ${[...tools.keys()].join(', ')})`;
+    const t = list.find((x) => x.name === tool);
+    return t ?? `${where}: unknown tool '${tool}' on server '${server}' (its tools: ${list.map((x) => x.name).join(', ') || 'none'})`;
+  };
+  for (const [i, c] of task.setup.entries()) {
+    const t = find(`setup[${i}] (${c.server}.${c.tool})`, c.server, c.tool);
+    if (typeof t === 'string') return t;
+  }
+  for (const [i, c] of task.checks.entries()) {
+    if (c.kind === 'state') {
+      const where = `checks[${i}] (state ${c.call.server}.${c.call.tool})`;
+      const t = find(where, c.call.server, c.call.tool);
+      if (typeof t === 'string') return t;
+      if (c.path && t.outputSchema && schemaAllowsPath(t.outputSchema, c.path) === false) {
+        const top = Object.keys((t.outputSchema.properties as Record<string, unknown> | undefined) ?? {});
+        return `${where}: path '${c.path}' cannot be in the result of ${c.call.server}.${c.call.tool}${top.length ? ` (its fields: ${top.join(', ')})` : ''}`;
+      }
+    } else if (c.kind === 'call') {
+      const t = find(`checks[${i}] (call ${c.server}.${c.tool})`, c.server, c.tool);
+      if (typeof t === 'string') return t;
+    }
+  }
+  for (const [i, c] of (task.solution?.calls ?? []).entries()) {
+    const t = find(`solution.calls[${i}] (${c.server}.${c.tool})`, c.server, c.tool);
+    if (typeof t === 'string') return t;
+  }
+  return undefined;
+}
+
 async function runCheck(check: Check, record: EpisodeRecord, callState: StateCaller): Promise<CheckResult> {
   const base = { kind: check.kind, weight: check.weight };
   switch (check.kind) {
     case 'state': {
       const r = await callState(check.call);
-      if (r.isError) return { ...base, score: 0, detail: `state call ${check.call.server}.${check.call.tool} failed: ${resultText(r).slice(0, 200)}` };
+      if (r.isError) {
+        const error = stateCallFault(r.errorKind);
+        return { ...base, score: 0, detail: `state call ${check.call.server}.${check.call.tool} failed: ${resultText(r).slice(0, 200)}`, ...(error ? { error } : {}) };
+      }
       const root = r.structured !== undefined ? r.structured : tryJson(resultText(r));
       const m = match(check.expect, valueAt(root, check.path));
       return { ...base, score: m.ok ? 1 : 0, detail: `${check.call.server}.${check.call.tool}${check.path ? ` .${check.path}` : ''}: ${m.detail}` };
@@ -207,7 +333,7 @@ async function runCheck(check: Check, record: EpisodeRecord, callState: StateCal
     }
     case 'code': {
       if (record.answer === null) return { ...base, score: 0, detail: 'no final answer' };
-      const r = await runCode(extractCode(record.answer), { functionName: check.function, tests: check.tests, timeoutMs: check.timeout_ms });
+      const r = await runCode(codeOf(record.answer, check.function), { functionName: check.function, tests: check.tests, timeoutMs: check.timeout_ms });
       return { ...base, score: r.fraction, detail: `code: ${r.passed}/${r.total} tests passed${r.error ? ` (${r.error})` : ''}` };
     }
   }
@@ -220,7 +346,8 @@ export async function runChecks(task: Task, record: EpisodeRecord, callState: St
     try {
       out.push(await runCheck(check, record, callState));
     } catch (err) {
-      out.push({ kind: check.kind, weight: check.weight, score: 0, detail: `check failed to run: ${(err as Error).message}` });
+      // A check that throws is the task's own (a matcher or options the check cannot use).
+      out.push({ kind: check.kind, weight: check.weight, score: 0, detail: `check failed to run: ${(err as Error).message}`, error: 'task' });
     }
   }
   return out;

@@ -3,9 +3,10 @@
  * src/env/code-runner.ts, one process per run; not a module to import). It is plain JavaScript
  * so that it starts under bare `node`, whatever loader (tsx, vitest) the parent runs under.
  *
- * The parent starts it under Node's permission model (it may read this file and nothing else; no
- * writes, child processes or workers), with a heap cap, no environment but PATH, and kills it at
- * the run's deadline. Here the code runs in a `node:vm` context of its own: only the standard
+ * The parent starts it under Node's permission model (it may read this file and the lockdown
+ * module, nothing else; no writes, child processes or workers), with a heap cap, no environment but
+ * PATH, in a network namespace of its own where the system allows, and kills it at the run's
+ * deadline. Before anything else it takes the network away from itself (code-runner-lockdown.js). Here the code runs in a `node:vm` context of its own: only the standard
  * built-ins (no require, process, import(), eval/new Function, WebAssembly compilation), a global
  * object without a prototype (so that `this.constructor.constructor` is the sandbox's own Function,
  * not this realm's), inputs handed over as JSON text and parsed inside, results serialised inside,
@@ -22,6 +23,7 @@
 import { randomBytes } from 'node:crypto';
 import { types } from 'node:util';
 import vm from 'node:vm';
+import { lockDownNetwork } from './code-runner-lockdown.js';
 
 const MAX_STDIN_BYTES = 64 * 1024 * 1024;
 const MAX_MESSAGE_CHARS = 1000;
@@ -35,6 +37,7 @@ process.on('unhandledRejection', () => {}); // the sandbox's rejected promises a
 
 let reply;
 try {
+  lockDownNetwork();
   reply = await main(JSON.parse(await readStdin()));
 } catch (err) {
   reply = err === TIMED_OUT ? { results: [], timedOut: true } : { results: [], error: `the code runner failed: ${describeSafely(err)}` };

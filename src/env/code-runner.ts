@@ -5,8 +5,13 @@
  * The code is untrusted (a model in training wrote it), so every run gets a fresh `node` process
  * (src/env/code-runner-child.js) that is killed at the run's deadline, and inside it the code runs
  * in a `node:vm` context. vm alone is no security boundary; the boundary is the process:
- *  - Node's permission model (`--experimental-permission`): the child may read its own script and
- *    nothing else; no file writes, child processes, workers or native addons;
+ *  - Node's permission model (`--experimental-permission`): the child may read its own script (and
+ *    the lockdown module it imports) and nothing else; no file writes, child processes, workers or
+ *    native addons, no `process.binding`;
+ *  - no network: the child disables every JavaScript way to connect, listen or resolve before it
+ *    reads the code (code-runner-lockdown.js; Node 20's permission model does not cover the
+ *    network), and where unprivileged user namespaces are allowed (`unshare -rn` works: most Linux
+ *    systems) it runs in a network namespace of its own, where even 127.0.0.1 is unreachable;
  *  - `--disallow-code-generation-from-strings` for the child's own realm, so that a constructor that
  *    leaks out of the sandbox cannot compile code there; inside the sandbox eval, `new Function`
  *    and WebAssembly compilation are off too, and `import()` is refused;
@@ -19,10 +24,10 @@
  * The expected outputs never reach the child: results come back as JSON and are compared here, so
  * code that escaped the sandbox could still not report passes it did not earn without computing them.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readFileSync, realpathSync, rmSync } from 'node:fs';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, realpathSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { delimiter, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 export interface CodeTest {
@@ -80,6 +85,8 @@ const MAX_STDERR_CHARS = 8192;
 const MAX_TIMEOUT_MS = 600_000;
 
 const CHILD_FILE = realpathSync(fileURLToPath(new URL('./code-runner-child.js', import.meta.url)));
+/** The module the child imports to take the network away from itself. */
+export const LOCKDOWN_FILE = realpathSync(fileURLToPath(new URL('./code-runner-lockdown.js', import.meta.url)));
 
 const RESERVED = new Set(
   ('await break case catch class const continue debugger default delete do else enum eval export extends false finally for function if ' +
@@ -128,18 +135,53 @@ export function stripExports(source: string): string {
 
 /**
  * The node flags of a sandboxed child that runs `script`: the permission model allowing reads of
- * `script` only, no addons, no code generation from strings in its own realm, vm's import()
- * callback (so that import() in the sandbox is refused with a plain string), and the heap cap.
+ * `script` (and of any other files given: the modules it imports) only, no addons, no code
+ * generation from strings in its own realm, vm's import() callback (so that import() in the
+ * sandbox is refused with a plain string), and the heap cap.
  */
-export function sandboxFlags(script: string, memoryMb: number): string[] {
+export function sandboxFlags(script: string | string[], memoryMb: number): string[] {
+  const readable = typeof script === 'string' ? [script] : script;
   return [
     '--experimental-permission',
-    `--allow-fs-read=${script}`,
+    // One flag per file: Node 20 reads no list in one flag.
+    ...readable.map((file) => `--allow-fs-read=${file}`),
     '--no-addons',
     '--disallow-code-generation-from-strings',
     '--experimental-vm-modules',
     `--max-old-space-size=${memoryMb}`,
   ];
+}
+
+let netnsProbe: string | null | undefined;
+
+/**
+ * The `unshare` program when it can run a process in a network namespace of its own as this user
+ * (`unshare -rn`: a user namespace mapping this user to root, and an empty network namespace), or
+ * null. Probed once. `MCP_GYM_CODE_NETNS=0` turns it off.
+ */
+export function networkNamespaceLauncher(): string | null {
+  if (netnsProbe !== undefined) return netnsProbe;
+  netnsProbe = null;
+  if (process.platform !== 'linux' || process.env.MCP_GYM_CODE_NETNS === '0') return netnsProbe;
+  const dirs = [...(process.env.PATH ?? '').split(delimiter), '/usr/bin', '/bin'].filter(Boolean);
+  const unshare = dirs.map((d) => join(d, 'unshare')).find((f) => existsSync(f));
+  if (!unshare) return netnsProbe;
+  const r = spawnSync(unshare, ['-r', '-n', process.execPath, '-e', '0'], { stdio: 'ignore', timeout: 5000 });
+  if (r.status === 0) netnsProbe = unshare;
+  return netnsProbe;
+}
+
+/**
+ * How to start a sandboxed child that runs `scripts[0]` (and may read the other files): the
+ * command and its arguments up to the script, which the caller appends. Under `unshare -rn` where
+ * that works (`network: 'namespace'`), else node itself (`network: 'lockdown'`: the child's own
+ * lockdown alone keeps it off the network).
+ */
+export function sandboxLaunch(scripts: string[], memoryMb: number): { command: string; args: string[]; network: 'namespace' | 'lockdown' } {
+  const flags = sandboxFlags(scripts, memoryMb);
+  const unshare = networkNamespaceLauncher();
+  if (unshare) return { command: unshare, args: ['-r', '-n', process.execPath, ...flags], network: 'namespace' };
+  return { command: process.execPath, args: flags, network: 'lockdown' };
 }
 
 const live = new Set<ChildProcess>();
@@ -235,7 +277,8 @@ function runChild(payload: string, timeoutMs: number, memoryMb: number, maxStdou
   const cwd = mkdtempSync(join(tmpdir(), 'mcp-gym-code-'));
   return new Promise<ChildOutcome>((resolve) => {
     const env: NodeJS.ProcessEnv = process.env.PATH === undefined ? {} : { PATH: process.env.PATH };
-    const child = spawn(process.execPath, [...sandboxFlags(CHILD_FILE, memoryMb), CHILD_FILE], { cwd, env, stdio: ['pipe', 'pipe', 'pipe'] });
+    const launch = sandboxLaunch([CHILD_FILE, LOCKDOWN_FILE], memoryMb);
+    const child = spawn(launch.command, [...launch.args, CHILD_FILE], { cwd, env, stdio: ['pipe', 'pipe', 'pipe'] });
     track(child);
     const out: ChildOutcome = { stdout: '', stderr: '', code: null, signal: null, ...(child.pid === undefined ? {} : { pid: child.pid }) };
     let stdoutChars = 0;

@@ -3,15 +3,18 @@
  * fresh server state, lets a policy act until it answers or runs out of turns, executes its tool
  * calls over MCP, checks the outcome and scores it. Nothing a policy or a server does can crash
  * an episode batch: every failure becomes a message the agent reads, or an episode marked error.
+ * A failed episode scores 0 with no reward parts, and its `error` says why (first line: the cause);
+ * one that failed because the task itself is broken (a check or setup call that cannot run) is
+ * marked `task_error`, so that a task author's bug is not counted as the agent's failure.
  */
 import { randomUUID } from 'node:crypto';
-import { bundledServer, serverFactory, type Backend } from '../../servers/index.ts';
+import { bundledServer, EPISODE_META_KEY, serverFactory, type Backend } from '../../servers/index.ts';
 import { CLI_PATH } from '../paths.ts';
-import { resultText, ToolClient, type ConnectOptions, type ServerSpec, type ToolResult } from '../tools/index.ts';
-import { runChecks, solved } from './checks.ts';
+import { resultText, ToolClient, type ConnectOptions, type ServerSpec, type ToolInfo, type ToolResult } from '../tools/index.ts';
+import { runChecks, solved, stateCallFault, taskProblem } from './checks.ts';
 import { RewardConfigSchema, resolveReward, type RewardConfig, type RewardConfigInput, type RewardFn, type RewardResult } from './rewards.ts';
 import { openingMessages, type ServerRef, type Task, type TaskCall } from './task.ts';
-import type { AgentTool, ChatMessage, Policy, PolicyAction, ToolStep, Trajectory, Turn } from './types.ts';
+import type { AgentTool, ChatMessage, CheckResult, Policy, PolicyAction, ToolStep, Trajectory, Turn } from './types.ts';
 
 export interface EnvironmentOptions {
   /** Timeout of each tool call, ms. Default 10,000. */
@@ -27,6 +30,12 @@ export interface EnvironmentOptions {
   reward?: string | RewardFn;
   /** Characters of a tool result shown to the agent. Default 4,000. */
   maxResultChars?: number;
+  /**
+   * Told once per server about a setup that can give wrong results: episodes running at once
+   * against a shared HTTP server that does not declare per-episode state (the `mcp-gym/episode`
+   * capability). Default: `process.emitWarning`.
+   */
+  onWarning?: (message: string) => void;
 }
 
 export interface EpisodeOptions {
@@ -42,6 +51,22 @@ interface Connected {
   backend?: Backend<unknown>;
   /** A server connected for one episode only (closed after it). */
   perEpisode: boolean;
+  /** A shared HTTP server that does not declare per-episode state: its episodes in flight, and whether it was warned about. */
+  unisolated?: { url: string; inFlight: number; warned: boolean };
+}
+
+/** The capabilities a server declared in its `initialize` answer. */
+function serverCapabilities(client: ToolClient): { experimental?: Record<string, unknown> } | undefined {
+  // ToolClient does not expose them (yet): read them from its SDK client.
+  const c = client as unknown as { serverCapabilities?: { experimental?: Record<string, unknown> }; live?: { client?: { getServerCapabilities?(): { experimental?: Record<string, unknown> } | undefined } } };
+  if ('serverCapabilities' in client) return c.serverCapabilities;
+  return c.live?.client?.getServerCapabilities?.();
+}
+
+/** Whether a server declares that it gives each episode its own state (`experimental: {"mcp-gym/episode": {}}`). */
+export function declaresEpisodeIsolation(client: ToolClient): boolean {
+  const experimental = serverCapabilities(client)?.experimental;
+  return experimental !== undefined && experimental !== null && typeof experimental === 'object' && experimental[EPISODE_META_KEY] !== undefined;
 }
 
 /** The names the agent sees: a tool's own name, or `server_tool` where two servers share a name. */
@@ -94,6 +119,9 @@ export class Environment {
     }
     // A third-party stdio server gets a process per episode: a fresh state whatever it keeps.
     const client = await ToolClient.connect(ref as ServerSpec, connectOptions);
+    if (ref.transport === 'http' && !declaresEpisodeIsolation(client)) {
+      return { client, perEpisode: false, unisolated: { url: ref.url, inFlight: 0, warned: false } };
+    }
     return { client, perEpisode: ref.transport === 'stdio' };
   }
 
@@ -121,10 +149,12 @@ export class Environment {
     let answer: string | null = null;
     let finish: Trajectory['finish'] = 'max_turns';
     let error: string | undefined;
+    let taskError = false;
     let policyMs = 0;
     let toolMs = 0;
     let tools: AgentTool[] = [];
     const servers = new Map<string, Connected>();
+    const entered = new Set<Connected>();
     const timeout = this.options.callTimeoutMs ?? 10_000;
     const maxChars = this.options.maxResultChars ?? 4000;
 
@@ -137,19 +167,35 @@ export class Environment {
 
     try {
       // Servers and their tools.
-      const listed: { server: string; tools: Awaited<ReturnType<ToolClient['listTools']>> }[] = [];
+      const listed: { server: string; tools: ToolInfo[] }[] = [];
       for (const [alias, ref] of Object.entries(task.servers)) {
-        const s = await this.server(ref);
-        servers.set(alias, s);
-        listed.push({ server: alias, tools: await s.client.listTools() });
+        try {
+          const s = await this.server(ref);
+          servers.set(alias, s);
+          if (!entered.has(s)) {
+            entered.add(s);
+            this.enter(s);
+          }
+          listed.push({ server: alias, tools: await s.client.listTools() });
+        } catch (err) {
+          throw new ServerError(`a tool server failed: ${(err as Error).message}`);
+        }
       }
       tools = agentTools(listed);
       const byName = new Map(tools.map((t) => [t.name, t]));
 
+      // A task that names tools its servers do not have, or paths their results cannot have, is broken.
+      const problem = taskProblem(task, new Map(listed.map((l) => [l.server, l.tools])));
+      if (problem) throw new TaskError(problem);
+
       // The starting state.
       for (const [i, c] of task.setup.entries()) {
         const r = await stateCall(c);
-        if (r.isError) throw new SetupError(`setup call ${i} (${c.server}.${c.tool}) failed: ${resultText(r).slice(0, 300)}`);
+        if (r.isError) {
+          const message = `setup call ${i} (${c.server}.${c.tool}) failed: ${resultText(r).slice(0, 300)}`;
+          // The setup is the task's own: a call its server refuses is the task's fault, a server that fails is not.
+          throw stateCallFault(r.errorKind) === 'server' ? new ServerError(message) : new TaskError(message);
+        }
       }
 
       let newMessages: ChatMessage[] = [...messages];
@@ -248,20 +294,39 @@ export class Environment {
       }
     } catch (err) {
       finish = 'error';
-      error = err instanceof SetupError || err instanceof PolicyError ? err.message : `the episode failed: ${(err as Error).message}`;
+      taskError = err instanceof TaskError;
+      error = err instanceof EpisodeError ? err.message : `the episode failed: ${(err as Error).message}`;
     }
 
-    const checks = finish === 'error' ? task.checks.map((c) => ({ kind: c.kind, weight: c.weight, score: 0, detail: 'not checked: the episode failed' })) : await runChecks(task, { answer, calls }, stateCall);
-    let scored: RewardResult;
-    try {
-      scored = await this.reward.fn({ task, turns, answer, checks, solved: solved(checks), weights: this.rewards });
-      if (!Number.isFinite(scored?.reward)) throw new Error(`it returned the reward ${String(scored?.reward)} (a finite number is needed)`);
-    } catch (err) {
-      finish = 'error';
-      error = `the reward '${this.reward.name}' failed: ${(err as Error).message}`;
-      scored = { reward: 0, parts: {} };
+    let checks: CheckResult[];
+    if (finish === 'error') {
+      checks = task.checks.map((c) => ({ kind: c.kind, weight: c.weight, score: 0, detail: 'not checked: the episode failed' }));
+    } else {
+      checks = await runChecks(task, { answer, calls }, stateCall);
+      // A check that could not run says nothing about the agent: the episode failed (the task's fault, or its server's).
+      const taskFault = checks.findIndex((c) => c.error === 'task');
+      const broken = taskFault >= 0 ? taskFault : checks.findIndex((c) => c.error === 'server');
+      if (broken >= 0) {
+        const c = checks[broken]!;
+        finish = 'error';
+        taskError = c.error === 'task';
+        error = taskError ? `checks[${broken}] (${c.kind}) cannot run: ${c.detail}` : `a tool server failed during the checks: checks[${broken}] (${c.kind}): ${c.detail}`;
+      }
+    }
+    // A failed episode is scored 0, with no parts: none of them was earned or lost by the agent.
+    let scored: RewardResult = { reward: 0, parts: {} };
+    if (finish !== 'error') {
+      try {
+        scored = await this.reward.fn({ task, turns, answer, checks, solved: solved(checks), weights: this.rewards });
+        if (!Number.isFinite(scored?.reward)) throw new Error(`it returned the reward ${String(scored?.reward)} (a finite number is needed)`);
+      } catch (err) {
+        finish = 'error';
+        error = `the reward '${this.reward.name}' failed: ${(err as Error).message}`;
+        scored = { reward: 0, parts: {} };
+      }
     }
     turns.forEach((t, i) => (t.step_reward = scored.stepRewards?.[i] ?? 0));
+    for (const s of entered) if (s.unisolated) s.unisolated.inFlight--;
     for (const s of servers.values()) {
       if (s.perEpisode) await s.client.close();
       else s.backend?.release(episodeId);
@@ -297,7 +362,24 @@ export class Environment {
       timings: { started_at: startedAt.toISOString(), total_ms: performance.now() - t0, policy_ms: policyMs, tool_ms: toolMs },
       finish,
       ...(error ? { error } : {}),
+      ...(finish === 'error' && taskError ? { task_error: true } : {}),
     };
+  }
+
+  /** An episode starts on a server: warns (once) when episodes overlap on a shared HTTP server without per-episode state. */
+  private enter(s: Connected): void {
+    const u = s.unisolated;
+    if (!u) return;
+    u.inFlight++;
+    if (u.inFlight < 2 || u.warned) return;
+    u.warned = true;
+    const message =
+      `the HTTP server ${u.url} is shared by episodes running at once, and it does not declare per-episode state ` +
+      `(the '${EPISODE_META_KEY}' capability): if it keeps state, each episode sees the others' changes (and those of the episodes before it), ` +
+      `so correct answers can fail their checks. Make the server keep one state per '${EPISODE_META_KEY}' _meta key and declare ` +
+      `capabilities.experimental['${EPISODE_META_KEY}'] (README: "A fresh state for every episode"), or give the task a stdio server (a process per episode).`;
+    if (this.options.onWarning) this.options.onWarning(message);
+    else process.emitWarning(message, { code: 'MCP_GYM_SHARED_SERVER' });
   }
 
   async close(): Promise<void> {
@@ -311,5 +393,10 @@ export class Environment {
   }
 }
 
-class SetupError extends Error {}
-class PolicyError extends Error {}
+/** An episode's failure whose message is already its whole story. */
+class EpisodeError extends Error {}
+class PolicyError extends EpisodeError {}
+/** A tool server could not be reached, or failed during the setup or the checks. */
+class ServerError extends EpisodeError {}
+/** The task itself is broken: a setup call or a check that cannot run. */
+class TaskError extends EpisodeError {}

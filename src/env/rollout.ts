@@ -1,7 +1,8 @@
 /**
  * Rollouts: G episodes per task, run concurrently under a p-limit, written to JSONL as each
  * finishes, gathered into groups with explicit group ids. A run resumed on the same file skips
- * the episodes it already holds, so nothing is repeated or lost.
+ * the episodes it already holds, so nothing is repeated or lost; it refuses a file whose episodes
+ * another policy or reward made, or a bigger group, so that runs cannot be mixed.
  */
 import pLimit from 'p-limit';
 import type { Environment } from './environment.ts';
@@ -13,8 +14,8 @@ export interface TrajectoryGroup {
   group_id: string;
   task_id: string;
   trajectories: Trajectory[];
-  /** Episodes that failed (a crashed server, a failing policy, a failed setup), with the reason. */
-  failed: { sample: number; error: string }[];
+  /** Episodes that failed (a crashed server, a failing policy, a failed setup, a broken task), with the reason. */
+  failed: { sample: number; error: string; task_error?: true }[];
   /** At most `maxFailures` episodes failed. */
   ok: boolean;
 }
@@ -56,6 +57,8 @@ export async function rollout(env: Environment, policy: Policy, tasks: Task[], o
   const byKey = new Map<string, Trajectory>();
   if (options.out && options.resume) {
     for (const t of readTrajectories(options.out)) byKey.set(episodeKey(t), t);
+    const mixed = resumeMismatch([...byKey.values()], { policy: policy.id, reward: env.reward.name, group: G });
+    if (mixed) throw new Error(`resume: ${options.out} ${mixed}; continue it with the same settings, or write to another file`);
   }
   const resumed = byKey.size;
   const writer = options.out ? new TrajectoryWriter(options.out) : undefined;
@@ -90,13 +93,23 @@ export async function rollout(env: Environment, policy: Policy, tasks: Task[], o
   return { groups, trajectories, resumed, seconds: (performance.now() - t0) / 1000 };
 }
 
+/** Why the episodes of a file cannot be continued with these settings, or undefined when they can. */
+export function resumeMismatch(held: Trajectory[], now: { policy: string; reward: string; group: number }): string | undefined {
+  for (const t of held) {
+    if (t.policy?.id !== undefined && t.policy.id !== now.policy) return `holds episodes of the policy '${t.policy.id}', not '${now.policy}'`;
+    if (t.reward_name !== undefined && t.reward_name !== now.reward) return `holds episodes scored with the reward '${t.reward_name}', not '${now.reward}'`;
+    if (t.sample >= now.group) return `holds sample ${t.sample} of group ${t.group_id}: it was run with a group bigger than ${now.group}`;
+  }
+  return undefined;
+}
+
 function collectGroup(task: Task, gid: string, G: number, byKey: Map<string, Trajectory>, maxFailures: number): TrajectoryGroup {
   const trajectories: Trajectory[] = [];
   const failed: TrajectoryGroup['failed'] = [];
   for (let sample = 0; sample < G; sample++) {
     const t = byKey.get(`${gid}#${sample}`);
     if (!t) failed.push({ sample, error: 'not run (cancelled)' });
-    else if (t.finish === 'error') failed.push({ sample, error: t.error ?? 'failed' });
+    else if (t.finish === 'error') failed.push({ sample, error: t.error ?? 'failed', ...(t.task_error ? { task_error: true as const } : {}) });
     else trajectories.push(t);
   }
   return { group_id: gid, task_id: task.id, trajectories, failed, ok: failed.length <= maxFailures };
@@ -108,16 +121,56 @@ export async function gatherGroup(env: Environment, policy: Policy, task: Task, 
   return r.groups[0]!;
 }
 
+/** Failed episodes that share a cause: the first line of their error. */
+export interface FailureCause {
+  cause: string;
+  /** `task_error`: the task is broken (a setup call or check that cannot run); `error`: the episode failed (a server, the policy, the reward). */
+  kind: 'error' | 'task_error';
+  episodes: number;
+  /** The id of one such episode, to look it up in the trajectories. */
+  example: string;
+}
+
+/** The first line of an error, at most 300 characters. */
+function firstLine(error: string | undefined): string {
+  const line = (error ?? 'failed (no error recorded)').split('\n', 1)[0]!.trim();
+  return line.length > 300 ? `${line.slice(0, 297)}...` : line;
+}
+
+/** The failed episodes (finish `error`, task errors included) grouped by cause, most frequent first. */
+export function failureCauses(trajectories: Trajectory[]): FailureCause[] {
+  const by = new Map<string, FailureCause>();
+  for (const t of trajectories) {
+    if (t.finish !== 'error') continue;
+    const kind = t.task_error ? 'task_error' : 'error';
+    const cause = firstLine(t.error);
+    const key = `${kind}\0${cause}`;
+    const f = by.get(key);
+    if (f) f.episodes++;
+    else by.set(key, { cause, kind, episodes: 1, example: t.id });
+  }
+  return [...by.values()].sort((a, b) => b.episodes - a.episodes || a.cause.localeCompare(b.cause));
+}
+
 export interface RolloutSummary {
   episodes: number;
+  /** Successes over all episodes (a failed one is no success). */
   success_rate: number;
+  /** Over the scored episodes: failed ones and task errors are left out (they score 0 with no parts). */
   mean_reward: number;
   reward_parts: Record<string, number>;
+  /** Episodes that ran to an answer or to max_turns, and were scored. */
+  scored_episodes: number;
   mean_turns: number;
   mean_tool_calls: number;
   tool_errors: number;
   tool_error_rate: number;
+  /** Episodes that failed (a server, the policy, the reward), task errors not included. */
   failed_episodes: number;
+  /** Episodes of broken tasks (a setup call or a check that cannot run): the task author's bug, not the agent's. */
+  task_errors: number;
+  /** Failed episodes and task errors by cause, most frequent first. */
+  failures: FailureCause[];
   seconds: number;
   episodes_per_s: number;
   by_family?: Record<string, { episodes: number; success_rate: number }>;
@@ -126,9 +179,10 @@ export interface RolloutSummary {
 export function summarize(trajectories: Trajectory[], seconds: number): RolloutSummary {
   const n = trajectories.length;
   const mean = (f: (t: Trajectory) => number) => (n ? trajectories.reduce((s, t) => s + f(t), 0) / n : 0);
+  const scored = trajectories.filter((t) => t.finish !== 'error');
   const parts: Record<string, number> = {};
-  for (const t of trajectories) for (const [k, v] of Object.entries(t.reward_parts)) parts[k] = (parts[k] ?? 0) + v;
-  for (const k of Object.keys(parts)) parts[k] = Number((parts[k]! / n).toFixed(6));
+  for (const t of scored) for (const [k, v] of Object.entries(t.reward_parts)) parts[k] = (parts[k] ?? 0) + v;
+  for (const k of Object.keys(parts)) parts[k] = Number((parts[k]! / scored.length).toFixed(6));
   const calls = trajectories.reduce((s, t) => s + t.metrics.tool_calls, 0);
   const errors = trajectories.reduce((s, t) => s + t.metrics.tool_errors, 0);
   const fam: Record<string, { episodes: number; success_rate: number }> = {};
@@ -141,13 +195,16 @@ export function summarize(trajectories: Trajectory[], seconds: number): RolloutS
   return {
     episodes: n,
     success_rate: mean((t) => (t.success ? 1 : 0)),
-    mean_reward: Number(mean((t) => t.reward).toFixed(6)),
+    mean_reward: Number((scored.length ? scored.reduce((s, t) => s + t.reward, 0) / scored.length : 0).toFixed(6)),
     reward_parts: parts,
+    scored_episodes: scored.length,
     mean_turns: mean((t) => t.metrics.turns),
     mean_tool_calls: mean((t) => t.metrics.tool_calls),
     tool_errors: errors,
     tool_error_rate: calls ? errors / calls : 0,
-    failed_episodes: trajectories.filter((t) => t.finish === 'error').length,
+    failed_episodes: trajectories.filter((t) => t.finish === 'error' && !t.task_error).length,
+    task_errors: trajectories.filter((t) => t.finish === 'error' && t.task_error).length,
+    failures: failureCauses(trajectories),
     seconds,
     episodes_per_s: seconds > 0 ? n / seconds : 0,
     by_family: fam,

@@ -151,8 +151,51 @@ function fieldOf(path: PropertyKey[]): string {
   return path.map((p, i) => (typeof p === 'number' ? `[${p}]` : `${i ? '.' : ''}${String(p)}`)).join('');
 }
 
+/** How deeply a task's JSON may nest: far more than any task needs, far less than what overflows the stack. */
+export const MAX_TASK_DEPTH = 256;
+
+/**
+ * Where a value nests more than `max` levels deep (arrays and objects), as the path to that
+ * point, or undefined. Iterative, so that a value of any depth is measured without recursion.
+ */
+export function tooDeep(value: unknown, max = MAX_TASK_DEPTH): PropertyKey[] | undefined {
+  interface Node {
+    value: unknown;
+    depth: number;
+    key?: PropertyKey;
+    parent?: Node;
+  }
+  const stack: Node[] = [{ value, depth: 0 }];
+  while (stack.length > 0) {
+    const node = stack.pop()!;
+    const v = node.value;
+    if (v === null || typeof v !== 'object') continue;
+    if (node.depth >= max) {
+      const path: PropertyKey[] = [];
+      for (let n: Node | undefined = node; n?.key !== undefined; n = n.parent) path.push(n.key);
+      return path.reverse();
+    }
+    if (Array.isArray(v)) v.forEach((x, i) => stack.push({ value: x, depth: node.depth + 1, key: i, parent: node }));
+    else for (const [k, x] of Object.entries(v)) stack.push({ value: x, depth: node.depth + 1, key: k, parent: node });
+  }
+  return undefined;
+}
+
+/** The start of a (long) path to where a value nests too deeply: its first levels, then an ellipsis. */
+function deepField(path: PropertyKey[]): string {
+  const shown = path.slice(0, 4);
+  return fieldOf(shown) + (path.length > shown.length ? '…' : '');
+}
+
+const deepReason = `nested more than ${MAX_TASK_DEPTH} levels deep (arrays and objects)`;
+
 /** Validates a task given in TypeScript; throws with the field named. */
 export function defineTask(input: TaskInput): Task {
+  const deep = tooDeep(input);
+  if (deep) {
+    const id = typeof (input as { id?: unknown })?.id === 'string' ? ` '${(input as { id: string }).id}'` : '';
+    throw new Error(`Invalid task${id}: ${deepField(deep) || '(task)'}: ${deepReason}`);
+  }
   const r = TaskSchema.safeParse(input);
   if (!r.success) {
     const issue = r.error.issues[0]!;
@@ -163,7 +206,16 @@ export function defineTask(input: TaskInput): Task {
 }
 
 function parseOne(value: unknown, file: string, line: number | undefined, prefix = ''): Task {
-  const r = TaskSchema.safeParse(value);
+  // Validation recurses into the value: a value nested thousands of levels deep would overflow the stack.
+  const deep = tooDeep(value);
+  if (deep) throw new TaskFileError(file, line, prefix + deepField(deep), deepReason);
+  let r: ReturnType<typeof TaskSchema.safeParse>;
+  try {
+    r = TaskSchema.safeParse(value);
+  } catch (err) {
+    if (err instanceof RangeError) throw new TaskFileError(file, line, prefix.replace(/\.$/, ''), `cannot be checked: ${err.message}`);
+    throw err;
+  }
   if (r.success) return r.data;
   const issue = r.error.issues[0]!;
   throw new TaskFileError(file, line, (prefix + fieldOf(issue.path)).replace(/\.$/, ''), issue.message);

@@ -98,7 +98,17 @@ export const TurnSchema = z.object({
 });
 export type Turn = z.infer<typeof TurnSchema>;
 
-export const CheckResultSchema = z.object({ kind: z.string(), score: z.number(), weight: z.number(), detail: z.string() });
+export const CheckResultSchema = z.object({
+  kind: z.string(),
+  score: z.number(),
+  weight: z.number(),
+  detail: z.string(),
+  /**
+   * The check could not run: `task` when the task is at fault (an unknown tool or server, arguments
+   * the tool refuses, a path its result cannot have), `server` when its tool server failed.
+   */
+  error: z.enum(['task', 'server']).optional(),
+});
 export type CheckResult = z.infer<typeof CheckResultSchema>;
 
 export const TrajectorySchema = z.object({
@@ -118,6 +128,7 @@ export const TrajectorySchema = z.object({
   turns: z.array(TurnSchema),
   answer: z.string().nullable(),
   success: z.boolean(),
+  /** 0 for a failed episode (finish `error`), whose reward_parts are empty: nothing is made up. */
   reward: z.number(),
   reward_parts: z.record(z.string(), z.number()),
   /** The reward the episode was scored with (its registered name). */
@@ -130,7 +141,15 @@ export const TrajectorySchema = z.object({
     policy_tokens: z.number().int(),
   }),
   timings: z.object({ started_at: z.string(), total_ms: z.number(), policy_ms: z.number(), tool_ms: z.number() }),
+  /** `error`: the episode failed (a tool server, the policy, the reward, or the task itself: see task_error). */
   finish: z.enum(['answer', 'max_turns', 'error']),
+  /** Why the episode failed (finish `error`); its first line names the cause. */
   error: z.string().optional(),
+  /**
+   * True when the task itself is broken, not the agent: a setup call or a check that cannot run
+   * (an unknown tool or server, arguments the tool refuses, a path its result cannot have).
+   * Such an episode has finish `error`; `error` says what is wrong with the task.
+   */
+  task_error: z.boolean().optional(),
 });
 export type Trajectory = z.infer<typeof TrajectorySchema>;

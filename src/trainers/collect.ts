@@ -82,7 +82,7 @@ export interface Collected {
 
 /** Applies DAPO's overlong penalty to a trajectory's reward, recorded as the part `overlong`. */
 export function shapeOverlong(t: Trajectory, max: number, cache: number): void {
-  if (max <= 0) return;
+  if (max <= 0 || t.finish === 'error') return; // a failed episode keeps reward 0 and no parts
   const p = overlongPenalty(t.metrics.policy_tokens, max, cache);
   t.reward_parts = { ...t.reward_parts, overlong: p };
   t.reward += p;

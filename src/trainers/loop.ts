@@ -66,14 +66,15 @@ export function wilson(successes: number, n: number, z = 1.96): [number, number]
 /** A step's row of metrics.jsonl: the learner's metrics, then the loop's (which win where both use a name). */
 function stepMetrics(step: number, learner: Record<string, unknown>, got: Collected, built: BuiltBatch, o: { reward: string; learnerSeconds: number; restarts: number; version: number }): Record<string, unknown> {
   const all = got.trajectories;
+  const scored = all.filter((t) => t.finish !== 'error'); // failed episodes and task errors are counted apart
   const calls = all.reduce((n, t) => n + t.metrics.tool_calls, 0);
   const policyTokens = all.reduce((n, t) => n + t.metrics.policy_tokens, 0);
   return {
     ...learner,
     step,
     reward: o.reward,
-    reward_mean: mean(all.map((t) => t.reward)),
-    reward_std: std(all.map((t) => t.reward)),
+    reward_mean: mean(scored.map((t) => t.reward)),
+    reward_std: std(scored.map((t) => t.reward)),
     success_rate: mean(all.map((t) => (t.success ? 1 : 0))),
     episodes: all.length,
     groups_seen: got.groupsSeen,
@@ -88,7 +89,8 @@ function stepMetrics(step: number, learner: Record<string, unknown>, got: Collec
     turns_mean: mean(all.map((t) => t.metrics.turns)),
     tool_calls: calls,
     tool_error_rate: calls ? all.reduce((n, t) => n + t.metrics.tool_errors, 0) / calls : 0,
-    failed_episodes: all.filter((t) => t.finish === 'error').length,
+    failed_episodes: all.filter((t) => t.finish === 'error' && !t.task_error).length,
+    task_errors: all.filter((t) => t.task_error).length,
     policy_tokens_mean: all.length ? policyTokens / all.length : 0,
     rollout_tokens_per_s: got.seconds > 0 ? policyTokens / got.seconds : 0,
     rollout_seconds: got.seconds,

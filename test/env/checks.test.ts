@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { defineTask, extractAnswer, isSubset, match, parseExact, runChecks, type Task, type TaskCall } from '../../src/env/index.ts';
-import { ToolClient } from '../../src/tools/index.ts';
+import { codeOf, defineTask, extractAnswer, isSubset, match, parseExact, runChecks, schemaAllowsPath, stateCallFault, taskProblem, type Task, type TaskCall } from '../../src/env/index.ts';
+import { ToolClient, type ToolInfo } from '../../src/tools/index.ts';
 import { serverFactory } from '../../servers/index.ts';
 import { kvServer } from '../../servers/kv.ts';
 
@@ -69,8 +69,18 @@ describe('every check kind scores 1 when right and 0 when wrong', () => {
     expect(await score(contains, { answer: null }, 'wrong')).toEqual([0]);
     const failing = task([{ kind: 'state', call: { server: 'kv', tool: 'nope', arguments: {} }, expect: { kind: 'equals', value: 1 } }]);
     const r = await runChecks(failing, { answer: null, calls: [] }, state('right'));
-    expect(r[0]).toMatchObject({ score: 0 });
+    expect(r[0]).toMatchObject({ score: 0, error: 'task' }); // the task's bug, not the agent's failure
     expect(r[0]!.detail).toMatch(/state call kv\.nope failed: Unknown tool 'nope'/);
+    const badArgs = task([{ kind: 'state', call: { server: 'kv', tool: 'get', arguments: { key: 7 } }, expect: { kind: 'equals', value: 1 } }]);
+    expect((await runChecks(badArgs, { answer: null, calls: [] }, state('right')))[0]).toMatchObject({ score: 0, error: 'task' });
+  });
+
+  it('who is at fault when a state call fails', () => {
+    expect(stateCallFault('unknown_tool')).toBe('task');
+    expect(stateCallFault('invalid_arguments')).toBe('task');
+    expect(stateCallFault('protocol')).toBe('task');
+    for (const k of ['crashed', 'closed', 'timeout', 'aborted'] as const) expect(stateCallFault(k)).toBe('server');
+    expect(stateCallFault('tool')).toBeUndefined(); // the tool ran: the state is what the agent left
   });
 
   it('answer: exact, regex and number, with extraction', async () => {
@@ -101,5 +111,63 @@ describe('every check kind scores 1 when right and 0 when wrong', () => {
     expect(await score(t, { answer: 'function add(a, b) { return a - b; }' })).toEqual([0.25]);
     expect(await score(t, { answer: 'function add(a, b) { return 0; }' })).toEqual([0.5]);
     expect(await score(t, { answer: 'function add(a, b) { while (true) {} }' })).toEqual([0]);
+  });
+
+  it('code: taken out of <answer>…</answer> and \\boxed{} as answers are, then out of a fenced block', async () => {
+    const t = task([{ kind: 'code', function: 'add', tests: [{ input: [1, 2], output: 3 }, { input: [2, 5], output: 7 }] }]);
+    const fn = 'function add(a, b) { return a + b; }';
+    expect(await score(t, { answer: `<think>easy</think><answer>${fn}</answer>` })).toEqual([1]);
+    expect(await score(t, { answer: `Here it is: <answer>\n\`\`\`js\n${fn}\n\`\`\`\n</answer>` })).toEqual([1]);
+    expect(await score(t, { answer: `The code is \\boxed{${fn}}` })).toEqual([1]);
+    // Code in a fenced block, and a \boxed{} that does not hold it: the block is used.
+    expect(await score(t, { answer: `\`\`\`js\n${fn}\n\`\`\`\nSo add(1, 2) is \\boxed{3}.` })).toEqual([1]);
+  });
+
+  it('codeOf: what a code check runs', () => {
+    expect(codeOf('<answer>function f() {}</answer>')).toBe('function f() {}');
+    expect(codeOf('\\boxed{function f() { return {a: 1}; }}')).toBe('function f() { return {a: 1}; }');
+    expect(codeOf('text\n```js\nconst f = 1;\n```\nmore')).toBe('const f = 1;');
+    expect(codeOf('<answer>\n```\nfunction f() {}\n```\n</answer>')).toBe('function f() {}');
+    expect(codeOf('```js\nfunction $f() {}\n```\n\\boxed{2}', '$f')).toBe('function $f() {}');
+  });
+});
+
+describe('broken tasks are found before an episode runs', () => {
+  const kvGet: ToolInfo = {
+    name: 'get',
+    inputSchema: { type: 'object' },
+    outputSchema: { type: 'object', properties: { key: { type: 'string' }, value: { type: ['string', 'null'] }, found: { type: 'boolean' } }, additionalProperties: false },
+  };
+  const rows: ToolInfo = {
+    name: 'query',
+    inputSchema: { type: 'object' },
+    outputSchema: { type: 'object', properties: { rows: { type: 'array', items: { type: 'array', items: { type: ['string', 'number'] } } } }, additionalProperties: false },
+  };
+
+  it('schemaAllowsPath: false only where the schema rules the path out', () => {
+    expect(schemaAllowsPath(kvGet.outputSchema, 'value')).toBe(true);
+    expect(schemaAllowsPath(kvGet.outputSchema, 'valeu')).toBe(false);
+    expect(schemaAllowsPath(kvGet.outputSchema, 'value.x')).toBe(false); // a string or null has no keys
+    expect(schemaAllowsPath(rows.outputSchema, 'rows.0.1')).toBe(true);
+    expect(schemaAllowsPath(rows.outputSchema, 'rows.first')).toBe(false);
+    expect(schemaAllowsPath(rows.outputSchema, 'rows.length')).toBe(true);
+    // Open objects, references and missing schemas cannot tell.
+    expect(schemaAllowsPath({ type: 'object', properties: { a: {} } }, 'b')).toBeUndefined();
+    expect(schemaAllowsPath({ $ref: '#/defs/x' }, 'a')).toBeUndefined();
+    expect(schemaAllowsPath(undefined, 'a')).toBeUndefined();
+    expect(schemaAllowsPath({ anyOf: [{ type: 'object', properties: { a: {} }, additionalProperties: false }, { type: 'null' }] }, 'a')).toBe(true);
+    expect(schemaAllowsPath({ anyOf: [{ type: 'object', properties: { a: {} }, additionalProperties: false }, { type: 'null' }] }, 'b')).toBe(false);
+  });
+
+  it('taskProblem: unknown tools and servers, impossible paths', () => {
+    const tools = new Map([['kv', [kvGet, { name: 'set', inputSchema: {} } as ToolInfo]]]);
+    const ok = task([{ kind: 'state', call: { server: 'kv', tool: 'get', arguments: { key: 'a' } }, path: 'value', expect: { kind: 'equals', value: '1' } }]);
+    expect(taskProblem(ok, tools)).toBeUndefined();
+    const badTool = task([{ kind: 'state', call: { server: 'kv', tool: 'gett', arguments: {} }, expect: { kind: 'equals', value: 1 } }]);
+    expect(taskProblem(badTool, tools)).toBe("checks[0] (state kv.gett): unknown tool 'gett' on server 'kv' (its tools: get, set)");
+    const badPath = task([{ kind: 'state', call: { server: 'kv', tool: 'get', arguments: {} }, path: 'vale', expect: { kind: 'equals', value: 1 } }]);
+    expect(taskProblem(badPath, tools)).toBe("checks[0] (state kv.get): path 'vale' cannot be in the result of kv.get (its fields: key, value, found)");
+    const badSetup = defineTask({ id: 'c', split: 'eval', difficulty: 1, prompt: 'p', servers: { kv: 'kv' }, setup: [{ server: 'kv', tool: 'put', arguments: {} }], checks: [{ kind: 'answer', expect: { kind: 'equals', value: 1 } }] } as never);
+    expect(taskProblem(badSetup, tools)).toMatch(/^setup\[0\] \(kv\.put\): unknown tool 'put'/);
   });
 });

@@ -1,9 +1,10 @@
 import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { extractCode, jsonEqual, runCode, sandboxFlags, stripExports, type CodeRunResult, type CodeTest } from '../../src/env/code-runner.ts';
+import { extractCode, jsonEqual, LOCKDOWN_FILE, networkNamespaceLauncher, runCode, sandboxFlags, sandboxLaunch, stripExports, type CodeRunResult, type CodeTest } from '../../src/env/code-runner.ts';
 
 const ADD_TESTS: CodeTest[] = [
   { input: [1, 2], output: 3 },
@@ -318,5 +319,110 @@ describe('the sandbox flags (Node permission model)', () => {
       env: 'PATH',
     });
     expect(existsSync(written)).toBe(false);
+  });
+});
+
+/** Runs `command args` and returns its stdout, stderr and exit code. */
+async function runProcess(command: string, args: string[], cwd: string): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const child = spawn(command, args, { cwd, env: { PATH: process.env.PATH ?? '' }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+  child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+  const code = await new Promise<number | null>((resolve) => child.once('close', resolve));
+  return { code, stdout, stderr };
+}
+
+describe('the sandbox has no network', () => {
+  let dir: string | undefined;
+  let connections = 0;
+  const server = createServer((socket) => {
+    connections++;
+    socket.end('hello');
+  });
+  let port = 0;
+  afterEach(() => {
+    if (dir) rmSync(dir, { recursive: true, force: true });
+    dir = undefined;
+  });
+  const listen = async () => {
+    if (!server.listening) await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', () => resolve()));
+    port = (server.address() as AddressInfo).port;
+  };
+
+  /** A script that tries every way to reach 127.0.0.1 from the child's own realm (as code that escaped the vm would). */
+  const probeSource = (lockdown: boolean) => `
+    import net from 'node:net';
+    import http from 'node:http';
+    import dgram from 'node:dgram';
+    import dns from 'node:dns';
+    ${lockdown ? `import { lockDownNetwork } from ${JSON.stringify(LOCKDOWN_FILE)}; lockDownNetwork();` : ''}
+    const attempt = (f) => new Promise((resolve) => {
+      try {
+        f(resolve);
+      } catch (e) {
+        resolve(e.code ?? e.message);
+      }
+      setTimeout(() => resolve('no answer'), 3000);
+    });
+    const socket = (s, resolve) => { s.on('data', (d) => resolve('connected: ' + d)); s.on('error', (e) => resolve(e.code ?? e.message)); };
+    const out = {
+      connect: await attempt((resolve) => socket(net.connect(${'${PORT}'}, '127.0.0.1'), resolve)),
+      stdoutSocket: await attempt((resolve) => { const S = process.stdout.constructor; socket(new S().connect(${'${PORT}'}, '127.0.0.1'), resolve); }),
+      http: await attempt((resolve) => http.get('http://127.0.0.1:${'${PORT}'}/', () => resolve('connected')).on('error', (e) => resolve(e.code ?? e.message))),
+      fetch: await attempt((resolve) => fetch('http://127.0.0.1:${'${PORT}'}/').then(() => resolve('connected'), (e) => resolve(e.cause?.code ?? e.code ?? e.message))),
+      listen: await attempt((resolve) => net.createServer().listen(0, '127.0.0.1', () => resolve('listening')).on('error', (e) => resolve(e.code ?? e.message))),
+      udp: await attempt((resolve) => { const u = dgram.createSocket('udp4'); u.send('x', ${'${PORT}'}, '127.0.0.1', (e) => resolve(e ? e.code ?? e.message : 'sent')); }),
+      dns: await attempt((resolve) => dns.lookup('localhost', (e, a) => resolve(e ? e.code ?? e.message : 'resolved ' + a))),
+      restore: await attempt((resolve) => { delete net.Socket.prototype.connect; net.Socket.prototype.connect = () => 'mine'; resolve(String(new net.Socket().connect === net.Socket.prototype.connect && net.Socket.prototype.connect() === 'mine')); }),
+    };
+    process.stdout.write(JSON.stringify(out));
+    process.exit(0);`;
+
+  it('the lockdown the child runs first refuses every way to connect, listen or resolve, for good', async () => {
+    await listen();
+    dir = mkdtempSync(join(tmpdir(), 'mcp-gym-net-probe-'));
+    const probe = join(dir, 'probe.mjs');
+    writeFileSync(probe, probeSource(true).replaceAll('${PORT}', String(port)));
+    // node itself, without a network namespace: the lockdown alone.
+    const r = await runProcess(process.execPath, [...sandboxFlags([probe, LOCKDOWN_FILE], 64), probe], dir);
+    expect(r.code, r.stderr).toBe(0);
+    const denied = 'ERR_ACCESS_DENIED';
+    expect(JSON.parse(r.stdout)).toEqual({ connect: denied, stdoutSocket: denied, http: denied, fetch: denied, listen: denied, udp: denied, dns: denied, restore: expect.stringMatching(/Cannot (delete|assign)/) });
+    expect(connections).toBe(0);
+  });
+
+  it.skipIf(networkNamespaceLauncher() === null)('where user namespaces are allowed, the child runs in a network namespace of its own: 127.0.0.1 is unreachable', async () => {
+    await listen();
+    dir = mkdtempSync(join(tmpdir(), 'mcp-gym-net-probe-'));
+    const probe = join(dir, 'probe.mjs');
+    writeFileSync(probe, probeSource(false).replaceAll('${PORT}', String(port)));
+    const launch = sandboxLaunch([probe], 64);
+    expect(launch.network).toBe('namespace');
+    const r = await runProcess(launch.command, [...launch.args, probe], dir);
+    expect(r.code, r.stderr).toBe(0);
+    const out = JSON.parse(r.stdout) as Record<string, string>;
+    expect(out.connect).toBe('ENETUNREACH');
+    expect(out.stdoutSocket).toBe('ENETUNREACH');
+    expect(out.http).toBe('ENETUNREACH');
+    expect(out.fetch).toBe('ENETUNREACH');
+    expect(connections).toBe(0);
+  });
+
+  it('the code under test reaches no network, and a run still works under it all', async () => {
+    await listen();
+    const r = await run(
+      `function f() { const out = [];
+         for (const name of ['require', 'process', 'fetch', 'WebSocket', 'XMLHttpRequest']) out.push(name in globalThis);
+         try { this.constructor.constructor('return process')(); out.push('escaped'); } catch (e) { out.push(e.message); }
+         return out; }
+       function add(a, b) { return a + b; }`,
+      'f',
+      [{ input: [], output: [false, false, false, false, false, 'Code generation from strings disallowed for this context'] }],
+    );
+    expect(r.fraction).toBe(1);
+    expect((await run('function add(a, b) { return a + b; }', 'add', ADD_TESTS)).fraction).toBe(1);
+    expect(connections).toBe(0);
+    server.close();
   });
 });

@@ -1,10 +1,17 @@
 import { execSync } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { createMcpHandler, McpServer } from '@modelcontextprotocol/server';
+import { toNodeHandler } from '@modelcontextprotocol/node';
 import { afterAll, describe, expect, it } from 'vitest';
+import { z } from 'zod';
 import { ExpertPolicy } from '../../src/agents/index.ts';
-import { agentTools, defineTask, Environment, gatherGroup, readTrajectories, rollout, TrajectorySchema, type Observation, type Policy, type PolicyAction } from '../../src/env/index.ts';
+import { agentTools, defineTask, Environment, gatherGroup, readTrajectories, rollout, summarize, TrajectorySchema, type Observation, type Policy, type PolicyAction } from '../../src/env/index.ts';
+import { serveOverHttp } from '../../servers/index.ts';
+import { kvServer } from '../../servers/kv.ts';
 import { cliStdioSpec } from '../helpers.ts';
 
 const kvTask = defineTask({
@@ -87,11 +94,96 @@ describe('the environment', () => {
     expect(r.groups[0]!.ok).toBe(false);
   });
 
-  it('a failed setup is reported as the episode error', async () => {
+  it("a failed setup is reported as the episode error, and as the task's error", async () => {
     const bad = defineTask({ ...kvTask, id: 'bad-setup', setup: [{ server: 'kv', tool: 'incr', arguments: { key: 'c', by: 'x' } }] } as never);
     const t = await env.runEpisode(bad, new ExpertPolicy());
     expect(t.finish).toBe('error');
+    expect(t.task_error).toBe(true);
     expect(t.error).toMatch(/^setup call 0 \(kv\.incr\) failed: Input validation error/);
+    expect(TrajectorySchema.parse(t)).toBeTruthy();
+  });
+
+  it('a failed episode scores 0 with no reward parts, and is left out of the mean reward', async () => {
+    let n = 0;
+    const flaky: Policy = {
+      id: 'flaky',
+      act: async (o) => {
+        if (o.turn === 0 && n++ % 2 === 0) throw new Error('model exploded');
+        return new ExpertPolicy().act(o);
+      },
+    };
+    const r = await rollout(env, flaky, [kvTask], { group: 4, concurrency: 1 });
+    const failed = r.trajectories.filter((t) => t.finish === 'error');
+    expect(failed).toHaveLength(2);
+    for (const t of failed) {
+      expect(t).toMatchObject({ reward: 0, reward_parts: {}, success: false, error: 'the policy failed: model exploded' });
+      expect(t.task_error).toBeUndefined();
+      expect(t.turns.every((x) => x.step_reward === 0)).toBe(true);
+    }
+    const s = summarize(r.trajectories, r.seconds);
+    expect(s).toMatchObject({ episodes: 4, scored_episodes: 2, failed_episodes: 2, task_errors: 0, success_rate: 0.5 });
+    expect(s.mean_reward).toBeCloseTo(1 + 0.3 + 0.2 * 0.3, 6); // the two solved episodes only
+    expect(s.reward_parts.base).toBe(1);
+    expect(s.failures).toEqual([{ cause: 'the policy failed: model exploded', kind: 'error', episodes: 2, example: failed[0]!.id }]);
+  });
+
+  it('a tool server that cannot start fails its episodes with the real error, grouped by cause', async () => {
+    const task = defineTask({ ...kvTask, id: 'no-server', servers: { kv: { transport: 'stdio', command: '/nonexistent/mcp-server' } }, setup: [] } as never);
+    const r = await rollout(env, new ExpertPolicy(), [task], { group: 4 });
+    const s = summarize(r.trajectories, r.seconds);
+    expect(s).toMatchObject({ failed_episodes: 4, task_errors: 0, mean_reward: 0, reward_parts: {} });
+    expect(s.failures).toHaveLength(1);
+    expect(s.failures[0]).toMatchObject({ kind: 'error', episodes: 4 });
+    expect(s.failures[0]!.cause).toMatch(/^a tool server failed: Cannot connect to stdio server '\/nonexistent\/mcp-server'/);
+    expect(r.trajectories.map((t) => t.id)).toContain(s.failures[0]!.example);
+  });
+
+  it('a check that cannot run is a task error, not the agent failing', async () => {
+    const answer = { kind: 'answer', expect: { kind: 'number', value: '15' } };
+    const state = (call: object, path?: string) => ({ kind: 'state', call: { server: 'kv', arguments: { key: 'c' }, ...call }, ...(path ? { path } : {}), expect: { kind: 'equals', value: '15' } });
+    const cases: [string, unknown[], RegExp][] = [
+      ['unknown-tool', [state({ tool: 'gett' }, 'value'), answer], /^checks\[0\] \(state kv\.gett\): unknown tool 'gett' on server 'kv' \(its tools: get, set, delete, list, incr\)/],
+      ['bad-path', [answer, state({ tool: 'get' }, 'valeu')], /^checks\[1\] \(state kv\.get\): path 'valeu' cannot be in the result of kv\.get \(its fields: key, value, found\)/],
+      ['path-into-a-string', [state({ tool: 'get' }, 'value.x')], /path 'value\.x' cannot be in the result/],
+      ['bad-arguments', [state({ tool: 'get', arguments: { key: 7 } }, 'value')], /^checks\[0\] \(state\) cannot run: state call kv\.get failed: Input validation error/],
+      ['unknown-call', [{ kind: 'call', server: 'kv', tool: 'increment' }], /^checks\[0\] \(call kv\.increment\): unknown tool 'increment'/],
+      ['bad-solution', [answer], /^solution\.calls\[0\] \(kv\.inc\): unknown tool 'inc'/],
+    ];
+    const tasks = cases.map(([id, checks]) =>
+      defineTask({ ...kvTask, id, checks, ...(id === 'bad-solution' ? { solution: { calls: [{ server: 'kv', tool: 'inc', arguments: {} }], answer: '15' } } : {}) } as never),
+    );
+    // A task built without defineTask can name a server it does not have.
+    tasks.push({ ...kvTask, id: 'other-server', checks: [{ kind: 'state', call: { server: 'files', tool: 'read_file', arguments: {} }, expect: { kind: 'equals', value: 1 }, weight: 1 }] } as never);
+    cases.push(['other-server', [], /^checks\[0\] \(state files\.read_file\): no server 'files' in this task \(its servers: kv\)/]);
+    const r = await rollout(env, new ExpertPolicy(), tasks, { concurrency: 4 });
+    for (const [i, [id, , error]] of cases.entries()) {
+      const t = r.trajectories.find((x) => x.task_id === id)!;
+      expect(t, id).toMatchObject({ finish: 'error', task_error: true, success: false, reward: 0, reward_parts: {} });
+      expect(t.error, id).toMatch(error);
+      expect(TrajectorySchema.parse(t), id).toBeTruthy();
+      expect(r.groups[i]!.failed[0]).toMatchObject({ sample: 0, task_error: true });
+    }
+    const s = summarize(r.trajectories, r.seconds);
+    expect(s).toMatchObject({ episodes: cases.length, task_errors: cases.length, failed_episodes: 0, scored_episodes: 0 });
+    expect(s.failures.every((f) => f.kind === 'task_error' && f.episodes === 1)).toBe(true);
+  });
+
+  it('a state call that fails because of what the agent did is still the agent failing', async () => {
+    // files.read_file of a file the agent never wrote: the tool reports an error ('tool'), the check scores 0.
+    const task = defineTask({
+      id: 'files-unwritten',
+      split: 'eval',
+      difficulty: 1,
+      prompt: 'Write notes.txt.',
+      servers: { files: 'files' },
+      checks: [{ kind: 'state', call: { server: 'files', tool: 'read_file', arguments: { path: 'notes.txt' } }, path: 'content', expect: { kind: 'equals', value: 'x' } }],
+    } as never);
+    const t = await env.runEpisode(task, new Scripted([{ content: 'done' }]));
+    expect(t).toMatchObject({ finish: 'answer', success: false });
+    expect(t.task_error).toBeUndefined();
+    expect(t.checks[0]!.error).toBeUndefined();
+    expect(t.checks[0]!.detail).toMatch(/^state call files\.read_file failed: /);
+    expect(t.reward).toBeGreaterThan(0); // scored as usual
   });
 
   it('qualifies tool names only where two servers share one', () => {
@@ -155,5 +247,80 @@ describe('the environment', () => {
     await again.close();
     expect(t2.success).toBe(false); // setup-free task: counter starts empty, so 5 != 15 ...
     expect(t2.finish).toBe('answer'); // ... but the episode ran to its answer on a fresh server
+  });
+});
+
+/** A third-party HTTP server with one todo list for everyone: it knows nothing of episodes. */
+async function sharedTodoServer(): Promise<{ url: string; close(): Promise<void> }> {
+  const todos: string[] = [];
+  const factory = () => {
+    const s = new McpServer({ name: 'todo', version: '1.0.0' });
+    s.registerTool('add', { description: 'Add a todo', inputSchema: z.object({ text: z.string() }), outputSchema: z.object({ count: z.number() }) }, async ({ text }) => {
+      await new Promise((r) => setTimeout(r, 20));
+      todos.push(text);
+      return { content: [{ type: 'text', text: String(todos.length) }], structuredContent: { count: todos.length } };
+    });
+    s.registerTool('count', { description: 'Count the todos', inputSchema: z.object({}), outputSchema: z.object({ count: z.number() }) }, async () => ({
+      content: [{ type: 'text', text: String(todos.length) }],
+      structuredContent: { count: todos.length },
+    }));
+    return s;
+  };
+  const handler = toNodeHandler(createMcpHandler(factory, { onerror: () => {} }));
+  const http = createServer((req, res) => void handler(req, res));
+  await new Promise<void>((r) => http.listen(0, '127.0.0.1', () => r()));
+  return {
+    url: `http://127.0.0.1:${(http.address() as AddressInfo).port}/mcp`,
+    close: async () => {
+      http.closeAllConnections();
+      await new Promise((r) => http.close(r));
+    },
+  };
+}
+
+describe('a shared HTTP server', () => {
+  it('without per-episode state: a warning, once, when episodes overlap on it', async () => {
+    const todo = await sharedTodoServer();
+    const warnings: string[] = [];
+    const local = new Environment({ onWarning: (m) => warnings.push(m) });
+    try {
+      const task = defineTask({
+        id: 'todo',
+        split: 'eval',
+        difficulty: 1,
+        prompt: 'Add the todo "milk".',
+        servers: { todo: { transport: 'http', url: todo.url } },
+        checks: [{ kind: 'state', call: { server: 'todo', tool: 'count', arguments: {} }, path: 'count', expect: { kind: 'equals', value: 1 } }],
+        solution: { calls: [{ server: 'todo', tool: 'add', arguments: { text: 'milk' } }], answer: 'done' },
+      } as never);
+      // One at a time: no overlap, no warning.
+      await rollout(local, new ExpertPolicy(), [task], { group: 1 });
+      expect(warnings).toEqual([]);
+      const r = await rollout(local, new ExpertPolicy(), [task], { group: 8, concurrency: 8 });
+      expect(r.trajectories.filter((t) => t.success)).toHaveLength(0); // the state leaks: the reason for the warning
+      expect(warnings).toHaveLength(1);
+      expect(warnings[0]).toContain(`the HTTP server ${todo.url} is shared by episodes running at once`);
+      expect(warnings[0]).toContain("capabilities.experimental['mcp-gym/episode']");
+      await rollout(local, new ExpertPolicy(), [task], { group: 4, concurrency: 4 });
+      expect(warnings).toHaveLength(1); // once per server
+    } finally {
+      await local.close();
+      await todo.close();
+    }
+  });
+
+  it('that declares per-episode state (every bundled server does): no warning, and every episode starts fresh', async () => {
+    const kv = await serveOverHttp(kvServer, { port: 0 });
+    const warnings: string[] = [];
+    const local = new Environment({ onWarning: (m) => warnings.push(m) });
+    try {
+      const task = defineTask({ ...kvTask, id: 'kv-http', servers: { kv: { transport: 'http', url: kv.url } } } as never);
+      const r = await rollout(local, new ExpertPolicy(), [task], { group: 8, concurrency: 8 });
+      expect(r.trajectories.filter((t) => t.success)).toHaveLength(8);
+      expect(warnings).toEqual([]);
+    } finally {
+      await local.close();
+      await kv.close();
+    }
   });
 });

@@ -1,5 +1,5 @@
 import { spawn, execFile } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -77,5 +77,118 @@ describe('mcp-gym rollout', () => {
     // The episodes written before the kill are kept as they were.
     expect(after.slice(0, before.length).map((t) => t.id)).toEqual(before.map((t) => t.id));
     expect(summary.success_rate).toBe(1);
+  });
+});
+
+/** Runs the CLI; never throws. */
+async function cli(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  try {
+    const { stdout, stderr } = await exec(process.execPath, [CLI, ...args], { cwd: ROOT });
+    return { code: 0, stdout, stderr };
+  } catch (err) {
+    const e = err as { code: number; stdout: string; stderr: string };
+    return { code: e.code, stdout: e.stdout, stderr: e.stderr };
+  }
+}
+
+describe('mcp-gym rollout: runs cannot be mixed, failures explain themselves', () => {
+  it('records what a run is made with, and --resume refuses another policy, group, suite, task file or reward, naming it', async () => {
+    const out = mkdtempSync(join(tmpdir(), 'mcp-gym-mixed-'));
+    const base = ['rollout', '--suite', 'calculator', '--limit', '3', '--group', '2', '--policy', 'expert', '--out', out];
+    expect((await cli(base)).code).toBe(0);
+    const run = JSON.parse(readFileSync(join(out, 'run.json'), 'utf8'));
+    expect(run).toMatchObject({ policy: 'expert', group: 2, suite: 'calculator', tasks: null, split: 'eval', limit: 3, reward: 'art' });
+    const refused: [string[], string][] = [
+      [['--policy', 'random:3'], `--resume: the run in ${out} used --policy expert, not random:3`],
+      [['--group', '3'], `--resume: the run in ${out} used --group 2, not 3`],
+      [['--suite', 'kv'], `--resume: the run in ${out} used --suite calculator, not kv`],
+      [['--reward', 'rlvr'], `--resume: the run in ${out} used --reward art, not rlvr`],
+      [['--limit', '5'], `--resume: the run in ${out} used --limit 3, not 5`],
+    ];
+    const swap = (over: string[]) => {
+      const args = [...base, '--resume'];
+      for (let i = 0; i < over.length; i += 2) {
+        const at = args.indexOf(over[i]!);
+        if (at < 0) args.push(over[i]!, over[i + 1]!);
+        else args.splice(at, 2, over[i]!, over[i + 1]!);
+      }
+      return args;
+    };
+    const answers = await Promise.all(refused.map(([over]) => cli(swap(over))));
+    for (const [i, [over, message]] of refused.entries()) {
+      expect(answers[i]!.code, over.join(' ')).toBe(2);
+      expect(answers[i]!.stderr).toContain(message);
+    }
+    const lines = readFileSync(join(out, 'trajectories.jsonl'), 'utf8').split('\n').filter(Boolean);
+    expect(lines).toHaveLength(6);
+    expect(new Set(lines.map((l) => JSON.parse(l).policy.id))).toEqual(new Set(['expert']));
+    // The same settings resume.
+    const same = await cli([...base, '--resume', '--json']);
+    expect(same.code, same.stderr).toBe(0);
+    expect(JSON.parse(same.stdout.trim().split('\n').at(-1)!)).toMatchObject({ episodes: 6, resumed: 6 });
+
+    // A task file: its path and content are part of the run.
+    const tasks = join(out, 'tasks.jsonl');
+    const task = { id: 't1', split: 'eval', difficulty: 1, prompt: 'Compute 6 * 7.', servers: { calculator: 'calculator' }, checks: [{ kind: 'answer', expect: { kind: 'number', value: '42' } }], solution: { calls: [{ server: 'calculator', tool: 'evaluate', arguments: { expression: '6 * 7' } }], answer: '42' } };
+    writeFileSync(tasks, JSON.stringify(task) + '\n');
+    const out2 = mkdtempSync(join(tmpdir(), 'mcp-gym-mixed-'));
+    expect((await cli(['rollout', '--tasks', tasks, '--out', out2])).code).toBe(0);
+    const suite = await cli(['rollout', '--suite', 'calculator', '--out', out2, '--resume']);
+    expect(suite.stderr).toContain(`--resume: the run in ${out2} used no --suite, not calculator`);
+    writeFileSync(tasks, JSON.stringify({ ...task, prompt: 'Compute 7 * 6.' }) + '\n');
+    const changed = await cli(['rollout', '--tasks', tasks, '--out', out2, '--resume']);
+    expect(changed.code).toBe(2);
+    expect(changed.stderr).toMatch(/--resume: the task file .*tasks\.jsonl changed since the run in .* started/);
+  });
+
+  it('a damaged middle line: the reader says to run mcp-gym repair, which moves it out, and the run resumes', async () => {
+    const out = mkdtempSync(join(tmpdir(), 'mcp-gym-repair-'));
+    const file = join(out, 'trajectories.jsonl');
+    const args = ['rollout', '--suite', 'calculator', '--limit', '4', '--out', out];
+    expect((await cli(args)).code).toBe(0);
+    const lines = readFileSync(file, 'utf8').split('\n');
+    lines[2] = lines[2]!.slice(0, 60);
+    writeFileSync(file, lines.join('\n'));
+    const stuck = await cli([...args, '--resume']);
+    expect(stuck.code).toBe(1);
+    expect(stuck.stderr).toMatch(new RegExp(`${file}:3: invalid JSON: .* \\(run: mcp-gym repair ${file}\\)`));
+    const repaired = await cli(['repair', file]);
+    expect(repaired.code, repaired.stderr).toBe(0);
+    expect(repaired.stdout).toContain(`${file}: 1 of 4 lines were not whole trajectories (line 3): moved to ${file}.bad; 3 kept`);
+    expect(readFileSync(`${file}.bad`, 'utf8')).toBe(`${lines[2]}\n`);
+    const resumed = await cli([...args, '--resume', '--json']);
+    expect(resumed.code, resumed.stderr).toBe(0);
+    expect(JSON.parse(resumed.stdout.trim().split('\n').at(-1)!)).toMatchObject({ episodes: 4, resumed: 3, success_rate: 1 });
+    expect((await cli(['repair', file])).stdout).toContain('all 4 lines are whole trajectories; nothing to repair');
+    const usage = await cli(['repair']);
+    expect(usage.code).toBe(2);
+    expect(usage.stderr).toContain('repair needs one file');
+  });
+
+  it('--concurrency 0 is refused, naming the flag', async () => {
+    const r = await cli(['rollout', '--suite', 'calculator', '--limit', '1', '--concurrency', '0', '--out', mkdtempSync(join(tmpdir(), 'mcp-gym-c0-'))]);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain("--concurrency must be at least 1, got '0'");
+  });
+
+  it('the summary groups failed episodes by cause, task errors apart, and leaves them out of the mean reward', async () => {
+    const out = mkdtempSync(join(tmpdir(), 'mcp-gym-fail-'));
+    const tasks = join(out, 'tasks.jsonl');
+    const ok = { id: 'ok', split: 'eval', difficulty: 1, prompt: 'Compute 6 * 7.', servers: { calculator: 'calculator' }, checks: [{ kind: 'answer', expect: { kind: 'number', value: '42' } }], solution: { calls: [{ server: 'calculator', tool: 'evaluate', arguments: { expression: '6 * 7' } }], answer: '42' } };
+    const broken = { ...ok, id: 'broken', checks: [{ kind: 'state', call: { server: 'calculator', tool: 'evaluat', arguments: {} }, expect: { kind: 'equals', value: 42 } }] };
+    const noServer = { ...ok, id: 'no-server', servers: { calculator: { transport: 'stdio', command: '/nonexistent/mcp-server' } } };
+    writeFileSync(tasks, [ok, broken, noServer].map((t) => JSON.stringify(t)).join('\n') + '\n');
+    const r = await cli(['rollout', '--tasks', tasks, '--group', '2', '--out', out, '--json']);
+    expect(r.code, r.stderr).toBe(0);
+    const s = JSON.parse(r.stdout.trim().split('\n').at(-1)!);
+    expect(s).toMatchObject({ episodes: 6, scored_episodes: 2, failed_episodes: 2, task_errors: 2 });
+    expect(s.mean_reward).toBeGreaterThan(1.3); // the two solved episodes; the failed ones are not counted as 0.3 or 0
+    expect(s.failures).toHaveLength(2);
+    expect(s.failures[0]).toMatchObject({ kind: 'error', episodes: 2 });
+    expect(s.failures[0].cause).toMatch(/^a tool server failed: Cannot connect to stdio server '\/nonexistent\/mcp-server'/);
+    expect(s.failures[1]).toMatchObject({ kind: 'task_error', episodes: 2, cause: "checks[0] (state calculator.evaluat): unknown tool 'evaluat' on server 'calculator' (its tools: evaluate, add, subtract, multiply, divide)" });
+    expect(r.stdout).toMatch(/task errors\s+2/);
+    expect(r.stdout).toContain('Failed episodes by cause');
+    expect(r.stdout).toContain("task error: checks[0] (state calculator.evaluat): unknown tool 'evaluat'");
   });
 });

@@ -1,9 +1,9 @@
-import { appendFileSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { appendFileSync, existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { ExpertPolicy } from '../../src/agents/index.ts';
-import { defineTask, Environment, exportOpenAI, readTrajectories, repairJsonl, rollout, toOpenAIFineTune, TrajectoryWriter } from '../../src/env/index.ts';
+import { ExpertPolicy, RandomPolicy } from '../../src/agents/index.ts';
+import { defineTask, Environment, exportOpenAI, readJsonl, readTrajectories, repairJsonl, repairJsonlLines, rollout, toOpenAIFineTune, TrajectoryWriter } from '../../src/env/index.ts';
 
 const dir = mkdtempSync(join(tmpdir(), 'mcp-gym-store-'));
 const env = new Environment();
@@ -56,6 +56,43 @@ describe('trajectory storage', () => {
     expect(second.trajectories).toHaveLength(4);
     const keys = readTrajectories(f).map((t) => `${t.group_id}#${t.sample}`);
     expect(keys.sort()).toEqual(['calc-1@0#0', 'calc-1@0#1', 'calc-2@0#0', 'calc-2@0#1']);
+  });
+
+  it('resuming refuses a file of another policy, another reward or a bigger group', async () => {
+    const f = join(dir, 'mixed.jsonl');
+    await rollout(env, new ExpertPolicy(), [task], { group: 2, out: f });
+    await expect(rollout(env, new RandomPolicy(3), [task], { group: 2, out: f, resume: true })).rejects.toThrow(`resume: ${f} holds episodes of the policy 'expert', not 'random'`);
+    const rlvr = new Environment({ reward: 'rlvr' });
+    await expect(rollout(rlvr, new ExpertPolicy(), [task], { group: 2, out: f, resume: true })).rejects.toThrow(/holds episodes scored with the reward 'art', not 'rlvr'/);
+    await rlvr.close();
+    await expect(rollout(env, new ExpertPolicy(), [task], { group: 1, out: f, resume: true })).rejects.toThrow(/holds sample 1 of group calc-1@0: it was run with a group bigger than 1/);
+    expect(readTrajectories(f)).toHaveLength(2); // nothing was added
+  });
+
+  it('a damaged middle line stops a reader with the file, the line and the fix; repair moves it out', async () => {
+    const f = join(dir, 'damaged.jsonl');
+    await rollout(env, new ExpertPolicy(), [task], { group: 4, out: f });
+    const lines = readFileSync(f, 'utf8').split('\n');
+    lines[1] = lines[1]!.slice(0, 50); // as a disk error would leave it
+    lines[2] = '{"not": "a trajectory"}';
+    writeFileSync(f, lines.join('\n'));
+    expect(() => readTrajectories(f)).toThrow(new RegExp(`^${f}:2: invalid JSON: .* \\(run: mcp-gym repair ${f}\\)$`));
+    expect(() => readJsonl(f.replace('damaged', 'nothing-here'))).not.toThrow();
+    const r = repairJsonlLines(f);
+    expect(r).toEqual({ file: f, lines: 4, kept: 2, bad: [2, 3], badFile: `${f}.bad`, validated: true });
+    expect(readFileSync(`${f}.bad`, 'utf8')).toBe(`${lines[1]}\n${lines[2]}\n`);
+    expect(readTrajectories(f, true)).toHaveLength(2);
+    // A resumed run runs the two episodes again.
+    const again = await rollout(env, new ExpertPolicy(), [task], { group: 4, out: f, resume: true });
+    expect(again.resumed).toBe(2);
+    expect(readTrajectories(f, true).map((t) => t.sample).sort()).toEqual([0, 1, 2, 3]);
+    // Nothing to repair: the file is left as it is; --drop drops.
+    expect(repairJsonlLines(f)).toMatchObject({ lines: 4, kept: 4, bad: [] });
+    const g = join(dir, 'records.jsonl');
+    writeFileSync(g, '{"a":1}\n[1]\n{"a":2}\n{"a":');
+    expect(repairJsonlLines(g, { drop: true })).toEqual({ file: g, lines: 4, kept: 2, bad: [2, 4], validated: false });
+    expect(readFileSync(g, 'utf8')).toBe('{"a":1}\n{"a":2}\n');
+    expect(existsSync(`${g}.bad`)).toBe(false);
   });
 
   it('exports the OpenAI chat fine-tuning format', async () => {

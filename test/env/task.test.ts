@@ -71,4 +71,28 @@ describe('task format', () => {
     expect(() => loadTasks(join(dir, 'missing.jsonl'))).toThrow(/missing\.jsonl: cannot read the file: ENOENT/);
     expect(() => parseTasks('{"id": 1}', 'inline.json')).toThrow(/inline\.json: id: Invalid input: expected string/);
   });
+
+  it('a task nested 20,000 levels deep is refused with the file, line and field, not a stack overflow', () => {
+    let deep = '0';
+    for (let i = 0; i < 20_000; i++) deep = `[${deep}]`;
+    const line = JSON.stringify({ ...good, id: 'deep', params: { x: '@' } }).replace('"@"', deep);
+    const f = file('deep.jsonl', `${JSON.stringify(good)}\n${line}\n`);
+    let err: unknown;
+    try {
+      loadTasks(f);
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(TaskFileError);
+    expect(err).toMatchObject({ file: f, line: 2, field: 'params.x[0][0]…' });
+    expect((err as Error).message).toBe(`${f}:2: params.x[0][0]…: nested more than 256 levels deep (arrays and objects)`);
+    // Deep in a setup call's arguments, in a .json array, and given in TypeScript.
+    const setup = JSON.stringify([good, { ...good, id: 't9', setup: [{ server: 'kv', tool: 'set', arguments: { key: '@' } }] }], null, 2).replace('"@"', deep);
+    expect(() => loadTasks(file('deep.json', setup))).toThrow(/deep\.json:\d+: \[1\]\.setup\[0\]\.arguments\.key…: nested more than 256 levels deep/);
+    expect(() => defineTask({ ...good, params: { x: JSON.parse(deep) } } as never)).toThrow("Invalid task 't1': params.x[0][0]…: nested more than 256 levels deep");
+    // Nesting that a task may need is fine.
+    let ok = '0';
+    for (let i = 0; i < 100; i++) ok = `{"a":${ok}}`;
+    expect(loadTasks(file('ok-deep.jsonl', JSON.stringify({ ...good, params: { x: '@' } }).replace('"@"', ok)))).toHaveLength(1);
+  });
 });
