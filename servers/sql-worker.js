@@ -8,7 +8,9 @@
  * starts under bare `node`, whatever loader (tsx, vitest) the parent runs under.
  *
  * A watchdog thread kills this process when a query runs past its deadline plus a grace period,
- * so that even if the parent dies mid-query no orphan spins forever.
+ * so that even if the parent dies mid-query no orphan spins forever. When a query runs long, the
+ * parent drops this process's main thread to the lowest CPU priority (the watchdog thread keeps
+ * its own) and ends the process once the query is done.
  *
  * Protocol (IPC messages): once the database is open the child sends `{ ready: true }`; for each
  * `{ id, sql, limit, timeoutMs }` it replies `{ id, ok: true, columns, rows, truncated }` or

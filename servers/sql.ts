@@ -7,11 +7,13 @@
  * transactions, PRAGMAs that set something), and in the child, by SQLite itself (a statement must
  * be read-only and return rows; one statement per query). A query that runs past its timeout gets
  * its process killed and replaced: better-sqlite3 is synchronous, and a worker thread stuck in
- * SQLite's C code cannot be terminated, so the runner is a small pool of processes.
+ * SQLite's C code cannot be terminated, so the runner is a pool of processes. Long queries cannot
+ * starve short ones: they drop to the lowest CPU priority and never hold the pool's last process
+ * (see QueryRunner).
  */
 import { fork, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, mkdirSync, rmSync } from 'node:fs';
-import { availableParallelism, tmpdir } from 'node:os';
+import { availableParallelism, setPriority, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import Database from 'better-sqlite3';
@@ -40,7 +42,7 @@ export interface TableInfo {
   row_count: number;
 }
 
-interface SqlState {
+export interface SqlState {
   runner: QueryRunner;
   tables: TableInfo[];
 }
@@ -131,29 +133,74 @@ interface Job {
   reject(err: Error): void;
   signal?: AbortSignal;
   onAbort?: () => void;
+  /** When it entered the queue (performance.now()), and the timer that ends its wait. */
+  queuedAt?: number;
+  queueTimer?: ReturnType<typeof setTimeout>;
 }
 
 interface Slot {
   child: ChildProcess | null;
   ready: boolean;
   job: Job | null;
+  /** The running query's timeout, and the timer that marks it long. */
   timer?: ReturnType<typeof setTimeout>;
+  longTimer?: ReturnType<typeof setTimeout>;
+  /** The running query has run past `longAfterMs`: its process runs at the lowest CPU priority. */
+  long: boolean;
+  /** Ends this process after a while idle (every idle process but one spare). */
+  idleTimer?: ReturnType<typeof setTimeout>;
 }
 
-/** Runs queries in up to `size` child processes, one query each at a time, with a timeout each. */
+interface RunnerSettings {
+  timeoutMs: number;
+  workers: number;
+  queueTimeoutMs: number;
+  longAfterMs: number;
+}
+
+export interface RunnerStats {
+  /** Processes started (ready or starting), ready ones, those running a query, those running a long one. */
+  processes: number;
+  ready: number;
+  busy: number;
+  long: number;
+  /** Queries waiting for a process. */
+  queued: number;
+}
+
+/** Idle processes beyond the one spare are ended after this long without a query. */
+const IDLE_MS = 30_000;
+/** The lowest CPU priority (nice 19; on Windows, the idle class). */
+const LOWEST_PRIORITY = 19;
+
+/**
+ * Runs queries in up to `workers` child processes, one query each at a time, with a timeout each.
+ *
+ * What keeps a short query fast while long ones run (on any number of cores):
+ * - a spare process is kept started (or a process running a query not long yet), so a query never
+ *   waits for a process to start;
+ * - a query that has run `longAfterMs` is long: its process drops to the lowest CPU priority, so
+ *   the processes of short queries (and the server's own) get the cores first; as an unprivileged
+ *   process cannot raise its priority back, that process is ended when its query is done;
+ * - long queries hold at most `workers - 1` processes (with 2 or more): one that would take the
+ *   last one is stopped and answered busy, so a process is always left for short queries;
+ * - queries that find every process busy wait in a queue, first come first served, at most
+ *   `queueTimeoutMs`; then they are answered busy.
+ */
 class QueryRunner {
   private readonly slots: Slot[];
   private readonly queue: Job[] = [];
   private readonly exits = new Set<Promise<void>>();
   private nextId = 1;
   private closed = false;
+  /** False after a process failed to start, until one starts: no spare is started meanwhile. */
+  private healthy = true;
 
   constructor(
     private readonly file: string,
-    private readonly timeoutMs: number,
-    size: number,
+    private readonly settings: RunnerSettings,
   ) {
-    this.slots = Array.from({ length: size }, () => ({ child: null, ready: false, job: null }));
+    this.slots = Array.from({ length: settings.workers }, () => ({ child: null, ready: false, job: null, long: false }));
   }
 
   run(sql: string, limit: number, signal?: AbortSignal): Promise<QueryResult> {
@@ -166,9 +213,28 @@ class QueryRunner {
         job.onAbort = () => this.cancel(job);
         signal.addEventListener('abort', job.onAbort, { once: true });
       }
-      this.queue.push(job);
+      const idle = this.slots.find((s) => s.child && s.ready && !s.job);
+      if (idle && this.queue.length === 0) {
+        this.start(idle, job);
+      } else {
+        job.queuedAt = performance.now();
+        job.queueTimer = setTimeout(() => this.expire(job), this.settings.queueTimeoutMs);
+        this.queue.push(job);
+      }
       this.pump();
     });
+  }
+
+  /** What the pool holds now (for tests and diagnostics). */
+  stats(): RunnerStats {
+    const live = this.slots.filter((s) => s.child);
+    return {
+      processes: live.length,
+      ready: live.filter((s) => s.ready).length,
+      busy: live.filter((s) => s.job).length,
+      long: live.filter((s) => s.long).length,
+      queued: this.queue.length,
+    };
   }
 
   async close(): Promise<void> {
@@ -183,6 +249,7 @@ class QueryRunner {
   }
 
   private settle(job: Job, outcome: QueryResult | Error): void {
+    clearTimeout(job.queueTimer);
     if (job.onAbort) job.signal?.removeEventListener('abort', job.onAbort);
     if (outcome instanceof Error) job.reject(outcome);
     else job.resolve(outcome);
@@ -197,25 +264,56 @@ class QueryRunner {
     this.pump();
   }
 
-  /** Hands queued jobs to ready processes, and starts processes for the jobs left. */
+  /** A queued job waited its whole deadline: answer it busy. */
+  private expire(job: Job): void {
+    const at = this.queue.indexOf(job);
+    if (at < 0) return;
+    this.queue.splice(at, 1);
+    const waited = Math.round(performance.now() - (job.queuedAt ?? performance.now()));
+    this.settle(job, new ToolError(`the sql server is busy: the query waited ${waited} ms for a free query process; try again later`));
+  }
+
+  /** Hands queued jobs to ready processes, starts processes for the jobs left and a spare. */
   private pump(): void {
     if (this.closed) return;
     for (const slot of this.slots) {
       if (this.queue.length === 0) break;
       if (slot.child && slot.ready && !slot.job) this.start(slot, this.queue.shift()!);
     }
-    let starting = this.slots.filter((s) => s.child && !s.ready).length;
+    const starting = this.slots.filter((s) => s.child && !s.ready).length;
+    const idle = this.slots.filter((s) => s.child && s.ready && !s.job);
+    const short = this.slots.filter((s) => s.job && !s.long).length;
+    // A process for each queued job, and a spare unless one is idle, starting or about to be free
+    // (running a query that is not long yet). The spare is not started the moment a short query
+    // takes the last idle process, so that it does not take the cores from that query.
+    const forQueue = Math.max(0, this.queue.length - starting - idle.length);
+    const free = idle.length + starting + forQueue + short - this.queue.length;
+    let wanted = forQueue + (this.healthy && free < 1 ? 1 : 0);
     for (const slot of this.slots) {
-      if (this.queue.length <= starting) break;
+      if (wanted <= 0) break;
       if (!slot.child) {
         this.spawn(slot);
-        starting++;
+        wanted--;
       }
     }
-    // Busy or starting processes keep the event loop alive (a caller awaits them); idle ones do not.
+    // One idle process is the spare; the others end after a while without a query.
+    idle.forEach((slot, i) => {
+      if (i === 0) {
+        clearTimeout(slot.idleTimer);
+        slot.idleTimer = undefined;
+      } else if (!slot.idleTimer) {
+        slot.idleTimer = setTimeout(() => {
+          slot.idleTimer = undefined;
+          if (slot.child && slot.ready && !slot.job) this.discard(slot);
+        }, IDLE_MS);
+        slot.idleTimer.unref();
+      }
+    });
+    // Busy processes, and those starting for queued jobs, keep the event loop alive (a caller awaits
+    // them); idle ones and the spare do not.
     for (const slot of this.slots) {
       if (!slot.child) continue;
-      if (slot.job || !slot.ready) {
+      if (slot.job || (!slot.ready && this.queue.length > 0)) {
         slot.child.ref();
         slot.child.channel?.ref();
       } else {
@@ -243,28 +341,56 @@ class QueryRunner {
   }
 
   private start(slot: Slot, job: Job): void {
+    clearTimeout(job.queueTimer);
+    clearTimeout(slot.idleTimer);
+    slot.idleTimer = undefined;
     slot.job = job;
-    slot.child!.send({ id: job.id, sql: job.sql, limit: job.limit, timeoutMs: this.timeoutMs });
+    slot.long = false;
+    slot.child!.send({ id: job.id, sql: job.sql, limit: job.limit, timeoutMs: this.settings.timeoutMs });
     slot.timer = setTimeout(() => {
       this.discard(slot);
-      this.settle(job, new ToolError(`Query timed out after ${this.timeoutMs} ms`));
+      this.settle(job, new ToolError(`Query timed out after ${this.settings.timeoutMs} ms`));
       this.pump();
-    }, this.timeoutMs);
+    }, this.settings.timeoutMs);
+    if (this.settings.longAfterMs < this.settings.timeoutMs) slot.longTimer = setTimeout(() => this.markLong(slot, job), this.settings.longAfterMs);
+  }
+
+  /** The slot's query has run `longAfterMs`: lower its priority, or stop it if it would take the last process. */
+  private markLong(slot: Slot, job: Job): void {
+    if (slot.job !== job || !slot.child) return;
+    const long = this.slots.filter((s) => s.long).length;
+    const limit = Math.max(1, this.slots.length - 1);
+    if (long >= limit) {
+      this.discard(slot);
+      this.settle(job, new ToolError(`the sql server is busy: ${long} long queries are running already (at most ${limit} at once, so that short queries keep a process); try again later`));
+      this.pump();
+      return;
+    }
+    slot.long = true;
+    try {
+      if (slot.child.pid !== undefined) setPriority(slot.child.pid, LOWEST_PRIORITY);
+    } catch {
+      // Not allowed here: the query still runs, at its usual priority.
+    }
+    this.pump(); // a spare, if none is left for short queries
   }
 
   private receive(slot: Slot, msg: WorkerReply): void {
     if ('ready' in msg) {
       slot.ready = true;
+      this.healthy = true;
       this.pump();
       return;
     }
     const job = slot.job;
     if (!job || msg.id !== job.id) return;
     clearTimeout(slot.timer);
+    clearTimeout(slot.longTimer);
     slot.job = null;
     if (msg.ok) this.settle(job, { columns: msg.columns, rows: msg.rows, row_count: msg.rows.length, truncated: msg.truncated });
     else this.settle(job, new ToolError(msg.message));
-    if (!msg.ok && msg.exiting) this.discard(slot);
+    // A process at the lowest priority cannot get its priority back: end it (the spare takes over).
+    if ((!msg.ok && msg.exiting) || slot.long) this.discard(slot);
     this.pump();
   }
 
@@ -274,17 +400,24 @@ class QueryRunner {
     const { job, ready } = slot;
     this.discard(slot);
     if (job) this.settle(job, new Error(`the query process stopped unexpectedly (${reason})`));
-    if (!ready) for (const queued of this.queue.splice(0)) this.settle(queued, new Error(`the query process failed to start (${reason})`));
+    if (!ready) {
+      this.healthy = false;
+      for (const queued of this.queue.splice(0)) this.settle(queued, new Error(`the query process failed to start (${reason})`));
+    }
     this.pump();
   }
 
   /** Kills the slot's process (if any) and empties the slot; its job is the caller's to settle. */
   private discard(slot: Slot): void {
     clearTimeout(slot.timer);
+    clearTimeout(slot.longTimer);
+    clearTimeout(slot.idleTimer);
+    slot.idleTimer = undefined;
     const child = slot.child;
     slot.child = null;
     slot.ready = false;
     slot.job = null;
+    slot.long = false;
     if (child && child.exitCode === null && child.signalCode === null) {
       child.kill('SIGKILL');
       child.ref(); // so that close() sees it exit
@@ -381,14 +514,28 @@ const tools = [
 export interface SqlSettings {
   /** Stop a query after this long. Default 2000 ms. */
   timeoutMs?: number;
-  /** At most this many queries run at once, each in its own process. Default: CPUs - 1, from 1 to 4. */
+  /** At most this many queries run at once, each in its own process. Default: twice the CPUs, from 16 to 32. */
   workers?: number;
+  /** A query that finds every process busy waits at most this long, then is answered busy. Default: `timeoutMs`. */
+  queueTimeoutMs?: number;
+  /**
+   * A query running this long is long: its process drops to the lowest CPU priority, and long queries
+   * may hold at most `workers - 1` processes (the one left is for short queries). Default 50 ms.
+   */
+  longAfterMs?: number;
 }
+
+export const DEFAULT_LONG_AFTER_MS = 50;
 
 /** The `sql` server with its own timeout and pool size (`sqlServer` uses the defaults). */
 export function createSqlServer(settings: SqlSettings = {}): ServerDefinition<SqlState> {
   const timeoutMs = settings.timeoutMs ?? DEFAULT_TIMEOUT_MS;
-  const workers = Math.max(1, Math.floor(settings.workers ?? Math.min(4, availableParallelism() - 1)));
+  const runner: RunnerSettings = {
+    timeoutMs,
+    workers: Math.max(1, Math.floor(settings.workers ?? Math.min(32, Math.max(16, 2 * availableParallelism())))),
+    queueTimeoutMs: settings.queueTimeoutMs ?? timeoutMs,
+    longAfterMs: settings.longAfterMs ?? DEFAULT_LONG_AFTER_MS,
+  };
   return defineServer<SqlState>({
     name: 'sql',
     version: '0.1.0',
@@ -407,7 +554,7 @@ export function createSqlServer(settings: SqlSettings = {}): ServerDefinition<Sq
         mkdirSync(dir, { recursive: true });
         const file = join(dir, SHOP_DB_FILE);
         buildShopDatabase(file);
-        state = { runner: new QueryRunner(file, timeoutMs, workers), tables: describeTables(file) };
+        state = { runner: new QueryRunner(file, runner), tables: describeTables(file) };
       } catch (err) {
         if (ownDir) rmSync(dir, { recursive: true, force: true });
         throw err;

@@ -3,7 +3,7 @@ import { parseArgs } from 'node:util';
 import { bundledServer, bundledServers, serveOverHttp, serveOverStdio } from '../../servers/index.ts';
 import { demo } from './demo.ts';
 import { intFlag, UsageError } from './args.ts';
-import { rolloutCommand, suitesCommand } from './rollout.ts';
+import { repairCommand, rolloutCommand, suitesCommand } from './rollout.ts';
 import { sftCommand } from './sft.ts';
 import { startCommand, trainCommand } from './train.ts';
 import { benchCommand } from './bench.ts';
@@ -17,13 +17,15 @@ Commands:
                         --http            serve over streamable HTTP instead of stdio
                         --port N          HTTP port (default 3000; 0 picks a free one)
                         --host H          interface to bind (default 127.0.0.1)
-                        --token T         require "Authorization: Bearer T" (or env MCP_GYM_TOKEN)
+                        --token T         require "Authorization: Bearer T" (or env MCP_GYM_TOKEN); not empty
+                        --allowed-host N  also accept N in the Host and Origin headers (beyond localhost
+                                          and the bound host), e.g. with --host 0.0.0.0; repeatable, or N1,N2
                         --data-dir D      where the server keeps its files (default: a temp dir)
                         --delay-ms N      add N ms to every tool call (for benchmarks)
   start               The main job: train the embedded policy (SFT cold start in models/calc-tiny)
                       with the art preset on the calculator suite; print held-out success before/after
   train               Train a policy with a preset: grpo, dapo, dr_grpo, gspo, rlvr, art
-                        --preset P --suite S --steps N --group G --tasks-per-step T --model DIR
+                        --preset P --suite S | --tasks F [--eval-tasks F2] --steps N --group G --model DIR
                         --run DIR (default runs/<preset>-<time>)  --resume  --config FILE (JSON)
                         --learner URL [--learner-token T]  a learner running elsewhere (GPU)
                         --lr X --beta X --clip-low X --clip-high X --epochs N --temperature T ...
@@ -46,9 +48,11 @@ Commands:
                         --delay-ms N            slow every bundled server call by N ms
                         --stdio                 run bundled servers as stdio processes (default: in-process)
                         --temperature T         sampling temperature of an onnx policy (default 1)
+  repair <file>       Take damaged lines out of a trajectories JSONL file (a reader stops at them)
+                        --drop                  drop them (default: move them to <file>.bad)
   sft                 Train the embedded model from scratch on expert demonstrations, export it
                         --suite S | --tasks F   where the demonstrations come from (default calculator)
-                        --max-difficulty D      only tasks up to difficulty D (default 1)
+                        --max-difficulty D      only tasks up to difficulty D (default: 1 for a suite, all of a --tasks file)
                         --system-tools          list the tool names in a system turn
                         --demos N               expert demonstrations (default 1500)
                         --out DIR               the model directory to write (required)
@@ -71,6 +75,13 @@ Bundled servers: ${Object.keys(bundledServers).join(', ')}
 export { UsageError };
 const int = intFlag;
 
+/** Why `token` (from `source`) cannot serve as the bearer token: a usage error; or nothing. */
+function checkToken(token: string, source: '--token' | 'MCP_GYM_TOKEN'): void {
+  const unset = source === '--token' ? 'leave --token out' : 'unset MCP_GYM_TOKEN';
+  if (token === '') throw new UsageError(`${source} is empty: a server with an empty token would refuse every request (${unset} to serve without a token)`);
+  if (token.trim() !== token) throw new UsageError(`${source} begins or ends with whitespace, which HTTP drops from header values: no request could carry it`);
+}
+
 async function serve(argv: string[]): Promise<void> {
   const { values, positionals } = parseArgs({
     args: argv,
@@ -80,6 +91,7 @@ async function serve(argv: string[]): Promise<void> {
       port: { type: 'string' },
       host: { type: 'string' },
       token: { type: 'string' },
+      'allowed-host': { type: 'string', multiple: true },
       'data-dir': { type: 'string' },
       'delay-ms': { type: 'string' },
     },
@@ -88,17 +100,23 @@ async function serve(argv: string[]): Promise<void> {
   if (!name) throw new UsageError(`serve needs a server name: one of ${Object.keys(bundledServers).join(', ')}`);
   const def = bundledServer(name);
   const backendOptions = { dataDir: values['data-dir'], delayMs: int(values['delay-ms'], '--delay-ms', 0) };
+  if (values.token !== undefined) checkToken(values.token, '--token');
+  const allowedHosts = (values['allowed-host'] ?? []).flatMap((v) => v.split(',')).map((h) => h.trim());
+  if (allowedHosts.includes('')) throw new UsageError('--allowed-host needs a host name: --allowed-host NAME (repeatable) or --allowed-host NAME1,NAME2');
   if (!values.http) {
     await serveOverStdio(def, backendOptions);
     return;
   }
-  const serving = await serveOverHttp(def, {
-    ...backendOptions,
-    port: int(values.port, '--port', 3000),
-    host: values.host,
-    token: values.token ?? process.env.MCP_GYM_TOKEN,
+  const envToken = process.env.MCP_GYM_TOKEN;
+  if (values.token === undefined && envToken !== undefined) checkToken(envToken, 'MCP_GYM_TOKEN');
+  const token = values.token ?? envToken;
+  const serving = await serveOverHttp(def, { ...backendOptions, port: int(values.port, '--port', 3000), host: values.host, token, allowedHosts }).catch((err: unknown) => {
+    // Options serveOverHttp refuses (a name that is not a host name) are usage errors.
+    if ((err as { code?: unknown }).code === 'ERR_INVALID_ARG_VALUE') throw new UsageError(err instanceof Error ? err.message : String(err));
+    throw err;
   });
-  process.stderr.write(`mcp-gym ${name} serving on ${serving.url}${values.token ?? process.env.MCP_GYM_TOKEN ? ' (bearer token required)' : ''}\n`);
+  const notes = [...(token !== undefined ? ['bearer token required'] : []), ...(allowedHosts.length > 0 ? [`also accepting Host ${allowedHosts.join(', ')}`] : [])];
+  process.stderr.write(`mcp-gym ${name} serving on ${serving.url}${notes.length > 0 ? ` (${notes.join('; ')})` : ''}\n`);
   const stop = () => void serving.close().then(() => process.exit(0));
   process.once('SIGINT', stop);
   process.once('SIGTERM', stop);
@@ -132,6 +150,8 @@ export async function main(argv: string[]): Promise<void> {
         return await suitesCommand();
       case 'rollout':
         return await rolloutCommand(rest);
+      case 'repair':
+        return await repairCommand(rest);
       case 'sft':
         return await sftCommand(rest);
       case 'train':

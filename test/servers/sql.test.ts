@@ -8,7 +8,7 @@ import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { serverFactory, type Backend } from '../../servers/common.ts';
 import { buildShopDatabase, generateShop, SHOP_DB_FILE } from '../../servers/shop-data.ts';
-import { sqlServer } from '../../servers/sql.ts';
+import { createSqlServer, sqlServer, type SqlState } from '../../servers/sql.ts';
 
 const TABLES = ['customers', 'products', 'orders', 'order_items'];
 const REFUSED = 'Only read-only queries (SELECT) are allowed; got';
@@ -279,4 +279,115 @@ describe('sql server without a data directory', () => {
     await served.backend.close();
     expect(ours().has(created[0]!)).toBe(false);
   });
+});
+
+describe('sql server under load', () => {
+  const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+  async function until(what: string, ok: () => boolean, ms = 50_000): Promise<void> {
+    const deadline = Date.now() + ms;
+    while (!ok()) {
+      if (Date.now() > deadline) throw new Error(`timed out waiting until ${what}`);
+      await sleep(20);
+    }
+  }
+  async function start(settings: Parameters<typeof createSqlServer>[0]) {
+    const served = serverFactory(createSqlServer(settings));
+    const client = await connect(served.factory);
+    const stats = () => (served.backend.episode('default') as SqlState).runner.stats();
+    const call = (sql: string) => client.callTool({ name: 'query', arguments: { sql } });
+    let closed: Promise<void> | undefined;
+    /** Closes the backend (which answers the queries still running), then the client. */
+    const close = () => (closed ??= (async () => {
+      await served.backend.close();
+      await sleep(50);
+      await client.close();
+    })());
+    return { call, stats, close };
+  }
+  /** The latency of a trivial query, in ms, checking its answer. */
+  async function trivial(call: (sql: string) => Promise<CallToolResult>): Promise<number> {
+    const t = performance.now();
+    const r = await call('SELECT count(*) FROM customers');
+    const ms = performance.now() - t;
+    expect(r.isError, text(r)).toBeFalsy();
+    expect((r.structuredContent as unknown as QueryOut).rows).toEqual([[50]]);
+    return ms;
+  }
+
+  it('answers a trivial query within 100 ms while 8 runaway queries run (default pool, lowest priority for long queries)', async () => {
+    // Long limits, so that a slow start of the processes on a loaded machine fails nothing.
+    const { call, stats, close } = await start({ timeoutMs: 30_000, queueTimeoutMs: 60_000 });
+    try {
+      await trivial(call); // a first query starts the pool
+      const runaways = Array.from({ length: 8 }, () => call(INFINITE_CTE));
+      // All 8 running, past the long mark (their processes at the lowest CPU priority), and a spare ready.
+      await until('8 runaway queries run as long queries with a spare process ready', () => {
+        const s = stats();
+        return s.busy === 8 && s.long === 8 && s.ready > s.busy;
+      });
+      const latencies: number[] = [];
+      for (let i = 0; i < 5; i++) latencies.push(await trivial(call));
+      const sorted = [...latencies].sort((a, b) => a - b);
+      console.log(`trivial query under 8 runaway queries: ${latencies.map((ms) => ms.toFixed(1)).join(', ')} ms`);
+      // The median of five, so that one stall of this shared 2-core machine does not fail the test.
+      expect(sorted[2]).toBeLessThan(100);
+      expect(stats()).toMatchObject({ busy: 8, long: 8, queued: 0 });
+      const answers = Promise.all(runaways);
+      await close();
+      for (const r of await answers) expect(text(r)).toBe('The sql server is closed');
+    } finally {
+      await close();
+    }
+  });
+
+  it('keeps the last process for short queries: a long query that would take it is stopped and answered busy', async () => {
+    const { call, stats, close } = await start({ timeoutMs: 30_000, workers: 3 });
+    try {
+      const runaways = Array.from({ length: 4 }, () => call(INFINITE_CTE));
+      const busy = runaways.slice(2);
+      // The third and fourth become long while two long ones hold 2 of the 3 processes: stopped.
+      for (const r of await Promise.all(busy)) {
+        expect(r.isError).toBe(true);
+        expect(text(r)).toMatch(/^the sql server is busy: 2 long queries are running already \(at most 2 at once/);
+      }
+      await until('a process is ready for short queries', () => stats().ready > stats().busy);
+      expect(stats()).toMatchObject({ busy: 2, long: 2, queued: 0 });
+      expect(await trivial(call)).toBeLessThan(1000);
+      const answers = Promise.all(runaways.slice(0, 2));
+      await close();
+      for (const r of await answers) expect(text(r)).toBe('The sql server is closed');
+    } finally {
+      await close();
+    }
+  });
+
+  it('answers busy a query that waited in the queue past its deadline, and serves the next one', async () => {
+    const { call, stats, close } = await start({ timeoutMs: 2500, workers: 1, queueTimeoutMs: 400 });
+    try {
+      await call('SELECT 1'); // starts the one process (answered busy if it starts slower than 400 ms)
+      await until('the process is ready', () => stats().ready === 1);
+      const runaway = call(INFINITE_CTE);
+      await until('the runaway query runs', () => stats().busy === 1);
+      const t = performance.now();
+      const waiting = await call('SELECT 1');
+      const elapsed = performance.now() - t;
+      expect(waiting.isError).toBe(true);
+      const m = /^the sql server is busy: the query waited (\d+) ms for a free query process; try again later$/.exec(text(waiting));
+      expect(m, text(waiting)).not.toBeNull();
+      expect(Number(m![1])).toBeGreaterThanOrEqual(395);
+      expect(elapsed).toBeLessThan(2000);
+      expect(text(await runaway)).toBe('Query timed out after 2500 ms');
+      // The runaway's process was killed; a new one starts, and the next query runs.
+      await until('a new process is ready', () => stats().ready === 1);
+      expect((await query(call, 'SELECT count(*) FROM products')).rows).toEqual([[40]]);
+    } finally {
+      await close();
+    }
+  });
+
+  async function query(call: (sql: string) => Promise<CallToolResult>, sql: string): Promise<QueryOut> {
+    const r = await call(sql);
+    expect(r.isError, text(r)).toBeFalsy();
+    return r.structuredContent as unknown as QueryOut;
+  }
 });
