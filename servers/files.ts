@@ -3,12 +3,24 @@
  * episode's sandbox root; absolute paths, paths that climb out (`..`) and symbolic links that
  * lead outside are refused. Contents are text (utf8).
  *
- * The tools run synchronously (like kv's SQLite calls), so each call is atomic with respect to
- * the others and to an episode's release, and the per-episode counters stay exact.
+ * The tools that change the sandbox run synchronously (like kv's SQLite calls), so each of them
+ * is atomic with respect to the others and to an episode's release, and the per-episode
+ * counters stay exact. `search` lists the files to search here, in slices that give the event
+ * loop a turn, and reads and matches them in a worker thread (servers/files-search-worker.js)
+ * under a deadline: neither a large sandbox nor a regular expression that backtracks
+ * catastrophically can block the event loop of the process the server runs in (which,
+ * in-process, is the whole rollout's).
+ *
+ * Bounds on the work of one call: paths of at most 1,024 characters; reads and writes of at most
+ * 100,000 characters / 1,000,000 bytes; at most 1,000 entries listed and 200 search matches; a
+ * search over at most 50,000,000 bytes (the sandbox's limit), stopped after 4.5 s with
+ * truncated=true, and its worker ended at 5 s (an isError result) when one match runs on.
  */
 import { appendFileSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, renameSync, rmSync, statSync, writeFileSync, type Stats } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { availableParallelism, tmpdir } from 'node:os';
 import { basename, dirname, join, posix, sep } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Worker } from 'node:worker_threads';
 import { z } from 'zod';
 import { sha256Hex } from '../lib/index.ts';
 import { defineServer, defineTool, EpisodeStore, ToolError, type Backend } from './common.ts';
@@ -19,6 +31,8 @@ interface FilesState {
   /** Regular files and their bytes in the sandbox (kept up to date by the tools). */
   files: number;
   bytes: number;
+  /** The backend's search workers (shared by all its episodes). */
+  searches: SearchWorkers;
 }
 
 const MAX_PATH = 1024;
@@ -30,7 +44,13 @@ const MAX_EPISODE_BYTES = 50_000_000;
 const MAX_ENTRIES = 1000;
 const MAX_MATCHES = 200;
 const MAX_MATCH_TEXT = 400;
-const SEARCH_BUDGET_MS = 5000;
+/** A search's worker is ended, and the call fails, after this long. */
+const SEARCH_TIMEOUT_MS = 5000;
+/** A search stops between lines after this long and returns what it found (truncated=true). */
+const SEARCH_BUDGET_MS = 4500;
+/** A search's listing of the sandbox yields to the event loop after this many entries. */
+const WALK_SLICE = 256;
+const WORKER_FILE = fileURLToPath(new URL('./files-search-worker.js', import.meta.url));
 
 const fmt = (n: number) => n.toLocaleString('en-US');
 
@@ -233,11 +253,127 @@ function makeParents(target: Target, path: string): void {
   }
 }
 
-/** A line cut to at most MAX_MATCH_TEXT characters around the match at `index`. */
-function excerpt(line: string, index: number): string {
-  if (line.length <= MAX_MATCH_TEXT) return line;
-  const start = Math.max(0, Math.min(index - MAX_MATCH_TEXT / 4, line.length - MAX_MATCH_TEXT));
-  return `${start > 0 ? '…' : ''}${line.slice(start, start + MAX_MATCH_TEXT)}${start + MAX_MATCH_TEXT < line.length ? '…' : ''}`;
+interface SearchJob {
+  files: { abs: string; rel: string; size: number }[];
+  query: string;
+  regex: boolean;
+  maxMatches: number;
+  maxMatchText: number;
+  maxReadBytes: number;
+  budgetMs: number;
+}
+
+type Match = { path: string; line: number; text: string };
+type SearchReply = { ok: true; matches: Match[]; truncated: boolean } | { ok: false; message: string };
+
+/**
+ * The worker threads that run searches: one per search in flight (at most `maxRunning`, the rest
+ * wait), kept for the next search when it finished in time, terminated when it did not. Idle
+ * workers do not keep the process alive.
+ */
+class SearchWorkers {
+  private readonly idle: Worker[] = [];
+  private readonly all = new Set<Worker>();
+  private readonly waiting: (() => void)[] = [];
+  private running = 0;
+  private closed = false;
+
+  constructor(
+    private readonly maxRunning = Math.max(2, Math.min(8, availableParallelism())),
+    private readonly keepIdle = 2,
+  ) {}
+
+  async run(job: SearchJob, timeoutMs: number, signal: AbortSignal | undefined): Promise<SearchReply> {
+    if (this.running >= this.maxRunning) {
+      await new Promise<void>((resolve, reject) => {
+        const go = () => {
+          signal?.removeEventListener('abort', cancel);
+          resolve();
+        };
+        const cancel = () => {
+          const i = this.waiting.indexOf(go);
+          if (i >= 0) this.waiting.splice(i, 1);
+          reject(new ToolError('search: the call was cancelled'));
+        };
+        this.waiting.push(go);
+        signal?.addEventListener('abort', cancel, { once: true });
+      });
+    }
+    this.running++;
+    try {
+      return await this.exec(job, timeoutMs, signal);
+    } finally {
+      this.running--;
+      this.waiting.shift()?.();
+    }
+  }
+
+  private spawn(): Worker {
+    const worker = new Worker(WORKER_FILE, { resourceLimits: { maxOldGenerationSizeMb: 512 } });
+    this.all.add(worker);
+    worker.once('exit', () => {
+      this.all.delete(worker);
+      const i = this.idle.indexOf(worker);
+      if (i >= 0) this.idle.splice(i, 1);
+    });
+    worker.on('error', () => {}); // reported to the job in flight, if any; an idle one just goes
+    return worker;
+  }
+
+  private exec(job: SearchJob, timeoutMs: number, signal: AbortSignal | undefined): Promise<SearchReply> {
+    if (this.closed) return Promise.reject(new ToolError('search: the server is shutting down'));
+    if (signal?.aborted) return Promise.reject(new ToolError('search: the call was cancelled'));
+    const worker = this.idle.pop() ?? this.spawn();
+    worker.ref();
+    return new Promise<SearchReply>((resolve, reject) => {
+      let settled = false;
+      const finish = (then: () => void) => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        signal?.removeEventListener('abort', onAbort);
+        worker.off('message', onMessage);
+        worker.off('error', onError);
+        worker.off('exit', onExit);
+        then();
+      };
+      const end = () => void worker.terminate().catch(() => {});
+      const onMessage = (reply: SearchReply) => finish(() => (this.putBack(worker), resolve(reply)));
+      const onError = (err: Error) => finish(() => (end(), reject(new Error(`the search worker failed: ${err.message}`))));
+      const onExit = (code: number) => finish(() => reject(new Error(`the search worker exited with code ${code}`)));
+      const onAbort = () => finish(() => (end(), reject(new ToolError('search: the call was cancelled'))));
+      const timer = setTimeout(
+        () =>
+          finish(() => {
+            end();
+            const why = job.regex ? ' (the pattern may backtrack catastrophically; try a simpler one, e.g. without nested quantifiers like (a+)+)' : '';
+            reject(new ToolError(`search: the search took longer than ${fmt(SEARCH_TIMEOUT_MS)} ms${why}`));
+          }),
+        timeoutMs,
+      );
+      worker.on('message', onMessage);
+      worker.on('error', onError);
+      worker.on('exit', onExit);
+      signal?.addEventListener('abort', onAbort, { once: true });
+      worker.postMessage(job);
+    });
+  }
+
+  private putBack(worker: Worker): void {
+    if (this.closed || this.idle.length >= this.keepIdle) {
+      void worker.terminate().catch(() => {});
+      return;
+    }
+    worker.unref();
+    this.idle.push(worker);
+  }
+
+  close(): void {
+    this.closed = true;
+    for (const w of this.all) void w.terminate().catch(() => {});
+    this.all.clear();
+    this.idle.length = 0;
+  }
 }
 
 const Path = z.string().max(MAX_PATH, `path must be at most ${MAX_PATH} characters`);
@@ -388,7 +524,7 @@ const tools = [
   }),
   defineTool({
     name: 'search',
-    description: `Search the files under a directory (or one file): every line containing the query (regex=true: matching a JavaScript regular expression), with 1-based line numbers, and every file whose name matches, as line 0. Binary files are skipped. At most ${fmt(MAX_MATCHES)} matches; truncated=true says there may be more.`,
+    description: `Search the files under a directory (or one file): every line containing the query (regex=true: matching a JavaScript regular expression), with 1-based line numbers, and every file whose name matches, as line 0. Binary files are skipped. At most ${fmt(MAX_MATCHES)} matches; truncated=true says there may be more. A search stops after ${SEARCH_BUDGET_MS / 1000} s with what it found (truncated=true); one whose single match is still running after ${SEARCH_TIMEOUT_MS / 1000} s (a regular expression that backtracks catastrophically) fails.`,
     input: z.object({
       query: z.string().min(1, 'query must not be empty').max(1000, 'query must be at most 1000 characters').describe('The text (or regular expression) to look for'),
       path: Path.default('').describe('Search under this directory or in this file, relative to the sandbox root (default: everything)'),
@@ -399,63 +535,45 @@ const tools = [
       truncated: z.boolean(),
     }),
     readOnly: true,
-    run: ({ query, path, regex }, state: FilesState) => {
-      let find: (text: string) => number;
+    run: async ({ query, path, regex }, state: FilesState, signal) => {
       if (regex) {
-        let re: RegExp;
         try {
-          re = new RegExp(query);
+          new RegExp(query);
         } catch (err) {
           throw new ToolError(`Invalid regular expression ${JSON.stringify(query)}: ${err instanceof Error ? err.message : String(err)}`);
         }
-        find = (text) => text.search(re);
-      } else {
-        find = (text) => text.indexOf(query);
       }
       const target = resolveIn(state, path);
       const st = attempt(path, () => statOrNull(target.abs));
       if (!st) throw new ToolError(`No such file or directory: ${show(path)}`);
-      const files: Iterable<Entry> = st.isFile()
-        ? [{ abs: target.abs, rel: target.rel, type: 'file', size: st.size }]
-        : st.isDirectory()
-          ? walk(state, target.abs, target.rel, true)
-          : [];
-      const matches: { path: string; line: number; text: string }[] = [];
-      const deadline = Date.now() + SEARCH_BUDGET_MS;
-      let truncated = false;
-      const add = (match: { path: string; line: number; text: string }): boolean => {
-        if (matches.length >= MAX_MATCHES) {
-          truncated = true;
-          return false;
-        }
-        matches.push(match);
-        return true;
-      };
-      scan: for (const file of files) {
-        if (file.type !== 'file') continue;
-        if (Date.now() > deadline) {
-          truncated = true;
-          break;
-        }
-        const name = basename(file.rel);
-        const at = find(name);
-        if (at >= 0 && !add({ path: file.rel, line: 0, text: name })) break;
-        if (file.size > MAX_READ_BYTES) continue;
-        let buf: Buffer;
-        try {
-          buf = readFileSync(file.abs);
-        } catch {
-          continue;
-        }
-        if (buf.subarray(0, 8000).includes(0)) continue; // binary
-        const lines = buf.toString('utf8').split(/\r?\n/);
-        for (let i = 0; i < lines.length; i++) {
-          const line = lines[i] ?? '';
-          const index = find(line);
-          if (index >= 0 && !add({ path: file.rel, line: i + 1, text: excerpt(line, index) })) break scan;
+      const started = Date.now();
+      const files: SearchJob['files'] = [];
+      let cut = false;
+      if (st.isFile()) files.push({ abs: target.abs, rel: target.rel, size: st.size });
+      else if (st.isDirectory()) {
+        // The listing runs here, in slices: however many directories the sandbox holds, the
+        // event loop gets a turn every WALK_SLICE entries, and the budget covers the walk too.
+        let seen = 0;
+        for (const e of walk(state, target.abs, target.rel, true)) {
+          if (e.type === 'file') files.push({ abs: e.abs, rel: e.rel, size: e.size });
+          if (++seen % WALK_SLICE !== 0) continue;
+          await new Promise((r) => setImmediate(r));
+          if (signal?.aborted) throw new ToolError('search: the call was cancelled');
+          if (Date.now() - started > SEARCH_BUDGET_MS) {
+            cut = true;
+            break;
+          }
         }
       }
-      return { matches, truncated };
+      // Reading and matching happen in a worker thread, under a deadline (see SearchWorkers).
+      const spent = Date.now() - started;
+      const reply = await state.searches.run(
+        { files, query, regex, maxMatches: MAX_MATCHES, maxMatchText: MAX_MATCH_TEXT, maxReadBytes: MAX_READ_BYTES, budgetMs: Math.max(0, SEARCH_BUDGET_MS - spent) },
+        Math.max(SEARCH_TIMEOUT_MS - SEARCH_BUDGET_MS, SEARCH_TIMEOUT_MS - spent),
+        signal,
+      );
+      if (!reply.ok) throw new ToolError(`search failed: ${reply.message}`);
+      return { matches: reply.matches, truncated: reply.truncated || cut };
     },
   }),
 ];
@@ -480,13 +598,14 @@ export const filesServer = defineServer<FilesState>({
     const ownDir = options.dataDir === undefined;
     const dir = options.dataDir ?? mkdtempSync(join(tmpdir(), 'mcp-gym-files-'));
     mkdirSync(dir, { recursive: true });
+    const searches = new SearchWorkers();
     const store = new EpisodeStore<FilesState>(
       (id) => {
         const root = join(dir, episodeDirName(id));
         // A fresh episode starts empty, even over the leftovers of an earlier process.
         rmSync(root, { recursive: true, force: true });
         mkdirSync(root, { recursive: true });
-        return { root: realpathSync(root), files: 0, bytes: 0 };
+        return { root: realpathSync(root), files: 0, bytes: 0, searches };
       },
       (_id, state) => rmSync(state.root, { recursive: true, force: true }),
       options,
@@ -495,6 +614,7 @@ export const filesServer = defineServer<FilesState>({
       episode: (id) => store.get(id),
       release: (id) => store.release(id),
       close() {
+        searches.close();
         store.clear();
         if (ownDir) rmSync(dir, { recursive: true, force: true });
       },

@@ -238,7 +238,7 @@ describe('the packed package', () => {
 
   it('holds the build, the learner and the model, and no tests, benchmarks or TypeScript sources', () => {
     const files = pack!.files.map((f) => f.path);
-    for (const f of ['package.json', 'README.md', 'bin/mcp-gym.js', 'dist/src/index.js', 'dist/src/index.d.ts', 'dist/src/cli/main.js', 'dist/src/env/code-runner-child.js', 'dist/servers/sql-worker.js', 'learner/mcp_gym_learner/__main__.py', 'models/calc-tiny/model.onnx', 'models/calc-tiny/config.json'])
+    for (const f of ['package.json', 'README.md', 'bin/mcp-gym.js', 'dist/src/index.js', 'dist/src/index.d.ts', 'dist/src/cli/main.js', 'dist/src/env/code-runner-child.js', 'dist/servers/sql-worker.js', 'dist/servers/files-search-worker.js', 'learner/mcp_gym_learner/__main__.py', 'models/calc-tiny/model.onnx', 'models/calc-tiny/config.json'])
       expect(files, f).toContain(f);
     expect(files.filter((f) => /^(test|bench|scripts|src|servers|lib|examples)\//.test(f))).toEqual([]);
     expect(files.filter((f) => /\.[cm]?ts$/.test(f) && !/\.d\.[cm]?ts$/.test(f))).toEqual([]);

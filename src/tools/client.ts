@@ -1,9 +1,9 @@
 /**
  * One way to reach an MCP server whatever its transport (stdio command, streamable HTTP URL,
  * in-process factory): discover its tools and call them. A call never throws: every failure
- * (unknown tool, bad arguments, timeout, crash, closed transport) is a result with
- * `isError: true` and a message an agent can act on. A crashed stdio server is restarted for
- * the next call; closing ends the server's whole process tree, or its HTTP session.
+ * (unknown tool, bad arguments, timeout, crash, closed transport, a result over the size limit)
+ * is a result with `isError: true` and a message an agent can act on. A crashed stdio server is
+ * restarted for the next call; closing ends the server's whole process tree, or its HTTP session.
  */
 import { Client, InMemoryTransport, ProtocolError, SdkError, SdkErrorCode, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import type { CallToolResult, Transport } from '@modelcontextprotocol/client';
@@ -19,7 +19,8 @@ import {
   type ToolResult,
 } from './contracts.ts';
 import { describeExit, ProcessStdioTransport } from './stdio.ts';
-import { linkedFetch } from './http-fetch.ts';
+import { createLinkedFetch } from './http-fetch.ts';
+import { DEFAULT_MAX_RESULT_BYTES, tooLargeMessage, tooLargeOf, type TooLarge } from './limits.ts';
 
 export const EPISODE_META_KEY = 'mcp-gym/episode';
 const INVALID_PARAMS = -32602;
@@ -33,6 +34,12 @@ export interface ConnectOptions {
   connectTimeoutMs?: number;
   /** Copy a stdio server's stderr to ours. Default false. */
   forwardStderr?: boolean;
+  /**
+   * The largest message accepted from the server, bytes: one line over stdio, one JSON body or
+   * SSE event over HTTP, a result's JSON in-process. A call whose result is larger is an isError
+   * result of kind `too_large`; the rest of the message is never read. Default 10 MiB.
+   */
+  maxResultBytes?: number;
 }
 
 export interface CallOptions {
@@ -87,7 +94,11 @@ export class ToolClient {
       callTimeoutMs: options.callTimeoutMs ?? 30_000,
       connectTimeoutMs: options.connectTimeoutMs ?? 20_000,
       forwardStderr: options.forwardStderr ?? false,
+      maxResultBytes: options.maxResultBytes ?? DEFAULT_MAX_RESULT_BYTES,
     };
+    if (!(Number.isSafeInteger(this.options.maxResultBytes) && this.options.maxResultBytes > 0)) {
+      throw new Error(`Invalid option maxResultBytes: ${this.options.maxResultBytes} (a positive integer of bytes)`);
+    }
   }
 
   /** Connects to a server and returns a client; throws with a clear message if it cannot. */
@@ -121,11 +132,18 @@ export class ToolClient {
     let transport: Transport;
     let closeServer: (() => Promise<void>) | undefined;
     if (spec.transport === 'stdio') {
-      transport = new ProcessStdioTransport({ command: spec.command, args: spec.args, env: spec.env, cwd: spec.cwd, forwardStderr: this.options.forwardStderr });
+      transport = new ProcessStdioTransport({
+        command: spec.command,
+        args: spec.args,
+        env: spec.env,
+        cwd: spec.cwd,
+        forwardStderr: this.options.forwardStderr,
+        maxMessageBytes: this.options.maxResultBytes,
+      });
     } else if (spec.transport === 'http') {
       const headers: Record<string, string> = { ...spec.headers };
       if (spec.token !== undefined) headers.authorization = `Bearer ${spec.token}`;
-      transport = new StreamableHTTPClientTransport(new URL(spec.url), { requestInit: { headers }, fetch: linkedFetch });
+      transport = new StreamableHTTPClientTransport(new URL(spec.url), { requestInit: { headers }, fetch: createLinkedFetch({ maxMessageBytes: this.options.maxResultBytes }) });
     } else {
       const [clientSide, serverSide] = InMemoryTransport.createLinkedPair();
       const server = (await spec.factory()) as { connect(t: Transport): Promise<void>; close(): Promise<void> };
@@ -141,7 +159,7 @@ export class ToolClient {
       await transport.close().catch(() => {});
       let detail = messageOf(err);
       if (transport instanceof ProcessStdioTransport) {
-        if (transport.exit) detail = `${describeExit(transport.exit)}${transport.stderrTail ? `; its stderr ends with: ${transport.stderrTail.trim().slice(-500)}` : ''}`;
+        if (transport.exit) detail = `${describeExit(transport.exit)}${stderrPart(transport, '; its stderr')}`;
       }
       throw new Error(`Cannot connect to ${this.describe()}: ${detail}`);
     }
@@ -245,6 +263,11 @@ export class ToolClient {
         },
       )) as CallToolResult;
       const ms = performance.now() - t0;
+      if (this.spec.transport === 'inprocess') {
+        // The other transports bound the bytes they read; in-process, the result's JSON is measured.
+        const size = jsonBytes(res);
+        if (size > this.options.maxResultBytes) return this.tooLarge(name, { size, exact: true, limit: this.options.maxResultBytes }, ms);
+      }
       const content = (res.content ?? []) as ContentBlock[];
       if (res.isError) {
         const first = content[0];
@@ -262,14 +285,18 @@ export class ToolClient {
     const ms = performance.now() - t0;
     const timeout = options.timeoutMs ?? this.options.callTimeoutMs;
     if (options.signal?.aborted) return errorResult('aborted', `The call to tool '${name}' was cancelled`, ms);
+    const large = tooLargeOf(err);
+    if (large) return this.tooLarge(name, large, ms);
     const transport = live?.transport;
-    if (transport instanceof ProcessStdioTransport && (live?.dead || transport.exit)) {
-      const tail = transport.stderrTail.trim();
+    if (transport instanceof ProcessStdioTransport && (live?.dead || transport.exit || transport.endless)) {
       const restart = this.spec.transport === 'stdio' && this.spec.restart && !this.closed;
+      if (transport.endless) {
+        return this.tooLarge(name, transport.endless, ms, ` The server wrote a line that did not end, so it was ended${restart ? '; it will be restarted for the next call' : ''}.`);
+      }
       return errorResult(
         'crashed',
         `The tool server crashed during the call to '${name}': ${describeExit(transport.exit)}.` +
-          (tail ? ` Its stderr ends with: ${tail.slice(-300)}` : '') +
+          stderrPart(transport, ' Its stderr') +
           (restart ? ' It will be restarted for the next call.' : ''),
         ms,
       );
@@ -296,6 +323,10 @@ export class ToolClient {
     return errorResult('protocol', `The call to tool '${name}' failed: ${msg}`, ms);
   }
 
+  private tooLarge(name: string, t: TooLarge, ms: number, extra = ' Ask for less at a time (a smaller range, a narrower query).'): ToolResult {
+    return errorResult('too_large', `The call to tool '${name}' failed: ${tooLargeMessage(t)}.${extra}`, ms);
+  }
+
   /** Closes the connection: ends an HTTP session, or the stdio server's whole process tree. */
   async close(): Promise<void> {
     if (this.closed) return;
@@ -316,3 +347,23 @@ export class ToolClient {
 }
 
 class ClosedError extends Error {}
+
+/** The bytes of a value's JSON (0 when it has none). */
+function jsonBytes(value: unknown): number {
+  try {
+    const json = JSON.stringify(value);
+    return json === undefined ? 0 : Buffer.byteLength(json, 'utf8');
+  } catch {
+    return 0;
+  }
+}
+
+/**
+ * A stdio server's stderr for a message: ` Its stderr ends with: ...` when it is short, otherwise
+ * its first and its last part (` Its stderr (its start and its end, of 9,000 characters): ...`).
+ */
+function stderrPart(transport: ProcessStdioTransport, lead: string): string {
+  const text = transport.stderrText.trim();
+  if (!text) return '';
+  return transport.stderrCut ? `${lead} (its start and its end, of ${transport.stderrLength.toLocaleString('en-US')} characters): ${text}` : `${lead} ends with: ${text}`;
+}

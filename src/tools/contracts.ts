@@ -11,7 +11,10 @@ export const ToolCallSchema = z.object({
 });
 export type ToolCall = z.infer<typeof ToolCallSchema>;
 
-/** Why a call failed, when it did. `tool` means the tool itself reported an error. */
+/**
+ * Why a call failed, when it did. `tool` means the tool itself reported an error; `too_large` that
+ * its result went over the client's size limit (`maxResultBytes`).
+ */
 export const ToolErrorKindSchema = z.enum([
   'tool',
   'unknown_tool',
@@ -21,6 +24,7 @@ export const ToolErrorKindSchema = z.enum([
   'crashed',
   'closed',
   'protocol',
+  'too_large',
 ]);
 export type ToolErrorKind = z.infer<typeof ToolErrorKindSchema>;
 

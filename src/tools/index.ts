@@ -17,4 +17,7 @@ export type { ToolCall, ToolResult, ToolInfo, ToolErrorKind, ServerSpec, StdioSp
 export { ProcessStdioTransport } from './stdio.ts';
 export { descendants, isAlive, killTree } from './process-tree.ts';
 export { sampleFromSchema } from './schema-sample.ts';
-export { linkedFetch, linkedListeners } from './http-fetch.ts';
+export { createLinkedFetch, linkedFetch, linkedListeners } from './http-fetch.ts';
+export type { FetchFn, LinkedFetchOptions } from './http-fetch.ts';
+export { DEFAULT_MAX_RESULT_BYTES, ResultTooLargeError, tooLargeMessage } from './limits.ts';
+export type { TooLarge } from './limits.ts';

@@ -195,6 +195,29 @@ describe('files server', () => {
     expect(await fail('search', { query: 'x', path: 'missing' })).toBe("No such file or directory: 'missing'");
   });
 
+  it('ends a search whose regular expression backtracks catastrophically, and goes on', async () => {
+    await ok('write_file', { path: 'evil.txt', content: `${'a'.repeat(30_000)}!\n` });
+    const t0 = Date.now();
+    expect(await fail('search', { query: '(a+)+$', regex: true })).toMatch(/^search: the search took longer than 5,000 ms \(the pattern may backtrack catastrophically/);
+    expect(Date.now() - t0).toBeLessThan(9500);
+    // File names are matched in the worker too.
+    await ok('write_file', { path: `${'a'.repeat(60)}!`, content: '' });
+    expect(await fail('search', { query: '^(a|aa)+$', regex: true, path: `${'a'.repeat(60)}!` })).toMatch(/took longer than 5,000 ms/);
+    const next = await ok('search', { query: 'a!$', regex: true, path: 'evil.txt' });
+    expect(next.matches).toEqual([{ path: 'evil.txt', line: 1, text: expect.stringMatching(/^….*a!$/) }]);
+  });
+
+  it('stops the search when the call is cancelled', async () => {
+    await ok('write_file', { path: 'evil.txt', content: `${'a'.repeat(30_000)}!\n` });
+    const call = client.callTool({ name: 'search', arguments: { query: '(a+)+$', regex: true }, _meta: { [EPISODE_META_KEY]: 'e1' } }, { timeout: 300 });
+    await expect(call).rejects.toThrow(/timed out/i);
+    await new Promise((r) => setTimeout(r, 200));
+    const c0 = process.cpuUsage();
+    await new Promise((r) => setTimeout(r, 1000));
+    const c = process.cpuUsage(c0);
+    expect((c.user + c.system) / 1e6).toBeLessThan(0.3); // the worker is gone, not spinning to its deadline
+  });
+
   it('caps search matches', async () => {
     await ok('write_file', { path: 'many.txt', content: 'hit\n'.repeat(300) });
     const r = await ok('search', { query: 'hit' });
