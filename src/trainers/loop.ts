@@ -107,7 +107,8 @@ function stepMetrics(step: number, learner: Record<string, unknown>, got: Collec
 export function trainingTasks(c: TrainConfig, o: Pick<TrainOptions, 'trainTasks' | 'evalTasks'> = {}): { train: Task[]; held: Task[]; source: string } {
   const upTo = (ts: Task[]) => ts.filter((t) => t.difficulty <= c.max_difficulty);
   const fromFile = c.tasks ? upTo(loadTasks(c.tasks)) : undefined;
-  const suite = o.trainTasks || fromFile ? [] : upTo(generateSuite(c.suite, { seed: c.seed === 0 ? undefined : c.seed, train: 4000, eval: 500 }));
+  const needSuite = !fromFile && (!o.trainTasks || (!o.evalTasks && !c.eval_tasks));
+  const suite = needSuite ? upTo(generateSuite(c.suite, { seed: c.seed === 0 ? undefined : c.seed, train: 4000, eval: 500 })) : [];
   const source = o.trainTasks ? 'the given tasks' : c.tasks ? c.tasks : `the ${c.suite} suite`;
   const train = o.trainTasks ?? (fromFile ?? suite).filter((t) => t.split === 'train');
   let held = o.evalTasks ?? (c.eval_tasks ? upTo(loadTasks(c.eval_tasks)) : (fromFile ?? suite).filter((t) => t.split === 'eval'));

@@ -31,6 +31,10 @@ describe('train on a task file', () => {
     const b = trainingTasks(resolveConfig({ tasks: trainOnly, eval_tasks: evalOnly }));
     expect(b.held.map((t) => t.id)).toEqual(calc.filter((t) => t.split === 'eval').slice(0, 3).map((t) => t.id));
     expect(trainingTasks(resolveConfig({ tasks: both, eval_limit: 2 })).held).toHaveLength(2);
+    // Train tasks given in code, held-out ones from the suite (and the other way round).
+    const c = trainingTasks(resolveConfig({ suite: 'calculator', max_difficulty: 1 }), { trainTasks: calc.filter((t) => t.split === 'train') });
+    expect(c.held.length).toBeGreaterThan(0);
+    expect(c.held.every((t) => t.split === 'eval' && t.difficulty === 1)).toBe(true);
   });
 
   it('says what is missing: no eval split, no train split, a bad file', () => {
