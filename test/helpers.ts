@@ -1,5 +1,7 @@
 /** Shared by tests: how to start the CLI and make small servers. */
+import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 import { McpServer, Server } from '@modelcontextprotocol/server';
 import { z } from 'zod';
 
@@ -9,6 +11,17 @@ export const CLI = fileURLToPath(new URL('../bin/mcp-gym.js', import.meta.url));
 /** The stdio spec of a bundled server run through the CLI. */
 export function cliStdioSpec(name: string, extra: string[] = []) {
   return { transport: 'stdio' as const, command: process.execPath, args: [CLI, 'serve', name, ...extra], cwd: ROOT };
+}
+
+/** Runs the `mcp-gym` CLI (the built dist/) with `args`; never throws: the exit code and both outputs. */
+export async function runCli(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  try {
+    const { stdout, stderr } = await promisify(execFile)(process.execPath, [CLI, ...args], { cwd: ROOT, maxBuffer: 64 * 1024 * 1024 });
+    return { code: 0, stdout, stderr };
+  } catch (err) {
+    const e = err as { code: number; stdout: string; stderr: string };
+    return { code: e.code, stdout: e.stdout, stderr: e.stderr };
+  }
 }
 
 export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

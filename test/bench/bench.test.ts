@@ -1,8 +1,6 @@
-import { execFile } from 'node:child_process';
 import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { promisify } from 'node:util';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import {
@@ -35,7 +33,7 @@ import { generateSuite } from '../../src/env/suites/index.ts';
 import type { Trajectory } from '../../src/env/index.ts';
 import { bundledServer, serveOverHttp, serverFactory } from '../../servers/index.ts';
 import { ToolClient } from '../../src/tools/index.ts';
-import { CLI, ROOT } from '../helpers.ts';
+import { CLI, ROOT, runCli } from '../helpers.ts';
 
 const tmp = mkdtempSync(join(tmpdir(), 'mcp-gym-bench-'));
 const FRAGILE = fileURLToPath(new URL('./fragile-server.ts', import.meta.url));
@@ -44,15 +42,7 @@ const EVERYTHING = join(ROOT, 'node_modules/@modelcontextprotocol/server-everyth
 const EVERYTHING_EXCLUDE = ['gzip-file-as-resource', 'trigger-long-running-operation', 'simulate-research-query', 'toggle-simulated-logging', 'toggle-subscriber-updates'];
 const fragileSpec = { transport: 'stdio' as const, command: process.execPath, args: ['--import', 'tsx', FRAGILE], cwd: ROOT };
 
-async function cli(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  try {
-    const { stdout, stderr } = await promisify(execFile)(process.execPath, [CLI, ...args], { cwd: ROOT, maxBuffer: 64 * 1024 * 1024 });
-    return { code: 0, stdout, stderr };
-  } catch (err) {
-    const e = err as { code: number; stdout: string; stderr: string };
-    return { code: e.code, stdout: e.stdout, stderr: e.stderr };
-  }
-}
+const cli = runCli;
 
 /** The figures of a load run are sane: positive, ordered, every level with a rate. */
 function expectSane(t: ToolLoad, levels: number[]): void {

@@ -4,13 +4,11 @@
  * leaves the served directory exactly as it was (names, contents, mtimes) and reports the tools it
  * skipped and why; with `--allow-writes` it calls them, says so first, and the directory changes.
  */
-import { execFile } from 'node:child_process';
 import { lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, utimesSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
-import { CLI, ROOT } from '../helpers.ts';
+import { ROOT, runCli } from '../helpers.ts';
 
 const FILESYSTEM = join(ROOT, 'node_modules/@modelcontextprotocol/server-filesystem/dist/index.js');
 /** The server's tools that may write, and the annotation that says so. */
@@ -21,15 +19,7 @@ const WRITERS = {
   create_directory: 'readOnlyHint: false, destructiveHint: false (it only adds)',
 };
 
-async function cli(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  try {
-    const { stdout, stderr } = await promisify(execFile)(process.execPath, [CLI, ...args], { cwd: ROOT, maxBuffer: 64 * 1024 * 1024 });
-    return { code: 0, stdout, stderr };
-  } catch (err) {
-    const e = err as { code: number; stdout: string; stderr: string };
-    return { code: e.code, stdout: e.stdout, stderr: e.stderr };
-  }
-}
+const cli = runCli;
 
 /** Everything under `dir`, itself included: type, mode, size, mtime (ns) and the bytes of each file. */
 function snapshot(dir: string): Map<string, string> {
