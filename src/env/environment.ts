@@ -55,17 +55,9 @@ interface Connected {
   unisolated?: { url: string; inFlight: number; warned: boolean };
 }
 
-/** The capabilities a server declared in its `initialize` answer. */
-function serverCapabilities(client: ToolClient): { experimental?: Record<string, unknown> } | undefined {
-  // ToolClient does not expose them (yet): read them from its SDK client.
-  const c = client as unknown as { serverCapabilities?: { experimental?: Record<string, unknown> }; live?: { client?: { getServerCapabilities?(): { experimental?: Record<string, unknown> } | undefined } } };
-  if ('serverCapabilities' in client) return c.serverCapabilities;
-  return c.live?.client?.getServerCapabilities?.();
-}
-
 /** Whether a server declares that it gives each episode its own state (`experimental: {"mcp-gym/episode": {}}`). */
 export function declaresEpisodeIsolation(client: ToolClient): boolean {
-  const experimental = serverCapabilities(client)?.experimental;
+  const experimental = client.serverCapabilities?.experimental;
   return experimental !== undefined && experimental !== null && typeof experimental === 'object' && experimental[EPISODE_META_KEY] !== undefined;
 }
 

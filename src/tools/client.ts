@@ -119,6 +119,11 @@ export class ToolClient {
     return this.live?.client.getServerVersion();
   }
 
+  /** The capabilities the server declared in its `initialize` answer (e.g. `experimental["mcp-gym/episode"]`). */
+  get serverCapabilities(): { experimental?: Record<string, unknown>; [k: string]: unknown } | undefined {
+    return this.live?.client.getServerCapabilities() as { experimental?: Record<string, unknown> } | undefined;
+  }
+
   private describe(): string {
     const s = this.spec;
     if (s.transport === 'stdio') return `stdio server '${[s.command, ...s.args].join(' ')}'`;
