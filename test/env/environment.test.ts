@@ -104,14 +104,7 @@ describe('the environment', () => {
   });
 
   it('a failed episode scores 0 with no reward parts, and is left out of the mean reward', async () => {
-    let n = 0;
-    const flaky: Policy = {
-      id: 'flaky',
-      act: async (o) => {
-        if (o.turn === 0 && n++ % 2 === 0) throw new Error('model exploded');
-        return new ExpertPolicy().act(o);
-      },
-    };
+    const flaky = flakyExpert((n) => n % 2 === 0, 'model exploded');
     const r = await rollout(env, flaky, [kvTask], { group: 4, concurrency: 1 });
     const failed = r.trajectories.filter((t) => t.finish === 'error');
     expect(failed).toHaveLength(2);
@@ -195,14 +188,7 @@ describe('the environment', () => {
   });
 
   it('gathers groups with explicit ids, tolerating failed episodes and reporting them', async () => {
-    let n = 0;
-    const flaky: Policy = {
-      id: 'flaky',
-      act: async (o) => {
-        if (o.turn === 0 && n++ % 4 === 1) throw new Error('flake');
-        return new ExpertPolicy().act(o);
-      },
-    };
+    const flaky = flakyExpert((n) => n % 4 === 1, 'flake');
     const g = await gatherGroup(env, flaky, kvTask, 4, { maxFailures: 1, iteration: 7, concurrency: 1 });
     expect(g.group_id).toBe('kv-demo@7');
     expect(g.trajectories).toHaveLength(3);
@@ -324,3 +310,15 @@ describe('a shared HTTP server', () => {
     }
   });
 });
+
+/** The expert, except that the first turn of the episodes whose number (0, 1, ...) `fails` picks throws `message`. */
+function flakyExpert(fails: (n: number) => boolean, message: string): Policy {
+  let n = 0;
+  return {
+    id: 'flaky',
+    act: async (o) => {
+      if (o.turn === 0 && fails(n++)) throw new Error(message);
+      return new ExpertPolicy().act(o);
+    },
+  };
+}
