@@ -213,6 +213,9 @@ export class Environment {
           ...(action.logprobs ? { logprobs: action.logprobs } : {}),
           ...(action.envTokens ? { env_tokens: action.envTokens } : {}),
           ...(action.parseError ? { parse_error: action.parseError } : {}),
+          ...(action.usage ? { usage: action.usage } : {}),
+          ...(action.stopReason ? { stop_reason: action.stopReason } : {}),
+          ...(action.tokenDrift ? { token_drift: action.tokenDrift } : {}),
         };
         turns.push(record);
 

@@ -2,7 +2,7 @@
 export { TaskSchema, CheckSchema, MatcherSchema, ServerRefSchema, TaskCallSchema, TaskFileError, defineTask, parseTasks, loadTasks, openingMessages } from './task.ts';
 export type { Task, TaskInput, Check, Matcher, ServerRef, TaskCall } from './task.ts';
 export { ChatMessageSchema, TrajectorySchema, TurnSchema, ToolStepSchema } from './types.ts';
-export type { ChatMessage, Observation, Policy, PolicyAction, ProposedCall, AgentTool, Trajectory, Turn, ToolStep, CheckResult } from './types.ts';
+export type { ChatMessage, Observation, Policy, PolicyAction, ProposedCall, AgentTool, Trajectory, Turn, ToolStep, CheckResult, TokenUsage, ApiUsage, ChatModel, ChatRequest, ChatResult } from './types.ts';
 export { runChecks, extractAnswer, hasAnswerFormat, match, checkScore, solved, parseExact, isSubset, valueAt, codeOf, schemaAllowsPath, taskProblem, stateCallFault } from './checks.ts';
 export type { EpisodeRecord } from './checks.ts';
 export { RewardConfigSchema, DEFAULT_REWARDS, scoreEpisode, scoreParts, stepReward, efficiency, relevantTools, isUseful, registerReward, rewardNames, resolveReward, artReward, rlvrReward, composerReward, verifierReward } from './rewards.ts';

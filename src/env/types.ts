@@ -61,6 +61,51 @@ export interface PolicyAction {
   envTokens?: number[];
   /** A message about text that looked like a tool call but could not be parsed. */
   parseError?: string;
+  /** Tokens the provider billed for this turn (API policies). */
+  usage?: TokenUsage;
+  /** Why the model stopped, as its API says (`stop`, `tool_calls`, `length`, `end_turn`, `max_tokens`, `refusal`, ...). */
+  stopReason?: string;
+  /**
+   * Set when this turn's tokens cannot be appended to the episode's earlier tokens (the server
+   * rendered the conversation so far into other tokens than it sampled): the trajectory is then
+   * not trained on, since its token sequence would not be the one sampled. Says what differed.
+   */
+  tokenDrift?: string;
+}
+
+/** Tokens a provider counted for a request (or summed over many). */
+export interface TokenUsage {
+  prompt_tokens: number;
+  completion_tokens: number;
+}
+
+/** What an API-backed policy or model has used so far: requests, retries, failures and tokens. */
+export interface ApiUsage extends TokenUsage {
+  requests: number;
+  /** Requests that failed after their retries. */
+  failed_requests: number;
+}
+
+/** A plain text request to a chat model: a system prompt and user/assistant messages. */
+export interface ChatRequest {
+  system?: string;
+  messages: { role: 'user' | 'assistant'; content: string }[];
+  maxTokens?: number;
+  temperature?: number;
+}
+
+export interface ChatResult {
+  text: string;
+  usage?: TokenUsage;
+}
+
+/**
+ * A text-only chat model: a judge (RULER) or a task generator. The API policies (OpenAI-compatible,
+ * Anthropic) implement it besides Policy; the environment only knows this contract.
+ */
+export interface ChatModel {
+  readonly id: string;
+  complete(request: ChatRequest, signal?: AbortSignal): Promise<ChatResult>;
 }
 
 export interface Policy {
@@ -70,6 +115,9 @@ export interface Policy {
   act(observation: Observation, signal?: AbortSignal): Promise<PolicyAction>;
   /** Called once an episode ends (to release per-episode state). */
   endEpisode?(episodeId: string): void;
+  /** API policies: requests and tokens used so far. */
+  usage?(): ApiUsage;
+  close?(): Promise<void>;
 }
 
 export const ToolStepSchema = z.object({
@@ -95,6 +143,12 @@ export const TurnSchema = z.object({
   step_reward: z.number(),
   parse_error: z.string().optional(),
   policy_ms: z.number(),
+  /** Tokens the provider billed for this turn (API policies). */
+  usage: z.object({ prompt_tokens: z.number().int(), completion_tokens: z.number().int() }).optional(),
+  /** Why the model stopped, in its API's words. */
+  stop_reason: z.string().optional(),
+  /** Why this turn's tokens do not extend the episode's earlier ones (the trajectory is not trained on). */
+  token_drift: z.string().optional(),
 });
 export type Turn = z.infer<typeof TurnSchema>;
 

@@ -26,6 +26,11 @@ export function sequenceOf(t: Trajectory): { ids: number[]; mask: (0 | 1)[]; log
   const logprobs: number[] = [];
   const turnOf: number[] = [];
   let policyTokens = 0;
+  // A sequence with a turn the server re-tokenised (token drift), or with turns sampled without
+  // tokens among turns with them, is not the sequence sampled: it is not trained on.
+  if (t.turns.some((turn) => turn.token_drift !== undefined)) return undefined;
+  const withTokens = t.turns.filter((turn) => turn.tokens !== undefined).length;
+  if (withTokens > 0 && withTokens < t.turns.length) return undefined;
   t.turns.forEach((turn, i) => {
     for (const id of turn.env_tokens ?? []) {
       ids.push(id);
