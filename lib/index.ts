@@ -1,7 +1,7 @@
 /**
  * `lib/`: the little code that `servers/` and `src/` share, and the bottom layer of the project
  * (it imports nothing outside itself but Node built-ins): exact rationals and arithmetic
- * expressions, the seeded PRNG, and hashing. `src/` imports it only through this file.
+ * expressions, the seeded PRNG, hashing, and HTML escaping. `src/` imports it only through this file.
  */
 export { MathError, Rational, toDecimal, gcd, bitLength, DECIMAL_DIGITS } from './rational.ts';
 export {
@@ -18,3 +18,4 @@ export type { ExprNode, BinaryOp, FunctionName } from './expression.ts';
 export { mulberry32, seededRandom, SeededRandom } from './random.ts';
 export type { RandomFn } from './random.ts';
 export { fnv1a, sha256Hex } from './hash.ts';
+export { esc } from './html.ts';

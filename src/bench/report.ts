@@ -3,6 +3,7 @@
  * line of `--json`), and a self-contained HTML page with inline SVG charts (no scripts, no
  * network): latency histograms, throughput against concurrency, the fuzz table.
  */
+import { esc } from '../../lib/index.ts';
 import type { AgentReport } from './agent.ts';
 import type { FuzzReport, Outcome, ReplayResult } from './fuzz.ts';
 import type { Histogram } from './latency.ts';
@@ -187,7 +188,6 @@ function roundDeep(v: unknown): unknown {
 
 // ---------------------------------------------------------------- HTML
 
-const esc = (s: string) => s.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!);
 const PALETTE = ['#4269d0', '#efb118', '#ff725c', '#6cc5b0', '#3ca951', '#ff8ab7', '#a463f2', '#97bbf5', '#9c6b4e', '#9498a0'];
 
 function niceMax(v: number): number {

@@ -7,3 +7,67 @@ export function intFlag(value: string | undefined, flag: string, fallback: numbe
   if (!Number.isInteger(n) || n < 0) throw new UsageError(`${flag} must be a non-negative integer, got '${value}'`);
   return n;
 }
+
+/** A number flag within [min, max]. */
+export function numFlag(value: string | undefined, flag: string, o: { min?: number; max?: number } = {}): number | undefined {
+  if (value === undefined) return undefined;
+  const n = Number(value);
+  if (value.trim() === '' || !Number.isFinite(n) || (o.min !== undefined && n < o.min) || (o.max !== undefined && n > o.max)) {
+    const range = o.min !== undefined && o.max !== undefined ? ` from ${o.min} to ${o.max}` : o.min !== undefined ? ` of at least ${o.min}` : '';
+    throw new UsageError(`${flag} must be a number${range}, got '${value}'`);
+  }
+  return n;
+}
+
+/** The flags of the API policies (openai:, anthropic:), shared by rollout, eval and bench. */
+export const API_FLAGS = {
+  'base-url': { type: 'string' },
+  'api-key-env': { type: 'string' },
+  'max-tokens': { type: 'string' },
+  'top-p': { type: 'string' },
+  'request-timeout-ms': { type: 'string' },
+  'max-retries': { type: 'string' },
+  'api-concurrency': { type: 'string' },
+  'thinking-budget': { type: 'string' },
+  thinking: { type: 'string' },
+  'no-token-ids': { type: 'boolean', default: false },
+} as const;
+
+export const API_HELP = `API policies (--policy openai:<model> | anthropic:<model>):
+  --base-url URL          an OpenAI-compatible server (vLLM, SGLang, llama.cpp, mcp-gym serve-policy), up to /v1
+  --api-key-env NAME      the environment variable with the key (default OPENAI_API_KEY / ANTHROPIC_API_KEY)
+  --max-tokens N          tokens of one completion (default 1024)     --top-p P
+  --request-timeout-ms N  limit of one request (default 120000)      --max-retries N (default 4)
+  --api-concurrency N     requests in flight at most (default 8)
+  --thinking-budget N     Anthropic extended thinking with budget_tokens N (e.g. claude-sonnet-4-6)
+  --thinking adaptive     Anthropic adaptive thinking (e.g. claude-opus-4-6)
+  --no-token-ids          do not ask the server for vLLM's token ids and logprobs`;
+
+/** API policy options from the flags of API_FLAGS (undefined values left out). */
+export function apiOptionsFrom(v: Partial<Record<keyof typeof API_FLAGS, string | boolean | undefined>>): Record<string, unknown> {
+  const s = (k: keyof typeof API_FLAGS) => (typeof v[k] === 'string' ? (v[k] as string) : undefined);
+  const thinkingBudget = s('thinking-budget') === undefined ? undefined : intFlag(s('thinking-budget'), '--thinking-budget', 0);
+  const thinking = s('thinking');
+  if (thinking !== undefined && thinking !== 'adaptive') throw new UsageError(`--thinking takes 'adaptive' (for a budget: --thinking-budget N), got '${thinking}'`);
+  if (thinking !== undefined && thinkingBudget !== undefined) throw new UsageError('--thinking adaptive and --thinking-budget exclude each other');
+  if (thinkingBudget !== undefined && thinkingBudget < 1024) throw new UsageError(`--thinking-budget must be at least 1024 tokens (the API's minimum), got ${thinkingBudget}`);
+  const o: Record<string, unknown> = {
+    baseURL: s('base-url'),
+    apiKeyEnv: s('api-key-env'),
+    maxTokens: s('max-tokens') === undefined ? undefined : intFlag(s('max-tokens'), '--max-tokens', 0),
+    topP: numFlag(s('top-p'), '--top-p', { min: 0, max: 1 }),
+    timeoutMs: s('request-timeout-ms') === undefined ? undefined : intFlag(s('request-timeout-ms'), '--request-timeout-ms', 0),
+    maxRetries: s('max-retries') === undefined ? undefined : intFlag(s('max-retries'), '--max-retries', 0),
+    concurrency: s('api-concurrency') === undefined ? undefined : intFlag(s('api-concurrency'), '--api-concurrency', 0),
+    thinking: thinkingBudget !== undefined ? { type: 'enabled', budgetTokens: thinkingBudget } : thinking === 'adaptive' ? { type: 'adaptive' } : undefined,
+    tokenIds: v['no-token-ids'] === true ? false : undefined,
+  };
+  if (o.baseURL !== undefined) {
+    try {
+      new URL(o.baseURL as string);
+    } catch {
+      throw new UsageError(`--base-url must be a URL such as http://127.0.0.1:8000/v1, got '${String(o.baseURL)}'`);
+    }
+  }
+  return Object.fromEntries(Object.entries(o).filter(([, x]) => x !== undefined));
+}

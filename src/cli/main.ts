@@ -7,6 +7,7 @@ import { repairCommand, rolloutCommand, suitesCommand } from './rollout.ts';
 import { sftCommand } from './sft.ts';
 import { startCommand, trainCommand } from './train.ts';
 import { benchCommand } from './bench.ts';
+import { evalCommand } from './eval.ts';
 
 const HELP = `mcp-gym: tasks, training and benchmarks for tool-using agents over MCP
 
@@ -37,7 +38,8 @@ Commands:
                         --split eval|train|all  (default eval)     --limit N   first N tasks
                         --max-difficulty D      only tasks of difficulty 1 to D
                         --eval-tasks N          generate N eval tasks per suite (default 40)
-                        --policy P              expert (default), random[:seed], onnx:<model dir>
+                        --policy P              expert (default), random[:seed], onnx:<model dir>,
+                                                openai:<model> (--base-url URL), anthropic:<model>
                         --group G               rollouts per task (default 1)
                         --concurrency C         episodes at once (default 8)
                         --out DIR               where trajectories.jsonl and summary.json go
@@ -48,6 +50,11 @@ Commands:
                         --delay-ms N            slow every bundled server call by N ms
                         --stdio                 run bundled servers as stdio processes (default: in-process)
                         --temperature T         sampling temperature of an onnx policy (default 1)
+  eval                Evaluate a policy: k samples per task; pass@1, pass@k, pass^k, reward, tool errors,
+                      tokens, with 95% intervals; trajectories, eval.json and an HTML report
+                        --suite S[,S2] | --tasks F  --policy P  -k K  --out DIR  --resume  --json  --html F
+                        --policy openai:<model> --base-url URL | anthropic:<model> [--thinking-budget N]
+                        (mcp-gym eval --help for all options)
   repair <file>       Take damaged lines out of a trajectories JSONL file (a reader stops at them)
                         --drop                  drop them (default: move them to <file>.bad)
   sft                 Train the embedded model from scratch on expert demonstrations, export it
@@ -150,6 +157,8 @@ export async function main(argv: string[]): Promise<void> {
         return await suitesCommand();
       case 'rollout':
         return await rolloutCommand(rest);
+      case 'eval':
+        return await evalCommand(rest);
       case 'repair':
         return await repairCommand(rest);
       case 'sft':

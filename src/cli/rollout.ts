@@ -8,7 +8,7 @@ import { makePolicy } from '../agents/index.ts';
 import { Environment, exportOpenAI, loadTasks, repairJsonlLines, rollout, summarize, type RolloutSummary, type Task } from '../env/index.ts';
 import { describeSuites, generateSuite, SUITE_NAMES } from '../env/suites/index.ts';
 import { ProgressBar, table } from './ui.ts';
-import { UsageError, intFlag } from './args.ts';
+import { API_FLAGS, apiOptionsFrom, UsageError, intFlag } from './args.ts';
 
 export async function suitesCommand(): Promise<void> {
   const rows: (string | number)[][] = [['suite', 'train', 'eval', 'servers', 'families']];
@@ -138,8 +138,10 @@ export async function rolloutCommand(argv: string[]): Promise<void> {
       reward: { type: 'string', default: 'art' },
       'export-openai': { type: 'string' },
       temperature: { type: 'string' },
+      ...API_FLAGS,
     },
   });
+  const api = apiOptionsFrom(values);
   const group = intFlag(values.group, '--group', 1);
   if (group < 1) throw new UsageError(`--group must be at least 1, got '${values.group}'`);
   const concurrency = intFlag(values.concurrency, '--concurrency', 8);
@@ -178,7 +180,12 @@ export async function rolloutCommand(argv: string[]): Promise<void> {
     const mismatch = settingsMismatch(outDir, was, settings);
     if (mismatch) throw new UsageError(mismatch);
   }
-  const policy = await makePolicy(values.policy!, { temperature: values.temperature === undefined ? undefined : Number(values.temperature) });
+  let policy: Awaited<ReturnType<typeof makePolicy>>;
+  try {
+    policy = await makePolicy(values.policy!, { temperature: values.temperature === undefined ? undefined : Number(values.temperature), api });
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
   mkdirSync(outDir, { recursive: true });
   // Recorded when the run starts, so that a resumed run can be checked against it.
   if (!existsSync(runFile) || !values.resume) writeFileSync(runFile, JSON.stringify({ ...settings, started_at: new Date().toISOString() }, null, 2) + '\n');

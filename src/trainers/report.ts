@@ -5,6 +5,7 @@
  * drew (`data-drawn`), so a headless browser can check that the charts drew their data.
  */
 import { renameSync, writeFileSync } from 'node:fs';
+import { esc } from '../../lib/index.ts';
 import type { Trajectory } from '../env/index.ts';
 
 export interface Series {
@@ -13,7 +14,6 @@ export interface Series {
   color: string;
 }
 
-const esc = (s: string) => s.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c]!);
 
 export function lineChart(id: string, title: string, series: Series[], opts: { yMin?: number; yMax?: number } = {}): string {
   const W = 460;

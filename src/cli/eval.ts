@@ -1,0 +1,188 @@
+/**
+ * `mcp-gym eval`: any policy (the embedded model, an OpenAI-compatible server, Anthropic's API,
+ * the expert) on bundled suites or a task file, K samples per task: pass@1, pass@k, pass^k, the
+ * mean reward and its parts, turns, tool calls, tool errors by kind and by tool, tokens, with 95%
+ * intervals over tasks (src/bench/eval.ts). Trajectories go to `<out>/trajectories.jsonl` as each
+ * episode ends; `--resume` runs only the missing ones; `<out>/eval.json` and an HTML report are
+ * written at the end.
+ */
+import { createHash } from 'node:crypto';
+import { setMaxListeners } from 'node:events';
+import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
+import { parseArgs } from 'node:util';
+import { makePolicy } from '../agents/index.ts';
+import { evalReport, evalRows, renderEvalHtml } from '../bench/eval.ts';
+import { Environment, rollout, type Task } from '../env/index.ts';
+import { SUITE_NAMES } from '../env/suites/index.ts';
+import { API_FLAGS, API_HELP, apiOptionsFrom, intFlag, numFlag, UsageError } from './args.ts';
+import { selectTasks, settingsMismatch, type RunSettings } from './rollout.ts';
+import { ProgressBar, table } from './ui.ts';
+
+export const EVAL_HELP = `mcp-gym eval: a policy on a task suite or a task file, k samples per task
+
+  --suite S[,S2...] | --tasks F   bundled suites (${SUITE_NAMES.join(', ')}, all), or a .json/.jsonl task file
+                                  (its servers may be any stdio command or URL: third-party servers work)
+  --policy P              expert (default), random[:seed], onnx:<model dir>, openai:<model>, anthropic:<model>
+  -k, --k K               samples per task (default 4)
+  --split eval|train|all  (default eval)   --limit N (first N tasks of each suite)   --max-difficulty D
+  --eval-tasks N          generated eval tasks per suite (default 40)   --seed S
+  --concurrency C         episodes at once (default 8)
+  --out DIR               trajectories.jsonl, eval.json, report.html (default runs/eval-<time>)
+  --resume                continue DIR's evaluation: run only the episodes it lacks
+  --html F                also write the HTML report to F (it is always written to DIR/report.html)
+  --json                  print the report as one JSON line last
+  --reward R              art (default), rlvr, composer, verifier
+  --temperature T         sampling temperature (onnx and API policies)
+  --timeout-ms N          a tool call's limit      --stdio   bundled servers as stdio processes
+${API_HELP}
+`;
+
+export async function evalCommand(argv: string[]): Promise<void> {
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      suite: { type: 'string' },
+      tasks: { type: 'string' },
+      split: { type: 'string' },
+      policy: { type: 'string', default: 'expert' },
+      k: { type: 'string', short: 'k', default: '4' },
+      concurrency: { type: 'string', default: '8' },
+      out: { type: 'string' },
+      resume: { type: 'boolean', default: false },
+      limit: { type: 'string' },
+      'max-difficulty': { type: 'string' },
+      'eval-tasks': { type: 'string' },
+      seed: { type: 'string' },
+      json: { type: 'boolean', default: false },
+      html: { type: 'string' },
+      reward: { type: 'string', default: 'art' },
+      temperature: { type: 'string' },
+      'timeout-ms': { type: 'string' },
+      stdio: { type: 'boolean', default: false },
+      help: { type: 'boolean', short: 'h', default: false },
+      ...API_FLAGS,
+    },
+  });
+  if (values.help) {
+    process.stdout.write(EVAL_HELP);
+    return;
+  }
+  const k = intFlag(values.k, '--k', 4);
+  if (k < 1) throw new UsageError(`-k must be at least 1, got '${values.k}'`);
+  const concurrency = intFlag(values.concurrency, '--concurrency', 8);
+  if (concurrency < 1) throw new UsageError(`--concurrency must be at least 1, got '${values.concurrency}'`);
+  const reward = values.reward!;
+  if (!['art', 'rlvr', 'composer', 'verifier'].includes(reward)) throw new UsageError(`--reward must be art, rlvr, composer or verifier, got '${reward}'`);
+  const temperature = numFlag(values.temperature, '--temperature', { min: 0 });
+  const api = apiOptionsFrom(values);
+  if (!values.suite && !values.tasks) throw new UsageError(`eval needs --suite <name>[,<name>...] (${SUITE_NAMES.join(', ')}, all) or --tasks <file.json|.jsonl>`);
+  const counts = values['eval-tasks'] === undefined ? {} : { eval: intFlag(values['eval-tasks'], '--eval-tasks', 40) };
+  let tasks: Task[];
+  if (values.tasks) tasks = selectTasks(values, counts);
+  else {
+    const suites = values.suite!.split(',').map((s) => s.trim());
+    if (suites.includes('')) throw new UsageError(`--suite takes names separated by commas, got '${values.suite}'`);
+    tasks = suites.flatMap((suite) => selectTasks({ ...values, suite }, counts));
+  }
+
+  const outDir = values.out ?? join('runs', `eval-${new Date().toISOString().replace(/[:.]/g, '-')}`);
+  const file = join(outDir, 'trajectories.jsonl');
+  if (!values.resume && existsSync(file) && statSync(file).size > 0) {
+    throw new UsageError(`${file} already holds trajectories: pass --resume to continue that evaluation, or choose another --out`);
+  }
+  const num = (v: string | undefined) => (v === undefined ? null : Number(v));
+  const settings: RunSettings = {
+    policy: values.policy!,
+    group: k,
+    suite: values.tasks ? null : values.suite!,
+    tasks: values.tasks ? { file: resolve(values.tasks), sha256: createHash('sha256').update(readFileSync(values.tasks)).digest('hex') } : null,
+    split: values.split ?? 'eval',
+    limit: num(values.limit),
+    max_difficulty: num(values['max-difficulty']),
+    seed: num(values.seed),
+    eval_tasks: num(values['eval-tasks']),
+    reward,
+    temperature: temperature ?? null,
+  };
+  const runFile = join(outDir, 'run.json');
+  if (values.resume && existsSync(runFile)) {
+    let was: Partial<RunSettings>;
+    try {
+      was = JSON.parse(readFileSync(runFile, 'utf8')) as Partial<RunSettings>;
+    } catch (err) {
+      throw new UsageError(`--resume: cannot read ${runFile}: ${(err as Error).message}`);
+    }
+    const mismatch = settingsMismatch(outDir, was, settings);
+    if (mismatch) throw new UsageError(mismatch);
+  }
+  let policy;
+  try {
+    policy = await makePolicy(values.policy!, { ...(temperature !== undefined ? { temperature } : {}), ...(api.topP !== undefined ? { topP: api.topP as number } : {}), api });
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
+  mkdirSync(outDir, { recursive: true });
+  // What the evaluation was made with (no key: only the name of its variable), checked on --resume.
+  if (!existsSync(runFile) || !values.resume) {
+    const { baseURL, apiKeyEnv, maxTokens, thinking } = api as { baseURL?: string; apiKeyEnv?: string; maxTokens?: number; thinking?: unknown };
+    writeFileSync(runFile, JSON.stringify({ ...settings, kind: 'eval', api: { base_url: baseURL ?? null, api_key_env: apiKeyEnv ?? null, max_tokens: maxTokens ?? null, thinking: thinking ?? null }, started_at: new Date().toISOString() }, null, 2) + '\n');
+  }
+  let warned = false;
+  const env = new Environment({
+    bundled: values.stdio ? 'stdio' : 'inprocess',
+    callTimeoutMs: values['timeout-ms'] === undefined ? undefined : intFlag(values['timeout-ms'], '--timeout-ms', 10_000),
+    reward,
+    onWarning: (message) => {
+      process.stderr.write(`${warned ? '' : '\n'}mcp-gym: warning: ${message}\n`);
+      warned = true;
+    },
+  });
+  const bar = new ProgressBar('eval', tasks.length * k);
+  let successes = 0;
+  const ac = new AbortController();
+  setMaxListeners(10_000, ac.signal);
+  const onSigint = () => ac.abort();
+  process.once('SIGINT', onSigint);
+  try {
+    const result = await rollout(env, policy, tasks, {
+      group: k,
+      concurrency,
+      out: file,
+      resume: values.resume,
+      signal: ac.signal,
+      iteration: 'eval',
+      maxFailures: k,
+      onEpisode: (t, done) => {
+        if (t.success) successes++;
+        bar.update(done, `success ${((100 * successes) / Math.max(1, done)).toFixed(0)}%`);
+      },
+    });
+    bar.done();
+    const report = evalReport(policy.id, k, tasks, result.trajectories, result.seconds);
+    const usage = policy.usage?.();
+    const out = { ...report, usage: usage ?? null, resumed: result.resumed, out: file, interrupted: ac.signal.aborted };
+    writeFileSync(join(outDir, 'eval.json'), JSON.stringify(out, null, 2) + '\n');
+    const html = renderEvalHtml(report, result.trajectories);
+    const htmlFile = join(outDir, 'report.html');
+    writeFileSync(htmlFile, html);
+    if (values.html) {
+      mkdirSync(dirname(values.html), { recursive: true });
+      writeFileSync(values.html, html);
+    }
+    console.log(`\n${report.tasks} tasks x ${k} = ${result.trajectories.length} episodes (${result.resumed} resumed) with policy '${policy.id}' -> ${file}`);
+    console.log(table([['', ''], ...evalRows(report)]).split('\n').slice(1).join('\n'));
+    if (usage) console.log(`API usage: ${usage.requests} requests (${usage.failed_requests} failed after retries), ${usage.prompt_tokens} prompt + ${usage.completion_tokens} completion tokens this invocation`);
+    if (report.failures.length) {
+      console.log('\nFailed episodes by cause:');
+      for (const f of report.failures.slice(0, 10)) console.log(`  ${String(f.episodes).padStart(5)}  ${f.kind === 'task_error' ? 'task error: ' : ''}${f.cause}`);
+    }
+    console.log(`\nreport: ${htmlFile}${values.html ? ` and ${values.html}` : ''}; figures: ${join(outDir, 'eval.json')}`);
+    if (ac.signal.aborted) console.log('\nInterrupted: the finished episodes are saved; continue with --resume.');
+    if (values.json) console.log(JSON.stringify(out));
+  } finally {
+    process.off('SIGINT', onSigint);
+    await env.close();
+    await policy.close?.();
+  }
+}
