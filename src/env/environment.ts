@@ -277,7 +277,7 @@ export class Environment {
           record.action.tool_calls.push({ id: c.id, name: c.name, arguments: step.arguments });
           record.tool_results.push(step);
           calls.push({ server: target?.server, tool: target?.tool, arguments: args, isError: step.isError });
-          const m: ChatMessage = { role: 'tool', tool_call_id: c.id, name: c.name, content: step.text };
+          const m: ChatMessage = { role: 'tool', tool_call_id: c.id, name: c.name, content: step.text, ...(step.isError ? { is_error: true } : {}) };
           messages.push(m);
           newMessages.push(m);
         }

@@ -18,6 +18,8 @@ export const ChatMessageSchema = z.object({
   tool_calls: z.array(ToolCallMessageSchema).optional(),
   tool_call_id: z.string().optional(),
   name: z.string().optional(),
+  /** On a tool message: the tool failed (Anthropic's tool_result `is_error`; not sent to OpenAI-compatible servers). */
+  is_error: z.boolean().optional(),
 });
 export type ChatMessage = z.infer<typeof ChatMessageSchema>;
 
