@@ -8,14 +8,35 @@ export type { ModelConfig } from './model-config.ts';
 export { processedLogprobs, sampleToken } from './sampling.ts';
 export type { SamplingOptions } from './sampling.ts';
 
-import type { Policy } from '../env/index.ts';
+export { OpenAIPolicy, completionTokens, toOpenAIMessages } from './openai.ts';
+export type { OpenAIPolicyOptions } from './openai.ts';
+export { AnthropicPolicy, toAnthropicMessages } from './anthropic.ts';
+export type { AnthropicPolicyOptions, AnthropicThinking } from './anthropic.ts';
+export { apiKeyFrom, UsageMeter, addUsage, describeApiError } from './api.ts';
+export type { ApiOptions } from './api.ts';
+
+import type { ChatModel, Policy } from '../env/index.ts';
 import { ExpertPolicy, RandomPolicy } from './scripted.ts';
 import { OnnxPolicy, type OnnxPolicyOptions } from './onnx.ts';
+import { OpenAIPolicy, type OpenAIPolicyOptions } from './openai.ts';
+import { AnthropicPolicy, type AnthropicPolicyOptions } from './anthropic.ts';
 
-export const POLICY_KINDS = ['expert', 'random[:seed]', 'onnx:<model dir>'];
+/** Options of the API policies: the OpenAI-compatible one's and Anthropic's (each ignores the other's). */
+export type ApiPolicyOptions = OpenAIPolicyOptions & Omit<AnthropicPolicyOptions, keyof OpenAIPolicyOptions>;
 
-/** A policy from its command-line name: `expert`, `random[:seed]` or `onnx:<model dir>`. */
-export async function makePolicy(spec: string, onnx: OnnxPolicyOptions = {}): Promise<Policy & { close?(): Promise<void> }> {
+export const POLICY_KINDS = ['expert', 'random[:seed]', 'onnx:<model dir>', 'openai:<model>', 'anthropic:<model>'];
+
+/** Options of makePolicy: the embedded model's (onnx:), and the API policies' (openai:, anthropic:). */
+export interface MakePolicyOptions extends OnnxPolicyOptions {
+  api?: ApiPolicyOptions;
+}
+
+/**
+ * A policy from its command-line name: `expert`, `random[:seed]`, `onnx:<model dir>`,
+ * `openai:<model>` (an OpenAI-compatible server: `api.baseURL`) or `anthropic:<model>`.
+ * Sampling settings given at the top (temperature, topP) apply to the API policies too.
+ */
+export async function makePolicy(spec: string, options: MakePolicyOptions = {}): Promise<Policy & { close?(): Promise<void> }> {
   const [kind, arg] = spec.split(/:(.*)/s);
   if (kind === 'expert' && arg === undefined) return new ExpertPolicy();
   if (kind === 'random') {
@@ -23,6 +44,23 @@ export async function makePolicy(spec: string, onnx: OnnxPolicyOptions = {}): Pr
     if (!Number.isInteger(seed)) throw new Error(`--policy random:<seed> needs an integer seed, got '${arg}'`);
     return new RandomPolicy(seed);
   }
+  const { api, ...onnx } = options;
   if (kind === 'onnx' && arg) return OnnxPolicy.load(arg, onnx);
+  if (kind === 'openai' || kind === 'anthropic') return makeChatModel(spec, { ...(onnx.temperature !== undefined ? { temperature: onnx.temperature } : {}), ...(onnx.topP !== undefined ? { topP: onnx.topP } : {}), ...api });
   throw new Error(`Unknown policy '${spec}'. Policies: ${POLICY_KINDS.join(', ')}`);
+}
+
+/** An API model from its name (`openai:<model>`, `anthropic:<model>`): a policy and a ChatModel (a judge, a task generator). */
+export async function makeChatModel(spec: string, options: ApiPolicyOptions = {}): Promise<Policy & ChatModel & { close?(): Promise<void> }> {
+  const [kind, model] = spec.split(/:(.*)/s);
+  if (!model) throw new Error(`'${spec}' names no model: use openai:<model> or anthropic:<model>`);
+  if (kind === 'openai') {
+    const { thinking: _t, effort: _e, ...o } = options;
+    return new OpenAIPolicy(model, o);
+  }
+  if (kind === 'anthropic') {
+    const { tokenIds: _i, logprobs: _l, ...o } = options;
+    return new AnthropicPolicy(model, o);
+  }
+  throw new Error(`Unknown model provider in '${spec}': use openai:<model> or anthropic:<model>`);
 }

@@ -30,6 +30,7 @@ export const API_FLAGS = {
   'api-concurrency': { type: 'string' },
   'thinking-budget': { type: 'string' },
   thinking: { type: 'string' },
+  effort: { type: 'string' },
   'no-token-ids': { type: 'boolean', default: false },
 } as const;
 
@@ -40,7 +41,7 @@ export const API_HELP = `API policies (--policy openai:<model> | anthropic:<mode
   --request-timeout-ms N  limit of one request (default 120000)      --max-retries N (default 4)
   --api-concurrency N     requests in flight at most (default 8)
   --thinking-budget N     Anthropic extended thinking with budget_tokens N (e.g. claude-sonnet-4-6)
-  --thinking adaptive     Anthropic adaptive thinking (e.g. claude-opus-4-6)
+  --thinking adaptive     Anthropic adaptive thinking (e.g. claude-opus-4-6)   --effort low|medium|high|xhigh|max
   --no-token-ids          do not ask the server for vLLM's token ids and logprobs`;
 
 /** API policy options from the flags of API_FLAGS (undefined values left out). */
@@ -60,8 +61,10 @@ export function apiOptionsFrom(v: Partial<Record<keyof typeof API_FLAGS, string 
     maxRetries: s('max-retries') === undefined ? undefined : intFlag(s('max-retries'), '--max-retries', 0),
     concurrency: s('api-concurrency') === undefined ? undefined : intFlag(s('api-concurrency'), '--api-concurrency', 0),
     thinking: thinkingBudget !== undefined ? { type: 'enabled', budgetTokens: thinkingBudget } : thinking === 'adaptive' ? { type: 'adaptive' } : undefined,
+    effort: s('effort'),
     tokenIds: v['no-token-ids'] === true ? false : undefined,
   };
+  if (o.effort !== undefined && !['low', 'medium', 'high', 'xhigh', 'max'].includes(o.effort as string)) throw new UsageError(`--effort must be low, medium, high, xhigh or max, got '${String(o.effort)}'`);
   if (o.baseURL !== undefined) {
     try {
       new URL(o.baseURL as string);

@@ -1,0 +1,220 @@
+/**
+ * The OpenAI-compatible policy (`openai:<model>`): any server that speaks the Chat Completions
+ * API (OpenAI, vLLM, SGLang, llama.cpp, `mcp-gym serve-policy`), through the official `openai`
+ * SDK. Tools go as functions, every tool call of a turn is returned (parallel calls), and the
+ * conversation is sent whole each turn (the API is stateless).
+ *
+ * Trainable trajectories. With `tokenIds` (the default when a base URL is given) the request asks
+ * for vLLM's token information: `logprobs`, `return_token_ids` (the prompt's ids, top level
+ * `prompt_token_ids`, and the completion's, per choice `token_ids`) and
+ * `return_tokens_as_token_ids` (each logprob entry's token as `token_id:<id>`). The policy keeps
+ * each episode's token sequence (prompt, then each turn's completion) and records a turn's
+ * environment tokens as what the server's prompt adds to that sequence. When the prompt does not
+ * start with the sequence (the server's chat template rendered the conversation so far into other
+ * tokens than it sampled: re-tokenisation drift) the turn says so (`token_drift`) and the
+ * trajectory is not trained on: training on a sequence that was never sampled is the bug that
+ * multi-turn RL on re-rendered prompts is known for.
+ *
+ * Retries, timeouts and the concurrency limit: see api.ts. A request that still fails ends only
+ * its episode (the environment records finish `error`); the meter counts it.
+ */
+import OpenAI from 'openai';
+import type { ChatModel, ChatRequest, ChatResult, Observation, Policy, PolicyAction, ProposedCall, TokenUsage, ApiUsage } from '../env/index.ts';
+import { apiKeyFrom, concurrencyLimit, describeApiError, UsageMeter, type ApiOptions } from './api.ts';
+
+export interface OpenAIPolicyOptions extends ApiOptions {
+  /** Ask for vLLM's token ids and logprobs (default: true when a base URL is given, false for OpenAI's own API, which refuses them). */
+  tokenIds?: boolean;
+  /** Ask for logprobs (default true; OpenAI's API gives them for text only). */
+  logprobs?: boolean;
+  /** Server-specific request fields (e.g. vLLM's `top_k`), sent with every policy request. */
+  extraBody?: Record<string, unknown>;
+}
+
+/** vLLM's additions to a chat completion (absent elsewhere). */
+interface TokenInfo {
+  prompt_token_ids?: number[] | null;
+  choices: { token_ids?: number[] | null; prompt_token_ids?: number[] | null; logprobs?: { content?: { token: string; logprob: number }[] | null } | null }[];
+}
+
+/** Token ids and logprobs of a completion when the server gave them, else undefined. */
+export function completionTokens(response: TokenInfo): { prompt?: number[]; tokens?: number[]; logprobs?: number[] } {
+  const choice = response.choices[0];
+  const prompt = response.prompt_token_ids ?? choice?.prompt_token_ids ?? undefined;
+  const content = choice?.logprobs?.content ?? undefined;
+  const logprobs = content?.map((c) => c.logprob);
+  let tokens = choice?.token_ids ?? undefined;
+  if (!tokens && content && content.length > 0 && content.every((c) => /^token_id:\d+$/.test(c.token))) tokens = content.map((c) => Number(c.token.slice(9)));
+  return { ...(prompt ? { prompt } : {}), ...(tokens ? { tokens } : {}), ...(logprobs ? { logprobs } : {}) };
+}
+
+/** Where `seq` and `prompt` first differ, for a drift message. */
+function firstDifference(seq: number[], prompt: number[]): string {
+  let i = 0;
+  while (i < seq.length && i < prompt.length && seq[i] === prompt[i]) i++;
+  if (i >= prompt.length) return `the prompt (${prompt.length} tokens) is shorter than the episode's ${seq.length} tokens so far`;
+  return `the prompt differs from the episode's tokens at position ${i} of ${seq.length} (token ${prompt[i]}, sampled ${seq[i]})`;
+}
+
+export class OpenAIPolicy implements Policy, ChatModel {
+  readonly id: string;
+  private readonly client: OpenAI;
+  private readonly key: string | undefined;
+  private readonly limit: ReturnType<typeof concurrencyLimit>;
+  private readonly meter = new UsageMeter();
+  private readonly sequences = new Map<string, number[]>();
+  private readonly tokenIds: boolean;
+  private currentVersion: string | number | undefined;
+
+  constructor(
+    readonly model: string,
+    private readonly options: OpenAIPolicyOptions = {},
+  ) {
+    if (!model) throw new Error('openai: name the model: --policy openai:<model>');
+    this.id = `openai:${model}`;
+    // OpenAI's own API needs a key; a local server (vLLM, serve-policy) may not.
+    const keyEnv = options.apiKeyEnv ?? 'OPENAI_API_KEY';
+    this.key = apiKeyFrom(keyEnv, { required: options.baseURL === undefined, provider: 'openai', flag: '--api-key-env' });
+    this.client = new OpenAI({
+      apiKey: this.key ?? 'none',
+      ...(options.baseURL ? { baseURL: options.baseURL } : {}),
+      maxRetries: options.maxRetries ?? 4,
+      timeout: options.timeoutMs ?? 120_000,
+      ...(options.headers ? { defaultHeaders: options.headers } : {}),
+    });
+    this.tokenIds = options.tokenIds ?? options.baseURL !== undefined;
+    this.limit = concurrencyLimit(options);
+  }
+
+  get version(): string | number | undefined {
+    return this.currentVersion;
+  }
+
+  usage(): ApiUsage {
+    return this.meter.snapshot();
+  }
+
+  /** The episode's token sequence so far (when the server gives token ids). */
+  sequence(episodeId: string): number[] | undefined {
+    return this.sequences.get(episodeId);
+  }
+
+  async act(obs: Observation, signal?: AbortSignal): Promise<PolicyAction> {
+    const tools = obs.tools.map((t) => ({ type: 'function' as const, function: { name: t.name, description: t.description, parameters: t.inputSchema } }));
+    const body = {
+      model: this.model,
+      messages: toOpenAIMessages(obs.messages),
+      ...(tools.length ? { tools } : {}),
+      ...this.samplingParams(),
+    };
+    const response = await this.request(body, signal);
+    const choice = response.choices[0];
+    if (!choice) throw new Error(`openai ${this.model}: the response has no choices`);
+    const message = choice.message;
+    const calls: ProposedCall[] = (message.tool_calls ?? []).flatMap((c) => (c.type === 'function' ? [{ id: c.id, name: c.function.name, arguments: c.function.arguments }] : []));
+    const action: PolicyAction = {
+      content: message.content ?? '',
+      ...(calls.length ? { toolCalls: calls } : {}),
+      ...(choice.finish_reason ? { stopReason: choice.finish_reason } : {}),
+      ...(response.usage ? { usage: { prompt_tokens: response.usage.prompt_tokens, completion_tokens: response.usage.completion_tokens } } : {}),
+    };
+    const t = completionTokens(response as unknown as TokenInfo);
+    if (t.prompt && t.tokens && t.logprobs && t.logprobs.length === t.tokens.length) {
+      const seq = obs.turn === 0 ? [] : (this.sequences.get(obs.episodeId) ?? []);
+      const extends_ = t.prompt.length >= seq.length && seq.every((id, i) => t.prompt![i] === id);
+      if (extends_) {
+        action.envTokens = t.prompt.slice(seq.length);
+        action.tokens = t.tokens;
+        action.logprobs = t.logprobs;
+      } else {
+        action.tokenDrift = firstDifference(seq, t.prompt);
+      }
+      this.sequences.set(obs.episodeId, t.prompt.concat(t.tokens));
+    }
+    return action;
+  }
+
+  endEpisode(episodeId: string): void {
+    this.sequences.delete(episodeId);
+  }
+
+  async complete(request: ChatRequest, signal?: AbortSignal): Promise<ChatResult> {
+    const messages = [...(request.system ? [{ role: 'system' as const, content: request.system }] : []), ...request.messages];
+    const response = await this.request(
+      {
+        model: this.model,
+        messages,
+        ...this.samplingParams({ logprobs: false, tokenIds: false }),
+        ...(request.maxTokens !== undefined ? { max_completion_tokens: request.maxTokens } : {}),
+        ...(request.temperature !== undefined ? { temperature: request.temperature } : {}),
+      },
+      signal,
+    );
+    const usage: TokenUsage | undefined = response.usage ? { prompt_tokens: response.usage.prompt_tokens, completion_tokens: response.usage.completion_tokens } : undefined;
+    return { text: response.choices[0]?.message.content ?? '', ...(usage ? { usage } : {}) };
+  }
+
+  /** The served model's context length (vLLM's `max_model_len` in /v1/models), when the server says. */
+  async contextLength(): Promise<number | undefined> {
+    const list = await this.client.models.list();
+    for await (const m of list) {
+      if (m.id === this.model) {
+        const info = m as unknown as { max_model_len?: number; version?: string | number };
+        if (info.version !== undefined) this.currentVersion = info.version;
+        return info.max_model_len;
+      }
+    }
+    throw new Error(`openai: the server at ${this.options.baseURL ?? 'the OpenAI API'} serves no model '${this.model}'`);
+  }
+
+  /**
+   * Asks the server to load new weights: `POST <base>/reload` with the model directory (mcp-gym
+   * serve-policy's endpoint), for training through a server. Returns the served version.
+   */
+  async reload(modelDir?: string): Promise<string | number | undefined> {
+    const r = await this.client.post<{ version?: string | number }>('/reload', { body: modelDir ? { model_dir: modelDir } : {} });
+    this.currentVersion = r.version;
+    return r.version;
+  }
+
+  async close(): Promise<void> {
+    this.sequences.clear();
+  }
+
+  private samplingParams(o: { logprobs?: boolean; tokenIds?: boolean } = {}): Record<string, unknown> {
+    const p = this.options;
+    const logprobs = o.logprobs ?? p.logprobs ?? true;
+    const tokenIds = o.tokenIds ?? this.tokenIds;
+    return {
+      ...(p.temperature !== undefined ? { temperature: p.temperature } : {}),
+      ...(p.topP !== undefined ? { top_p: p.topP } : {}),
+      max_completion_tokens: p.maxTokens ?? 1024,
+      ...(p.seed !== undefined ? { seed: p.seed } : {}),
+      ...(logprobs ? { logprobs: true } : {}),
+      ...(tokenIds ? { return_token_ids: true, return_tokens_as_token_ids: true } : {}),
+      ...(o.logprobs === false ? {} : p.extraBody),
+    };
+  }
+
+  private async request(body: Record<string, unknown>, signal?: AbortSignal): Promise<OpenAI.Chat.Completions.ChatCompletion> {
+    return this.limit(async () => {
+      try {
+        const r = await this.client.chat.completions.create(body as unknown as OpenAI.Chat.Completions.ChatCompletionCreateParamsNonStreaming, signal ? { signal } : undefined);
+        this.meter.record(r.usage ? { prompt_tokens: r.usage.prompt_tokens, completion_tokens: r.usage.completion_tokens } : undefined);
+        return r;
+      } catch (err) {
+        this.meter.fail();
+        throw new Error(`openai ${this.model}: ${describeApiError(err, this.key)}`);
+      }
+    });
+  }
+}
+
+/** The environment's messages (already in the OpenAI format) as request messages. */
+export function toOpenAIMessages(messages: Observation['messages']): OpenAI.Chat.Completions.ChatCompletionMessageParam[] {
+  return messages.map((m): OpenAI.Chat.Completions.ChatCompletionMessageParam => {
+    if (m.role === 'tool') return { role: 'tool', tool_call_id: m.tool_call_id ?? '', content: m.content };
+    if (m.role === 'assistant') return { role: 'assistant', content: m.content, ...(m.tool_calls?.length ? { tool_calls: m.tool_calls } : {}) };
+    return { role: m.role, content: m.content };
+  });
+}
