@@ -8,12 +8,13 @@
  */
 import { createHash } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
-import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, renameSync, statSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
-import { makePolicy } from '../agents/index.ts';
+import pLimit from 'p-limit';
+import { makeChatModel, makePolicy } from '../agents/index.ts';
 import { evalReport, evalRows, renderEvalHtml } from '../bench/eval.ts';
-import { Environment, rollout, type Task } from '../env/index.ts';
+import { applyRuler, Environment, JudgeError, rollout, TrajectoryWriter, type ChatModel, type RulerOptions, type Task, type Trajectory } from '../env/index.ts';
 import { SUITE_NAMES } from '../env/suites/index.ts';
 import { API_FLAGS, API_HELP, apiOptionsFrom, intFlag, numFlag, UsageError } from './args.ts';
 import { selectTasks, settingsMismatch, type RunSettings } from './rollout.ts';
@@ -35,6 +36,9 @@ export const EVAL_HELP = `mcp-gym eval: a policy on a task suite or a task file,
   --reward R              art (default), rlvr, composer, verifier
   --temperature T         sampling temperature (onnx and API policies)
   --timeout-ms N          a tool call's limit      --stdio   bundled servers as stdio processes
+RULER (an LLM judge scores each task's k episodes together):
+  --ruler listwise|pairwise  --judge openai:<model>|anthropic:<model>  --judge-base-url URL  --judge-api-key-env NAME
+  --ruler-votes N (pairwise, default 3)  --ruler-weight W (default 1)  --ruler-verifier-weight W (default 0)  --ruler-rubric TEXT
 ${API_HELP}
 `;
 
@@ -61,6 +65,14 @@ export async function evalCommand(argv: string[]): Promise<void> {
       'timeout-ms': { type: 'string' },
       stdio: { type: 'boolean', default: false },
       help: { type: 'boolean', short: 'h', default: false },
+      ruler: { type: 'string' },
+      judge: { type: 'string' },
+      'judge-base-url': { type: 'string' },
+      'judge-api-key-env': { type: 'string' },
+      'ruler-votes': { type: 'string' },
+      'ruler-weight': { type: 'string' },
+      'ruler-verifier-weight': { type: 'string' },
+      'ruler-rubric': { type: 'string' },
       ...API_FLAGS,
     },
   });
@@ -76,6 +88,11 @@ export async function evalCommand(argv: string[]): Promise<void> {
   if (!['art', 'rlvr', 'composer', 'verifier'].includes(reward)) throw new UsageError(`--reward must be art, rlvr, composer or verifier, got '${reward}'`);
   const temperature = numFlag(values.temperature, '--temperature', { min: 0 });
   const api = apiOptionsFrom(values);
+  const ruler = values.ruler;
+  if (ruler !== undefined && ruler !== 'listwise' && ruler !== 'pairwise') throw new UsageError(`--ruler must be listwise or pairwise, got '${ruler}'`);
+  if (ruler && !values.judge) throw new UsageError('--ruler needs a judge: --judge openai:<model> (--judge-base-url URL) or anthropic:<model>');
+  if (!ruler && values.judge) throw new UsageError('--judge without --ruler: say how it judges, --ruler listwise or --ruler pairwise');
+  if (ruler && k < 2) throw new UsageError('--ruler compares the k episodes of a task: -k must be at least 2');
   if (!values.suite && !values.tasks) throw new UsageError(`eval needs --suite <name>[,<name>...] (${SUITE_NAMES.join(', ')}, all) or --tasks <file.json|.jsonl>`);
   const counts = values['eval-tasks'] === undefined ? {} : { eval: intFlag(values['eval-tasks'], '--eval-tasks', 40) };
   let tasks: Task[];
@@ -116,8 +133,12 @@ export async function evalCommand(argv: string[]): Promise<void> {
     const mismatch = settingsMismatch(outDir, was, settings);
     if (mismatch) throw new UsageError(mismatch);
   }
+  let judge: (ChatModel & { close?(): Promise<void> }) | undefined;
   let policy;
   try {
+    if (ruler) judge = await makeChatModel(values.judge!, { baseURL: values['judge-base-url'], apiKeyEnv: values['judge-api-key-env'] }).catch((err: Error) => {
+      throw new Error(`--judge: ${err.message}`);
+    });
     policy = await makePolicy(values.policy!, { ...(temperature !== undefined ? { temperature } : {}), ...(api.topP !== undefined ? { topP: api.topP as number } : {}), api });
   } catch (err) {
     throw new UsageError((err as Error).message);
@@ -159,9 +180,27 @@ export async function evalCommand(argv: string[]): Promise<void> {
       },
     });
     bar.done();
+    let judged: { groups: number; failures: number; calls: number; cached: number; first_error?: string } | undefined;
+    if (judge && ruler) {
+      // Each task's k episodes are judged together; the judged rewards replace the file's.
+      const rulerOptions: RulerOptions = {
+        mode: ruler,
+        cacheDir: join(outDir, 'judge-cache'),
+        ...(values['ruler-votes'] !== undefined ? { votes: intFlag(values['ruler-votes'], '--ruler-votes', 3) } : {}),
+        ...(values['ruler-rubric'] !== undefined ? { rubric: values['ruler-rubric'] } : {}),
+        weights: { ruler: numFlag(values['ruler-weight'], '--ruler-weight') ?? 1, verifier: numFlag(values['ruler-verifier-weight'], '--ruler-verifier-weight') ?? 0 },
+        signal: ac.signal,
+      };
+      judged = await judgeGroups(result.trajectories, judge, rulerOptions);
+      const tmp = `${file}.judged-${process.pid}`;
+      const w = new TrajectoryWriter(tmp);
+      for (const t of result.trajectories) w.write(t);
+      w.close();
+      renameSync(tmp, file);
+    }
     const report = evalReport(policy.id, k, tasks, result.trajectories, result.seconds);
     const usage = policy.usage?.();
-    const out = { ...report, usage: usage ?? null, resumed: result.resumed, out: file, interrupted: ac.signal.aborted };
+    const out = { ...report, usage: usage ?? null, ...(judged ? { judge: { id: judge!.id, mode: ruler, ...judged, usage: (judge as { usage?: () => unknown }).usage?.() ?? null } } : {}), resumed: result.resumed, out: file, interrupted: ac.signal.aborted };
     writeFileSync(join(outDir, 'eval.json'), JSON.stringify(out, null, 2) + '\n');
     const html = renderEvalHtml(report, result.trajectories);
     const htmlFile = join(outDir, 'report.html');
@@ -173,6 +212,7 @@ export async function evalCommand(argv: string[]): Promise<void> {
     console.log(`\n${report.tasks} tasks x ${k} = ${result.trajectories.length} episodes (${result.resumed} resumed) with policy '${policy.id}' -> ${file}`);
     console.log(table([['', ''], ...evalRows(report)]).split('\n').slice(1).join('\n'));
     if (usage) console.log(`API usage: ${usage.requests} requests (${usage.failed_requests} failed after retries), ${usage.prompt_tokens} prompt + ${usage.completion_tokens} completion tokens this invocation`);
+    if (judged) console.log(`RULER (${ruler}, judge ${judge!.id}): ${judged.groups} groups judged, ${judged.failures} failed (their episodes keep the verifier's reward)${judged.first_error ? `: ${judged.first_error}` : ''}; ${judged.calls} judge requests, ${judged.cached} answers from the cache`);
     if (report.failures.length) {
       console.log('\nFailed episodes by cause:');
       for (const f of report.failures.slice(0, 10)) console.log(`  ${String(f.episodes).padStart(5)}  ${f.kind === 'task_error' ? 'task error: ' : ''}${f.cause}`);
@@ -184,5 +224,34 @@ export async function evalCommand(argv: string[]): Promise<void> {
     process.off('SIGINT', onSigint);
     await env.close();
     await policy.close?.();
+    await judge?.close?.();
   }
+}
+
+/** Judges each task's episodes as a group (RULER), four groups at a time; a group the judge fails on keeps its rewards and is counted. */
+async function judgeGroups(trajectories: Trajectory[], judge: ChatModel, o: RulerOptions): Promise<{ groups: number; failures: number; calls: number; cached: number; first_error?: string }> {
+  const byGroup = new Map<string, Trajectory[]>();
+  for (const t of trajectories) byGroup.set(t.group_id, [...(byGroup.get(t.group_id) ?? []), t]);
+  const r = { groups: 0, failures: 0, calls: 0, cached: 0 } as { groups: number; failures: number; calls: number; cached: number; first_error?: string };
+  const limit = pLimit(4);
+  await Promise.all(
+    [...byGroup.values()].map((group) =>
+      limit(async () => {
+        if (group.filter((t) => t.finish !== 'error').length < 2 || o.signal?.aborted) return;
+        r.groups++;
+        try {
+          const a = await applyRuler(group, judge, o);
+          r.calls += a.calls;
+          r.cached += a.cached;
+        } catch (err) {
+          if (!(err instanceof JudgeError)) throw err;
+          r.failures++;
+          r.calls += err.calls;
+          r.cached += err.cached;
+          r.first_error ??= err.message.split('\n', 1)[0];
+        }
+      }),
+    ),
+  );
+  return r;
 }

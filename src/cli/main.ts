@@ -25,7 +25,7 @@ Commands:
                         --delay-ms N      add N ms to every tool call (for benchmarks)
   start               The main job: train the embedded policy (SFT cold start in models/calc-tiny)
                       with the art preset on the calculator suite; print held-out success before/after
-  train               Train a policy with a preset: grpo, dapo, dr_grpo, gspo, rlvr, art
+  train               Train a policy with a preset: grpo, dapo, dr_grpo, gspo, rlvr, art, ruler
                         --preset P --suite S | --tasks F [--eval-tasks F2] --steps N --group G --model DIR
                         --run DIR (default runs/<preset>-<time>)  --resume  --config FILE (JSON)
                         --learner URL [--learner-token T]  a learner running elsewhere (GPU)

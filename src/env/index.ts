@@ -14,3 +14,4 @@ export type { RolloutOptions, RolloutResult, RolloutSummary, TrajectoryGroup, Fa
 export { TrajectoryWriter, JsonlWriter, readTrajectories, readJsonl, repairJsonl, repairJsonlLines, episodeKey, exportOpenAI, toOpenAIFineTune } from './store.ts';
 export type { JsonlRepair } from './store.ts';
 export { runCode, extractCode } from './code-runner.ts';
+export { rulerScore, applyRuler, rulerPrompt, parseListwise, parseVerdict, standardise, commonPrefixLength, JudgeError, DEFAULT_RUBRIC, type RulerOptions, type RulerScores, type RulerApplied, type RulerMode, type Verdict } from './ruler.ts';

@@ -5,11 +5,22 @@
  * "DAPO"): a group without signal (every episode solved, or every one failed) is dropped and more
  * tasks are sampled, round after round, until the batch is full or the cap of rounds is hit.
  * Group ids are structured, `<task id>@train.<step>.<round>`: unique within a run.
+ *
+ * With a judge (RULER, src/env/ruler.ts), each group of a round with at least two finished
+ * episodes is judged (groups concurrently, `judge.concurrency` at once) before the overlong
+ * shaping, so that reward = w_ruler·ruler + w_verifier·verifier + overlong: the overlong penalty
+ * is not scaled by the verifier's weight (0 by default). A group the judge fails on (a JudgeError)
+ * is dropped, counted as `droppedJudge`, never trained on a made-up score; dynamic sampling looks
+ * at the judged rewards.
  */
+import { join } from 'node:path';
+import pLimit from 'p-limit';
 import { seededRandom } from '../../lib/index.ts';
-import { rollout, type Environment, type Policy, type Task, type Trajectory } from '../env/index.ts';
+import { makeChatModel } from '../agents/index.ts';
+import { applyRuler, JudgeError, rollout, type ChatModel, type Environment, type Policy, type RulerOptions, type Task, type Trajectory } from '../env/index.ts';
 import { isZeroVariance } from './advantages.ts';
 import { overlongPenalty, type KeptGroup } from './batch.ts';
+import type { TrainConfig } from './config.ts';
 
 /** Draws train tasks with a seeded generator that can be replayed to any point (resume, rollback). */
 export class TaskSampler {
@@ -60,6 +71,8 @@ export interface CollectOptions {
   maxResampleRounds: number;
   /** DAPO overlong shaping over the policy tokens of an episode; max 0 = off. */
   overlong: { max: number; cache: number };
+  /** RULER: a judge that scores each group (its options: mode, rubric, weights, cache, ...). */
+  judge?: { model: ChatModel; options: RulerOptions; /** Groups judged at once (default 4). */ concurrency?: number };
   signal?: AbortSignal;
 }
 
@@ -73,6 +86,13 @@ export interface Collected {
   droppedNoSignal: number;
   /** Groups dropped because fewer than two of their episodes finished (tool servers failed). */
   droppedTooFew: number;
+  /** Groups dropped because the judge failed on them (RULER: a request failed, or it answered invalidly twice). */
+  droppedJudge: number;
+  /** The first judge failure's message, for the log. */
+  judgeError?: string;
+  /** Judge requests made (retries included) and answers taken from the judge's cache. */
+  judgeCalls: number;
+  judgeCached: number;
   /** Sampling rounds it took (1 without dynamic sampling). */
   rounds: number;
   /** Whether the batch reached tasks_per_step groups (false when the cap of rounds was hit first). */
@@ -101,6 +121,10 @@ export async function collectGroups(o: CollectOptions): Promise<Collected> {
   let groupsSeen = 0;
   let droppedNoSignal = 0;
   let droppedTooFew = 0;
+  let droppedJudge = 0;
+  let judgeError: string | undefined;
+  let judgeCalls = 0;
+  let judgeCached = 0;
   let rounds = 0;
   const maxRounds = o.dynamicSampling ? 1 + o.maxResampleRounds : 1;
   while (rounds < maxRounds && kept.length < o.tasksPerStep && !o.signal?.aborted) {
@@ -109,6 +133,31 @@ export async function collectGroups(o: CollectOptions): Promise<Collected> {
     const unique = [...new Map(tasks.map((t) => [t.id, t])).values()];
     const r = await rollout(o.env, o.policy, unique, { group: o.group, concurrency: o.concurrency, iteration: `train.${o.step}.${rounds}`, signal: o.signal });
     rounds++;
+    const judgeFailed = new Set<string>();
+    if (o.judge) {
+      const j = o.judge;
+      const limit = pLimit(Math.max(1, j.concurrency ?? 4));
+      await Promise.all(
+        r.groups
+          .filter((g) => g.trajectories.length >= 2)
+          .map((g) =>
+            limit(async () => {
+              if (o.signal?.aborted) return;
+              try {
+                const a = await applyRuler(g.trajectories, j.model, { ...j.options, signal: j.options.signal ?? o.signal });
+                judgeCalls += a.calls;
+                judgeCached += a.cached;
+              } catch (err) {
+                if (!(err instanceof JudgeError)) throw err;
+                judgeCalls += err.calls; // the failed requests were made (and paid for) too
+                judgeCached += err.cached;
+                judgeFailed.add(g.group_id);
+                judgeError ??= `${g.group_id}: ${err.message}`;
+              }
+            }),
+          ),
+      );
+    }
     for (const t of r.trajectories) shapeOverlong(t, o.overlong.max, o.overlong.cache);
     trajectories.push(...r.trajectories);
     for (const g of r.groups) {
@@ -119,6 +168,10 @@ export async function collectGroups(o: CollectOptions): Promise<Collected> {
         droppedTooFew++;
         continue;
       }
+      if (judgeFailed.has(g.group_id)) {
+        droppedJudge++;
+        continue;
+      }
       if (o.dynamicSampling && withoutSignal(g.trajectories, o.dynamicSamplingOn)) {
         droppedNoSignal++;
         continue;
@@ -126,5 +179,34 @@ export async function collectGroups(o: CollectOptions): Promise<Collected> {
       kept.push({ group_id: g.group_id, trajectories: g.trajectories });
     }
   }
-  return { kept, trajectories, groupsSeen, droppedNoSignal, droppedTooFew, rounds, full: kept.length >= o.tasksPerStep, seconds: (performance.now() - t0) / 1000 };
+  return { kept, trajectories, groupsSeen, droppedNoSignal, droppedTooFew, droppedJudge, judgeError, judgeCalls, judgeCached, rounds, full: kept.length >= o.tasksPerStep, seconds: (performance.now() - t0) / 1000 };
+}
+
+/**
+ * RULER's judge for a run (undefined when `ruler` is off): the ChatModel given in code, or one
+ * made from the config's `judge` spec (makeChatModel of src/agents), with the config's mode,
+ * votes, rubric and weights, and its answers cached in `<run dir>/judge-cache`. `close` closes a
+ * judge made here (not one given).
+ */
+export async function rulerJudge(c: TrainConfig, runDir: string, given?: ChatModel): Promise<{ judge?: CollectOptions['judge']; close(): Promise<void> }> {
+  if (c.ruler === 'off') return { close: async () => {} };
+  let model = given;
+  let close = async () => {};
+  if (!model) {
+    const made = await makeChatModel(c.judge, { baseURL: c.judge_base_url, apiKeyEnv: c.judge_api_key_env }).catch((err: Error) => {
+      throw new Error(`judge: ${err.message}`, { cause: err });
+    });
+    model = made;
+    close = async () => {
+      await made.close?.();
+    };
+  }
+  const options: RulerOptions = {
+    mode: c.ruler,
+    votes: c.ruler_votes,
+    rubric: c.ruler_rubric,
+    weights: { ruler: c.ruler_weight, verifier: c.ruler_verifier_weight },
+    cacheDir: join(runDir, 'judge-cache'),
+  };
+  return { judge: { model, options }, close };
 }

@@ -14,11 +14,11 @@ import { LearnerConfigSchema, type LearnerConfigInput } from './protocol.ts';
 /** The learner's fields that the run sets itself (not configurable on their own). */
 const { total_steps: _total, dr_grpo_constant: _constant, ...learnerFields } = LearnerConfigSchema.shape;
 
-export const PRESET_NAMES = ['grpo', 'dapo', 'dr_grpo', 'gspo', 'rlvr', 'art'] as const;
+export const PRESET_NAMES = ['grpo', 'dapo', 'dr_grpo', 'gspo', 'rlvr', 'art', 'ruler'] as const;
 
 export const TrainConfigSchema = z
   .object({
-    preset: z.enum(PRESET_NAMES).default('art').describe('the recipe whose settings fill the fields not given: grpo, dapo, dr_grpo, gspo, rlvr, art'),
+    preset: z.enum(PRESET_NAMES).default('art').describe('the recipe whose settings fill the fields not given: grpo, dapo, dr_grpo, gspo, rlvr, art, ruler (needs --judge)'),
     suite: z.string().default('calculator').describe('the bundled task suite to train and evaluate on (when no task file is given)'),
     tasks: z.string().min(1).optional().describe('a task file (.json or .jsonl) to train on instead of a suite: its train split (and, without eval_tasks, its eval split as the held-out tasks)'),
     eval_tasks: z.string().min(1).optional().describe('a task file of held-out tasks (all of it; default: the eval split of the tasks or of the suite)'),
@@ -43,10 +43,21 @@ export const TrainConfigSchema = z
     eval_samples: z.number().int().min(1).default(2).describe('rollouts of each held-out task'),
     checkpoint_every: z.number().int().min(1).default(1).describe('a learner checkpoint (and state.json) every N steps; a learner that dies costs the steps since'),
     bundled_servers: z.enum(['inprocess', 'stdio']).default('inprocess').describe('how the bundled tool servers run: in this process (fastest) or as stdio child processes'),
+    policy: z.string().regex(/^(onnx|openai:.+)$/, "onnx, or openai:<model> (a server: --base-url)").default('onnx').describe('what samples the rollouts: onnx (the model in-process) or openai:<model> (an OpenAI-compatible server that returns token ids and loads new weights, e.g. mcp-gym serve-policy; needs base_url)'),
+    base_url: z.string().url().optional().describe('the policy server\'s base URL (up to and with /v1), with policy openai:<model>'),
+    api_key_env: z.string().min(1).optional().describe('the environment variable holding the policy server\'s key (default OPENAI_API_KEY)'),
     learner: z.string().optional().describe('URL of a learner already running (e.g. on a GPU machine); default: spawn one here'),
     learner_token: z.string().optional().describe('bearer token of that learner'),
     device: z.enum(['auto', 'cpu', 'cuda']).default('auto').describe('the learner\'s device'),
     threads: z.number().int().min(1).optional().describe('the learner\'s CPU threads (default: all cores)'),
+    judge: z.string().default('').describe('RULER\'s judge, a chat model: openai:<model> or anthropic:<model> (empty: no judge)'),
+    judge_base_url: z.string().min(1).optional().describe('the judge\'s API base URL (OpenAI-compatible: up to and with /v1)'),
+    judge_api_key_env: z.string().min(1).optional().describe('the environment variable holding the judge\'s API key (default OPENAI_API_KEY / ANTHROPIC_API_KEY)'),
+    ruler: z.enum(['off', 'listwise', 'pairwise']).default('off').describe('RULER: the judge scores each group, listwise (one request per group, scores in [0, 1]) or pairwise (A / B / TIE votes, standardised in the group); needs judge'),
+    ruler_votes: z.number().int().min(1).default(3).describe('RULER pairwise: judge requests per pair of trajectories'),
+    ruler_weight: z.number().default(1).describe('RULER: the weight of the judge\'s score in the reward'),
+    ruler_verifier_weight: z.number().default(0).describe('RULER: the weight of the reward before the judge (the config\'s reward) in the reward'),
+    ruler_rubric: z.string().min(1).optional().describe('RULER: the judge\'s grading standards (default: a goal reached beats one not reached; efficiency; tool errors count against)'),
     ...learnerFields,
   })
   .strict();
@@ -61,6 +72,8 @@ export const PRESETS: Record<TrainConfig['preset'], Partial<TrainConfigInput>> =
   gspo: { reward: 'verifier', advantage: 'grpo', loss: 'gspo', clip_low: 0.0003, clip_high: 0.0004, beta: 0 },
   rlvr: { reward: 'rlvr', advantage: 'grpo', loss: 'grpo', clip_low: 0.2, clip_high: 0.2, beta: 0.04 },
   art: { reward: 'art', advantage: 'grpo', loss: 'grpo', clip_low: 0.2, clip_high: 0.2, beta: 0.04 },
+  // GRPO on RULER's listwise score combined half and half with the verifier's (needs a judge).
+  ruler: { reward: 'verifier', advantage: 'grpo', loss: 'grpo', clip_low: 0.2, clip_high: 0.2, beta: 0.04, ruler: 'listwise', ruler_weight: 0.5, ruler_verifier_weight: 0.5 },
 };
 
 /** preset < config file < explicit overrides; errors name the field. */
@@ -80,6 +93,12 @@ export function resolveConfig(overrides: Partial<TrainConfigInput>, file?: strin
   if (!r.success) {
     const i = r.error.issues[0]!;
     throw new Error(`${file ? `${file}: ` : ''}${i.path.join('.') || '(config)'}: ${i.message}`);
+  }
+  if (r.data.policy !== 'onnx' && !r.data.base_url) {
+    throw new Error(`${file ? `${file}: ` : ''}policy: '${r.data.policy}' needs base_url (--base-url URL): training samples through a server that returns token ids and loads the new weights (mcp-gym serve-policy, vLLM)`);
+  }
+  if (r.data.ruler !== 'off' && !r.data.judge) {
+    throw new Error(`${file ? `${file}: ` : ''}ruler: '${r.data.ruler}'${preset === 'ruler' ? ' (the ruler preset)' : ''} needs a judge: set judge (--judge openai:<model> or anthropic:<model>), or ruler: 'off'`);
   }
   return r.data;
 }

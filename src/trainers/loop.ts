@@ -8,12 +8,12 @@
  * and the run rolls back to it; a run stopped (Ctrl-C) or killed resumes from its last
  * checkpoint with `resume`.
  */
-import { OnnxPolicy } from '../agents/index.ts';
-import { Environment, loadTasks, rollout, type EnvironmentOptions, type RewardFn, type Task } from '../env/index.ts';
+import { OnnxPolicy, OpenAIPolicy } from '../agents/index.ts';
+import { Environment, loadTasks, rollout, type ChatModel, type EnvironmentOptions, type Policy, type RewardFn, type Task } from '../env/index.ts';
 import { generateSuite } from '../env/suites/index.ts';
 import { mean, std } from './advantages.ts';
 import { buildTrainBatch, type BuiltBatch } from './batch.ts';
-import { collectGroups, TaskSampler, type Collected } from './collect.ts';
+import { collectGroups, rulerJudge, TaskSampler, type Collected } from './collect.ts';
 import { learnerConfig, policyTokenBudget, resolveConfig, type TrainConfig, type TrainConfigInput } from './config.ts';
 import type { LearnerConnection } from './learner-client.ts';
 import { RunDir, type EvalResult } from './run-dir.ts';
@@ -43,6 +43,8 @@ export interface TrainOptions {
   evalTasks?: Task[];
   /** The reward: a function, or a registered name; default: the config's `reward`. */
   reward?: string | RewardFn;
+  /** RULER's judge (with `ruler` on in the config); it wins over the config's `judge` spec, which it fills when empty. */
+  judge?: ChatModel;
   onStep?: (m: Record<string, unknown>) => void;
   onLog?: (line: string) => void;
   /** Options of the environment (e.g. a tool server's delay, the built-in rewards' weights); `bundled_servers` in the config wins. */
@@ -79,9 +81,13 @@ function stepMetrics(step: number, learner: Record<string, unknown>, got: Collec
     episodes: all.length,
     groups_seen: got.groupsSeen,
     groups_kept: got.kept.length,
-    dropped_fraction: got.groupsSeen ? (got.droppedNoSignal + got.droppedTooFew) / got.groupsSeen : 0,
+    dropped_fraction: got.groupsSeen ? (got.droppedNoSignal + got.droppedTooFew + got.droppedJudge) / got.groupsSeen : 0,
     dropped_no_signal: got.droppedNoSignal,
     dropped_too_few: got.droppedTooFew,
+    judge_failures: got.droppedJudge,
+    judge_calls: got.judgeCalls,
+    judge_cached: got.judgeCached,
+    ruler_mean: mean(all.filter((t) => t.reward_parts.ruler !== undefined).map((t) => t.reward_parts.ruler!)),
     sampling_rounds: got.rounds,
     batch_full: got.full,
     zero_variance_groups: built.zeroVarianceGroups,
@@ -121,8 +127,49 @@ export function trainingTasks(c: TrainConfig, o: Pick<TrainOptions, 'trainTasks'
   return { train, held, source };
 }
 
+/** What samples a run's rollouts: the model in-process, or a server that loads the run's weights. */
+interface RolloutPolicy {
+  policy: Policy;
+  /** The model's context, in tokens. */
+  maxLen: number;
+  version: () => string | number | undefined;
+  /** Picks up the weights the learner just exported to the run's model directory. */
+  reload: () => Promise<unknown>;
+  close: () => Promise<void>;
+}
+
+/**
+ * The rollout policy of a run. `onnx`: the run's model directory loaded in-process. `openai:<model>`:
+ * a server (mcp-gym serve-policy; vLLM with a weight-loading endpoint) told to serve the run's
+ * model directory (`POST <base>/reload {model_dir}`) now and after each step, sampling with the
+ * run's settings and returning token ids and logprobs (a turn the server re-tokenised is not
+ * trained on).
+ */
+async function rolloutPolicy(c: TrainConfig, modelDir: string, step: number): Promise<RolloutPolicy> {
+  if (c.policy === 'onnx') {
+    const p = await OnnxPolicy.load(modelDir, { temperature: c.temperature, topK: c.top_k, topP: c.top_p, maxNewTokens: c.max_new_tokens, seed: c.seed + 1 + step });
+    return { policy: p, maxLen: p.model.maxLen, version: () => p.version, reload: () => p.reload(), close: () => p.close() };
+  }
+  const p = new OpenAIPolicy(c.policy.slice('openai:'.length), {
+    baseURL: c.base_url,
+    apiKeyEnv: c.api_key_env,
+    temperature: c.temperature,
+    topP: c.top_p,
+    maxTokens: c.max_new_tokens,
+    tokenIds: true,
+    concurrency: c.concurrency,
+    ...(c.top_k > 0 ? { extraBody: { top_k: c.top_k } } : {}),
+  });
+  await p.reload(modelDir).catch((err: unknown) => {
+    throw new Error(`policy ${c.policy}: the server at ${c.base_url} could not load the run's model ${modelDir}: ${(err as Error).message}`);
+  });
+  const maxLen = await p.contextLength();
+  if (!maxLen) throw new Error(`policy ${c.policy}: the server at ${c.base_url} does not say its context length (max_model_len in /v1/models)`);
+  return { policy: p, maxLen, version: () => p.version, reload: () => p.reload(modelDir), close: () => p.close() };
+}
+
 export async function train(o: TrainOptions): Promise<TrainResult> {
-  const c = resolveConfig(o.config);
+  const c = resolveConfig(o.judge && !o.config.judge ? { ...o.config, judge: o.judge.id } : o.config);
   const log = o.onLog ?? (() => {});
   const run = new RunDir(o.runDir, { resume: o.resume === true, model: c.model, config: c });
   if (o.resume) log(`resuming ${run.dir} at step ${run.state.step}`);
@@ -131,21 +178,24 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
   const title = `mcp-gym training run: ${c.preset} on ${source}`;
   const env = new Environment({ ...o.environment, bundled: c.bundled_servers, reward: o.reward ?? o.environment?.reward ?? c.reward });
   let session: LearnerSession | undefined;
-  let policy: OnnxPolicy | undefined;
+  let policy: RolloutPolicy | undefined;
+  let judging: Awaited<ReturnType<typeof rulerJudge>> | undefined;
   try {
+    judging = await rulerJudge(c, run.dir, o.judge);
     session = await LearnerSession.open({ modelDir: run.modelDir, runDir: run.dir, url: c.learner, token: c.learner_token, threads: c.threads, device: c.device === 'auto' ? undefined : c.device, checkpoint: run.state.checkpoint, log });
     // A resumed run samples from its checkpoint's weights: the model directory may hold weights
     // exported after that checkpoint (by the steps a kill undid).
     if (o.resume && run.state.checkpoint) await session.exportWeights();
-    policy = await OnnxPolicy.load(run.modelDir, { temperature: c.temperature, topK: c.top_k, topP: c.top_p, maxNewTokens: c.max_new_tokens, seed: c.seed + 1 + run.state.step });
+    policy = await rolloutPolicy(c, run.modelDir, run.state.step);
     const sampler = new TaskSampler(trainTasks, c.seed + 7, run.state.rng_draws);
-    const budget = policyTokenBudget(c, Math.max(...trainTasks.map((t) => t.max_turns)), policy.model.maxLen);
+    const budget = policyTokenBudget(c, Math.max(...trainTasks.map((t) => t.max_turns)), policy.maxLen);
     const cfgForLearner = learnerConfig(c, { totalSteps: c.steps, policyTokenBudget: budget });
     const s = session;
     const p = policy;
+    const pol = policy.policy;
 
     const evaluate = async (step: number): Promise<EvalResult> => {
-      const r = await rollout(env, p, held, { group: c.eval_samples, concurrency: c.concurrency, iteration: `eval.${step}` });
+      const r = await rollout(env, pol, held, { group: c.eval_samples, concurrency: c.concurrency, iteration: `eval.${step}` });
       const ok = r.trajectories.filter((t) => t.success).length;
       const e: EvalResult = { step, success: ok / r.trajectories.length, ci95: wilson(ok, r.trajectories.length), episodes: r.trajectories.length, mean_reward: mean(r.trajectories.map((t) => t.reward)) };
       run.writeEval(e, r.trajectories);
@@ -177,13 +227,14 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
       const step = run.state.step + 1;
       await o.beforeRollout?.(step);
       const got = await collectGroups({
-        env, policy: p, sampler, step, tasksPerStep: c.tasks_per_step, group: c.group, concurrency: c.concurrency,
+        env, policy: pol, sampler, step, tasksPerStep: c.tasks_per_step, group: c.group, concurrency: c.concurrency,
         dynamicSampling: c.dynamic_sampling, dynamicSamplingOn: c.dynamic_sampling_on, maxResampleRounds: c.max_resample_rounds,
-        overlong: { max: c.overlong_max, cache: c.overlong_cache }, signal: o.signal,
+        overlong: { max: c.overlong_max, cache: c.overlong_cache }, judge: judging.judge, signal: o.signal,
       });
       if (o.signal?.aborted) break;
+      if (got.judgeError) log(`step ${step}: the judge failed on ${got.droppedJudge} group(s), dropped; first: ${got.judgeError}`);
       run.writeTrajectories(got.trajectories);
-      const built = buildTrainBatch(got.kept, { advantage: c.advantage, perTurn: c.per_turn, maxLen: p.model.maxLen });
+      const built = buildTrainBatch(got.kept, { advantage: c.advantage, perTurn: c.per_turn, maxLen: p.maxLen });
 
       const tl = performance.now();
       const checkpointDue = step % c.checkpoint_every === 0 || step === c.steps;
@@ -214,7 +265,7 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
       await p.reload();
 
       run.state.step = step;
-      const m = stepMetrics(step, lm, got, built, { reward: env.reward.name, learnerSeconds, restarts: s.restarts, version: p.version });
+      const m = stepMetrics(step, lm, got, built, { reward: env.reward.name, learnerSeconds, restarts: s.restarts, version: Number(p.version() ?? 0) });
       if (c.eval_every > 0 && step % c.eval_every === 0 && step < c.steps) m.eval_success = (await evaluate(step)).success;
       run.state.train_seconds = (performance.now() - t0) / 1000;
       run.state.rng_draws = sampler.draws;
@@ -247,5 +298,6 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
     await env.close();
     await policy?.close();
     await session?.close();
+    await judging?.close();
   }
 }

@@ -46,11 +46,12 @@ function readRows(file: string): Record<string, unknown>[] {
 }
 
 /** What makes a run the run it is: resuming with any of these changed would mix two runs in one directory. */
-export const RUN_IDENTITY = ['preset', 'model', 'suite', 'tasks', 'eval_tasks', 'max_difficulty', 'reward', 'group', 'tasks_per_step', 'loss', 'advantage', 'per_turn', 'seed', 'temperature', 'top_k', 'top_p', 'max_new_tokens'] as const;
+export const RUN_IDENTITY = ['preset', 'model', 'suite', 'tasks', 'eval_tasks', 'max_difficulty', 'reward', 'group', 'tasks_per_step', 'loss', 'advantage', 'per_turn', 'seed', 'temperature', 'top_k', 'top_p', 'max_new_tokens', 'ruler', 'judge', 'ruler_weight', 'ruler_verifier_weight', 'ruler_rubric', 'policy'] as const;
 
 /** The differences between a run's recorded config and the one it is resumed with, as `field: was X, now Y`. */
 export function identityChanges(was: Record<string, unknown>, now: Record<string, unknown>): string[] {
-  return RUN_IDENTITY.filter((k) => JSON.stringify(was[k]) !== JSON.stringify(now[k])).map((k) => `${k}: the run has ${JSON.stringify(was[k]) ?? '(none)'}, not ${JSON.stringify(now[k]) ?? '(none)'}`);
+  // A field the recorded config lacks came after the run was made (it ran with that field's default).
+  return RUN_IDENTITY.filter((k) => k in was && JSON.stringify(was[k]) !== JSON.stringify(now[k])).map((k) => `${k}: the run has ${JSON.stringify(was[k]) ?? '(none)'}, not ${JSON.stringify(now[k]) ?? '(none)'}`);
 }
 
 /** The config a run was made with (its config.json), or undefined. */

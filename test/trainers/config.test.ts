@@ -10,7 +10,7 @@ describe('presets and config', () => {
     expect(resolveConfig({ preset: 'gspo' })).toMatchObject({ loss: 'gspo' });
     expect(resolveConfig({ preset: 'rlvr' })).toMatchObject({ reward: 'rlvr', loss: 'grpo' });
     expect(resolveConfig({ preset: 'art' })).toMatchObject({ reward: 'art', loss: 'grpo', beta: 0.04 });
-    expect(Object.keys(PRESETS).sort()).toEqual(['art', 'dapo', 'dr_grpo', 'grpo', 'gspo', 'rlvr']);
+    expect(Object.keys(PRESETS).sort()).toEqual(['art', 'dapo', 'dr_grpo', 'grpo', 'gspo', 'rlvr', 'ruler']);
     // Flags override the preset; errors name the field.
     expect(resolveConfig({ preset: 'dapo', clip_high: 0.3 }).clip_high).toBe(0.3);
     expect(() => resolveConfig({ preset: 'grpo', group: 1 })).toThrow(/group: Too small/);
