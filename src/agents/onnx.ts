@@ -4,6 +4,11 @@
  * kept in slots that the graph reads in place (no per-step copy of the cache); each episode's
  * token sequence grows by appending, and every sampled token comes with its logprob under the
  * distribution it was sampled from.
+ *
+ * Rows of one batch may differ in their sampling settings, token limit and random source
+ * (`GenerateOptions.rows`). `OnnxModel.serve` batches continuously (rows join the running batch
+ * between decode steps and leave it as they finish), and a `GenerationBatcher` feeds it
+ * concurrent requests: the episodes of OnnxPolicy, the HTTP requests of serve-policy.ts.
  */
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
@@ -19,6 +24,96 @@ export interface GenerateOptions extends SamplingOptions {
   rng: RandomFn;
   /** Token that ends a sequence. Default <|end|>. */
   stop?: number;
+  /** Per-row settings (same order as the prompts); what a row leaves out is the call's. */
+  rows?: (RowOptions | undefined)[];
+}
+
+/** One row's own settings in a batch. */
+export interface RowOptions {
+  sampling?: SamplingOptions;
+  maxNewTokens?: number;
+  /** This row's random source (a seeded request is reproducible whatever else is in the batch). */
+  rng?: RandomFn;
+  /** Called with each sampled token as it is sampled (errors it throws are ignored). */
+  onToken?: (token: number, logprob: number) => void;
+  /** Once aborted, the row samples nothing more (its generation ends as cut off). */
+  signal?: AbortSignal;
+}
+
+/** A row's settings resolved against the call's. */
+export interface ResolvedRow {
+  sampling: SamplingOptions;
+  maxNewTokens: number;
+  rng: RandomFn;
+  onToken?: (token: number, logprob: number) => void;
+  signal?: AbortSignal;
+}
+
+/** Where OnnxModel.serve takes its rows from, in order. */
+export interface RowSource {
+  /** The rows waiting now (their prompts' common prefix is computed once). */
+  pending(): readonly { prompt: number[] }[];
+  /** The next row, without taking it; undefined when there is none (or no more for this model). */
+  peek(): { prompt: number[]; maxNewTokens: number } | undefined;
+  take(): SourceRow | undefined;
+}
+
+export interface SourceRow {
+  prompt: number[];
+  opts: ResolvedRow;
+  /** The row's generation, and the version of the weights that sampled it. */
+  onDone: (g: Generation, version: number) => void;
+}
+
+/** How many first tokens a and b have in common. */
+function commonLength(a: number[], b: number[]): number {
+  const n = Math.min(a.length, b.length);
+  let i = 0;
+  while (i < n && a[i] === b[i]) i++;
+  return i;
+}
+
+/** A prompt prefix's keys [H, Dh, n] and values [H, n, Dh] per layer. */
+interface Prefix {
+  tokens: number[];
+  n: number;
+  K: Float32Array[];
+  V: Float32Array[];
+}
+
+/**
+ * A row being sampled: its prompt, settings, tokens so far, its row in the lane's cache and its
+ * next cache slot (= its next position).
+ */
+interface LaneRow {
+  prompt: number[];
+  opts: ResolvedRow;
+  gen: Generation;
+  slot: number;
+  next: number;
+  onDone?: (g: Generation) => void;
+}
+
+/**
+ * Rows sampled together: B running rows in the first B of `slots` slots, each with C cache slots
+ * (per layer keys [slots, H, Dh, C], values [slots, H, C, Dh]), a mask [slots, C] that is 1 where
+ * a slot holds a token, and each row's next logits [slots, V].
+ */
+interface Lane {
+  session: ort.InferenceSession;
+  B: number;
+  slots: number;
+  C: number;
+  K: Float32Array[];
+  V: Float32Array[];
+  mask: Float32Array;
+  logits: Float32Array;
+  /** The running rows by cache row, and in the order they joined (the order rows are sampled in). */
+  rows: LaneRow[];
+  order: LaneRow[];
+  prefix?: Prefix;
+  /** A decode step's inputs (ids, positions, mask), kept from step to step. */
+  step?: { ids: BigInt64Array; pos: BigInt64Array; mask: Float32Array };
 }
 
 export interface Generation {
@@ -83,19 +178,45 @@ export class OnnxModel {
     return this.config.version;
   }
 
-  /** Reloads the session if the learner wrote new weights (config.json's version changed). */
+  /**
+   * Reloads the session if the learner wrote new weights (config.json's version changed). A
+   * generation in flight finishes on the session it started with, which is released after it.
+   */
   async reload(): Promise<boolean> {
     const config = readModelConfig(this.dir);
     if (config.version === this.config.version) return false;
     const session = await OnnxModel.session(this.dir, config, this.options);
-    await this.session.release();
+    const old = this.session;
     this.session = session;
     (this as { config: ModelConfig }).config = config;
+    await this.retire(old);
     return true;
   }
 
   async close(): Promise<void> {
-    await this.session.release();
+    await this.retire(this.session);
+  }
+
+  /** Generations running on each session (a retired session is released when its count drops to 0). */
+  private readonly users = new Map<ort.InferenceSession, number>();
+  private readonly retired = new Set<ort.InferenceSession>();
+
+  private acquire(): ort.InferenceSession {
+    const s = this.session;
+    this.users.set(s, (this.users.get(s) ?? 0) + 1);
+    return s;
+  }
+
+  private async releaseUse(s: ort.InferenceSession): Promise<void> {
+    const n = (this.users.get(s) ?? 1) - 1;
+    if (n > 0) return void this.users.set(s, n);
+    this.users.delete(s);
+    if (this.retired.delete(s)) await s.release();
+  }
+
+  private async retire(s: ort.InferenceSession): Promise<void> {
+    if (this.users.has(s)) this.retired.add(s);
+    else await s.release();
   }
 
   /**
@@ -104,6 +225,10 @@ export class OnnxModel {
    * keys/values [L, B, H, T, Dh].
    */
   async forward(ids: BigInt64Array, positions: BigInt64Array, mask: Float32Array, B: number, Tn: number, C: number, keys: Float32Array[], values: Float32Array[]) {
+    return this.run(this.session, ids, positions, mask, B, Tn, C, keys, values);
+  }
+
+  private async run(session: ort.InferenceSession, ids: BigInt64Array, positions: BigInt64Array, mask: Float32Array, B: number, Tn: number, C: number, keys: Float32Array[], values: Float32Array[]) {
     const { L, H, Dh } = this;
     const feeds: Record<string, ort.Tensor> = {
       input_ids: new ort.Tensor('int64', ids, [B, Tn]),
@@ -114,7 +239,7 @@ export class OnnxModel {
       feeds[`past_key_${l}`] = new ort.Tensor('float32', keys[l]!, [B, H, Dh, C]);
       feeds[`past_value_${l}`] = new ort.Tensor('float32', values[l]!, [B, H, C, Dh]);
     }
-    const out = await this.session.run(feeds);
+    const out = await session.run(feeds);
     return { logits: out.logits!.data as Float32Array, newK: out.new_keys!.data as Float32Array, newV: out.new_values!.data as Float32Array };
   }
 
@@ -124,36 +249,101 @@ export class OnnxModel {
    * MB, and a step over it ran 2.6x slower than two steps over halves); the prompts' common
    * prefix is computed once; within a chunk each prompt's rest is prefilled on its own (no
    * padding: positions equal slots), then the chunk decodes one token per step for every row
-   * until each has stopped or reached its limit. Row order does not change the results' order.
+   * until each has stopped or reached its limit (a finished row leaves the step: the last row's
+   * slot moves into its place). Row order does not change the results' order.
    */
   async generate(prompts: number[][], o: GenerateOptions): Promise<Generation[]> {
     if (prompts.length === 0) return [];
-    for (const p of prompts) {
-      if (p.length === 0) throw new Error('generate: an empty prompt');
-      if (p.length >= this.maxLen) throw new Error(`generate: a prompt of ${p.length} tokens does not fit the context of ${this.maxLen}`);
-    }
+    for (const p of prompts) this.checkPrompt(p);
+    const rows: ResolvedRow[] = prompts.map((_, i) => {
+      const r = o.rows?.[i];
+      return { sampling: r?.sampling ?? o, maxNewTokens: r?.maxNewTokens ?? o.maxNewTokens, rng: r?.rng ?? o.rng, onToken: r?.onToken, signal: r?.signal };
+    });
     // Chunks of rows of similar length (shortest first), each with its own capacity C and as many
     // rows as the budget allows.
-    const { L, H, Dh } = this;
-    const budget = this.options.cacheBudgetBytes ?? 12 * 2 ** 20;
-    const capacity = (i: number) => Math.min(this.maxLen, prompts[i]!.length + o.maxNewTokens);
+    const capacity = (i: number) => Math.min(this.maxLen, prompts[i]!.length + rows[i]!.maxNewTokens);
     const order = prompts.map((_, i) => i).sort((a, b) => prompts[a]!.length - prompts[b]!.length || a - b);
-    const prefix = await this.sharedPrefix(prompts);
-    const out = new Array<Generation>(prompts.length);
-    for (let i = 0; i < order.length; ) {
-      let j = i + 1;
-      while (j < order.length && (j - i + 1) * 2 * L * H * Dh * capacity(order[j]!) * 4 <= budget) j++;
-      const rows = order.slice(i, j);
-      const gens = await this.generateChunk(
-        rows.map((r) => prompts[r]!),
-        capacity(order[j - 1]!),
-        o,
-        prefix,
-      );
-      rows.forEach((r, k) => (out[r] = gens[k]!));
-      i = j;
+    const session = this.acquire();
+    try {
+      const prefix = await this.sharedPrefix(session, prompts);
+      const out = prompts.map((): Generation => ({ tokens: [], logprobs: [], stopped: false }));
+      for (let i = 0; i < order.length; ) {
+        let j = i + 1;
+        let C = capacity(order[i]!);
+        for (; j < order.length; j++) {
+          const c = Math.max(C, capacity(order[j]!));
+          if ((j - i + 1) * this.rowBytes(c) > this.budget) break;
+          C = c;
+        }
+        const lane = this.newLane(session, j - i, C, prefix);
+        for (const r of order.slice(i, j)) await this.laneAdd(lane, { prompt: prompts[r]!, opts: rows[r]!, gen: out[r]!, slot: 0, next: 0 });
+        await this.runLane(lane, o.stop ?? T.end);
+        i = j;
+      }
+      return out;
+    } finally {
+      await this.releaseUse(session);
     }
-    return out;
+  }
+
+  /**
+   * Continuous batching: samples the rows of `source` in one running batch that rows join as
+   * they come (between decode steps, each prefilled on its own) and leave as they finish (each
+   * handed to its `onDone` at once), within `maxRows` rows and the cache budget (a row that does
+   * not fit waits for others to finish). Returns when no row is running and `source` gives none.
+   * `onStep` hears the number of rows of each decode step.
+   */
+  async serve(source: RowSource, o: { maxRows: number; stop?: number; onStep?: (rows: number) => void }): Promise<void> {
+    const session = this.acquire();
+    const version = this.version;
+    try {
+      const lane = this.newLane(session, 0, 0);
+      // The prompts of the rows admitted last: a row that does not start with the lane's prefix
+      // gets, if it shares one with them or with the rows still waiting, a new prefix to share.
+      const recent: number[][] = [];
+      const sharePrefix = async (p: number[]) => {
+        if (this.options.sharePrefix === false || (lane.prefix && lane.prefix.n < p.length && commonLength(lane.prefix.tokens, p) === lane.prefix.n)) return;
+        let n = 0;
+        for (const q of [...recent, ...source.pending().map((r) => r.prompt)]) if (q !== p) n = Math.max(n, commonLength(p, q));
+        n = Math.min(n, p.length - 1);
+        if (n >= 16) lane.prefix = await this.prefixOf(session, p.slice(0, n));
+      };
+      const admit = async () => {
+        for (;;) {
+          // After a reload, rows join the next run, on the new weights.
+          if (lane.B >= o.maxRows || this.session !== session) return;
+          const head = source.peek();
+          if (!head) return;
+          const need = Math.min(this.maxLen, head.prompt.length + head.maxNewTokens);
+          // Capacity grows in steps of 32 slots, so that rows of many lengths rarely re-lay the cache.
+          const C = Math.max(lane.C, Math.min(this.maxLen, Math.ceil(need / 32) * 32));
+          if (lane.B > 0 && (lane.B + 1) * this.rowBytes(C) > this.budget) return;
+          const r = source.take()!;
+          await sharePrefix(r.prompt);
+          recent.push(r.prompt);
+          if (recent.length > 16) recent.shift();
+          this.laneReserve(lane, lane.B + 1, C);
+          await this.laneAdd(lane, { prompt: r.prompt, opts: r.opts, gen: { tokens: [], logprobs: [], stopped: false }, slot: 0, next: 0, onDone: (g) => r.onDone(g, version) });
+        }
+      };
+      await this.runLane(lane, o.stop ?? T.end, admit, o.onStep);
+    } finally {
+      await this.releaseUse(session);
+    }
+  }
+
+  private checkPrompt(p: number[]): void {
+    if (p.length === 0) throw new Error('generate: an empty prompt');
+    if (p.length >= this.maxLen) throw new Error(`generate: a prompt of ${p.length} tokens does not fit the context of ${this.maxLen}`);
+  }
+
+  private get budget(): number {
+    return this.options.cacheBudgetBytes ?? 12 * 2 ** 20;
+  }
+
+  /** Bytes of one row's keys and values at capacity C. */
+  private rowBytes(C: number): number {
+    return 2 * this.L * this.H * this.Dh * C * 4;
   }
 
   /**
@@ -162,100 +352,212 @@ export class OnnxModel {
    * instead of being recomputed per row; undefined when it is too short to pay. At least one
    * token of each prompt is left to the row's own prefill, which yields its logits.
    */
-  private async sharedPrefix(prompts: number[][]): Promise<{ n: number; K: Float32Array[]; V: Float32Array[] } | undefined> {
+  private async sharedPrefix(session: ort.InferenceSession, prompts: number[][]): Promise<Prefix | undefined> {
     if (this.options.sharePrefix === false || prompts.length < 2) return undefined;
     let n = Math.min(...prompts.map((p) => p.length)) - 1;
     const first = prompts[0]!;
-    for (const p of prompts) {
-      let i = 0;
-      while (i < n && p[i] === first[i]) i++;
-      n = i;
-    }
-    if (n < 16) return undefined;
+    for (const p of prompts) n = Math.min(n, commonLength(first, p));
+    return n < 16 ? undefined : this.prefixOf(session, first.slice(0, n));
+  }
+
+  /** The keys and values of `tokens` (a prompt prefix), computed in one pass. */
+  private async prefixOf(session: ort.InferenceSession, tokens: number[]): Promise<Prefix> {
     const { L } = this;
+    const n = tokens.length;
     const none = Array.from({ length: L }, () => new Float32Array(0));
-    const ids = BigInt64Array.from(first.slice(0, n), (t) => BigInt(t));
+    const ids = BigInt64Array.from(tokens, (t) => BigInt(t));
     const pos = BigInt64Array.from({ length: n }, (_, t) => BigInt(t));
-    const r = await this.forward(ids, pos, new Float32Array(n).fill(1), 1, n, 0, none, none);
+    const r = await this.run(session, ids, pos, new Float32Array(n).fill(1), 1, n, 0, none, none);
     const K = Array.from({ length: L }, () => new Float32Array(this.H * this.Dh * n));
     const V = Array.from({ length: L }, () => new Float32Array(this.H * n * this.Dh));
     this.store(r.newK, r.newV, 1, 0, n, K, V, 0, 0, n);
-    return { n, K, V };
+    return { tokens, n, K, V };
   }
 
-  private async generateChunk(prompts: number[][], C: number, o: GenerateOptions, prefix?: { n: number; K: Float32Array[]; V: Float32Array[] }): Promise<Generation[]> {
+  /** A lane with room for `slots` rows of capacity C (both grow with laneReserve). */
+  private newLane(session: ort.InferenceSession, slots: number, C: number, prefix?: Prefix): Lane {
     const { L, H, Dh, V } = this;
-    const B = prompts.length;
-    const stop = o.stop ?? T.end;
-    const cacheK = Array.from({ length: L }, () => new Float32Array(B * H * Dh * C));
-    const cacheV = Array.from({ length: L }, () => new Float32Array(B * H * C * Dh));
-    const none = Array.from({ length: L }, () => new Float32Array(0));
-    const cacheMask = new Float32Array(B * C); // 1 where a slot holds a real token
-    const next = prompts.map((p) => p.length); // each row's next slot (= its next position)
+    return {
+      session,
+      B: 0,
+      slots,
+      C,
+      K: Array.from({ length: L }, () => new Float32Array(slots * H * Dh * C)),
+      V: Array.from({ length: L }, () => new Float32Array(slots * H * C * Dh)),
+      mask: new Float32Array(slots * C),
+      logits: new Float32Array(slots * V),
+      rows: [],
+      order: [],
+      prefix,
+    };
+  }
 
-    // Prefill, one prompt at a time (rows of different lengths waste nothing on padding), after
-    // the shared prefix if there is one.
-    const logits = new Float32Array(B * V);
-    const p0 = prefix?.n ?? 0;
-    const past = prefix ? { K: prefix.K, V: prefix.V } : { K: none, V: none };
-    for (let b = 0; b < B; b++) {
-      const p = prompts[b]!;
-      const n = p.length - p0;
-      const ids = BigInt64Array.from(p.slice(p0), (t) => BigInt(t));
-      const pos = BigInt64Array.from({ length: n }, (_, t) => BigInt(p0 + t));
-      const r = await this.forward(ids, pos, new Float32Array(p0 + n).fill(1), 1, n, p0, past.K, past.V);
-      logits.set(r.logits, b * V);
-      if (prefix) this.copyPrefix(prefix, cacheK, cacheV, b, C);
-      this.store(r.newK, r.newV, 1, 0, n, cacheK, cacheV, b, p0, C);
-      cacheMask.fill(1, b * C, b * C + p.length);
+  /** Makes room for `slots` rows of capacity C, keeping the running rows' keys, values, masks and logits. */
+  private laneReserve(lane: Lane, slots: number, C: number): void {
+    if (slots <= lane.slots && C <= lane.C) return;
+    const { L, H, Dh, V } = this;
+    // Rows are added one at a time: room doubles (up to 64 rows) rather than growing by one.
+    const S = slots > lane.slots ? Math.max(slots, Math.min(2 * lane.slots, 64)) : lane.slots;
+    const C2 = Math.max(lane.C, C);
+    const C1 = lane.C;
+    const B = lane.B;
+    const K = Array.from({ length: L }, () => new Float32Array(S * H * Dh * C2));
+    const Vc = Array.from({ length: L }, () => new Float32Array(S * H * C2 * Dh));
+    const mask = new Float32Array(S * C2);
+    for (let l = 0; l < L; l++) {
+      if (C2 === C1) {
+        K[l]!.set(lane.K[l]!.subarray(0, B * H * Dh * C1));
+        Vc[l]!.set(lane.V[l]!.subarray(0, B * H * C1 * Dh));
+        continue;
+      }
+      for (let bh = 0; bh < B * H; bh++) {
+        Vc[l]!.set(lane.V[l]!.subarray(bh * C1 * Dh, (bh + 1) * C1 * Dh), bh * C2 * Dh);
+        for (let d = 0; d < Dh; d++) K[l]!.set(lane.K[l]!.subarray((bh * Dh + d) * C1, (bh * Dh + d + 1) * C1), (bh * Dh + d) * C2);
+      }
     }
+    for (let b = 0; b < B; b++) mask.set(lane.mask.subarray(b * C1, (b + 1) * C1), b * C2);
+    const logits = new Float32Array(S * V);
+    logits.set(lane.logits.subarray(0, B * V));
+    Object.assign(lane, { slots: S, C: C2, K, V: Vc, mask, logits });
+  }
 
-    const gens: Generation[] = prompts.map(() => ({ tokens: [], logprobs: [], stopped: false }));
-    const done = new Array<boolean>(B).fill(false);
+  /**
+   * Prefills a row into the lane's next slot (after the shared prefix when the prompt starts
+   * with it): its keys and values, its mask, and the logits of its first token.
+   */
+  private async laneAdd(lane: Lane, row: LaneRow): Promise<void> {
+    const { L, V } = this;
+    const p = row.prompt;
+    this.laneReserve(lane, lane.B + 1, Math.min(this.maxLen, p.length + row.opts.maxNewTokens));
+    const prefix = lane.prefix && lane.prefix.n < p.length && lane.prefix.tokens.every((t, i) => p[i] === t) ? lane.prefix : undefined;
+    const p0 = prefix?.n ?? 0;
+    const n = p.length - p0;
+    const none = Array.from({ length: L }, () => new Float32Array(0));
+    const ids = BigInt64Array.from(p.slice(p0), (t) => BigInt(t));
+    const pos = BigInt64Array.from({ length: n }, (_, t) => BigInt(p0 + t));
+    const r = await this.run(lane.session, ids, pos, new Float32Array(p0 + n).fill(1), 1, n, p0, prefix?.K ?? none, prefix?.V ?? none);
+    const b = lane.B;
+    const C = lane.C;
+    lane.logits.set(r.logits, b * V);
+    if (prefix) this.copyPrefix(prefix, lane.K, lane.V, b, C);
+    this.store(r.newK, r.newV, 1, 0, n, lane.K, lane.V, b, p0, C);
+    lane.mask.fill(0, b * C, (b + 1) * C);
+    lane.mask.fill(1, b * C, b * C + p.length);
+    row.next = p.length;
+    row.slot = b;
+    lane.rows.push(row);
+    lane.order.push(row);
+    lane.B++;
+  }
+
+  /** Takes row b out of the lane: the last row moves into its slot. */
+  private laneRemove(lane: Lane, b: number): void {
+    const { L, H, Dh, V } = this;
+    const last = lane.B - 1;
+    if (b !== last) {
+      const C = lane.C;
+      const n = H * Dh * C;
+      for (let l = 0; l < L; l++) {
+        lane.K[l]!.copyWithin(b * n, last * n, (last + 1) * n);
+        lane.V[l]!.copyWithin(b * n, last * n, (last + 1) * n);
+      }
+      lane.mask.copyWithin(b * C, last * C, (last + 1) * C);
+      lane.logits.copyWithin(b * V, last * V, (last + 1) * V);
+      lane.rows[b] = lane.rows[last]!;
+      lane.rows[b]!.slot = b;
+    }
+    lane.rows.pop();
+    lane.B--;
+  }
+
+  /**
+   * Samples the lane's rows until none is left: each step samples every row's next token from
+   * its logits, takes finished rows out, and feeds the others' tokens at their next slots. With
+   * `admit`, rows join before each step.
+   */
+  private async runLane(lane: Lane, stop: number, admit?: () => Promise<void>, onStep?: (rows: number) => void): Promise<void> {
+    const { V } = this;
     const scratch = new Float64Array(2 * V);
-    const stepIds = new BigInt64Array(B);
-    const stepPos = new BigInt64Array(B);
-    const stepMask = new Float32Array(B * (C + 1));
-    let last: Float32Array = logits;
+    const finished: LaneRow[] = [];
     for (;;) {
-      // Sample from the last logits.
-      for (let b = 0; b < B; b++) {
-        if (done[b]) continue;
-        const { token, logprob } = sampleToken(last, b * V, V, o, o.rng, scratch);
-        const g = gens[b]!;
+      if (admit) await admit();
+      if (lane.B === 0) return;
+      finished.length = 0;
+      for (const row of lane.order) {
+        const o = row.opts;
+        if (o.signal?.aborted) {
+          finished.push(row);
+          continue;
+        }
+        const { token, logprob } = sampleToken(lane.logits, row.slot * V, V, o.sampling, o.rng, scratch);
+        const g = row.gen;
         g.tokens.push(token);
         g.logprobs.push(logprob);
         if (token === stop) {
-          done[b] = true;
           g.stopped = true;
-        } else if (g.tokens.length >= o.maxNewTokens || next[b]! >= C || next[b]! + 1 >= this.maxLen) {
-          done[b] = true;
+          finished.push(row);
+        } else if (g.tokens.length >= o.maxNewTokens || row.next >= lane.C || row.next + 1 >= this.maxLen) {
+          finished.push(row);
+        }
+        if (o.onToken) {
+          try {
+            o.onToken(token, logprob);
+          } catch {
+            // a listener's failure is its own; the batch goes on
+          }
         }
       }
-      if (done.every(Boolean)) break;
-      // Feed the sampled tokens at each row's next slot (finished rows feed padding that
-      // nothing stores or reads).
-      for (let b = 0; b < B; b++) {
-        const g = gens[b]!;
-        stepIds[b] = BigInt(done[b] ? T.pad : g.tokens[g.tokens.length - 1]!);
-        stepPos[b] = BigInt(done[b] ? 0 : next[b]!);
-        stepMask.set(cacheMask.subarray(b * C, (b + 1) * C), b * (C + 1));
-        stepMask[b * (C + 1) + C] = 1;
+      if (finished.length) {
+        // Highest cache row first: the row moved into a freed one has not finished.
+        for (const row of [...finished].sort((a, b) => b.slot - a.slot)) this.laneRemove(lane, row.slot);
+        lane.order = lane.order.filter((r) => !finished.includes(r));
+        for (const row of finished) row.onDone?.(row.gen);
       }
-      const r = await this.forward(stepIds, stepPos, stepMask, B, 1, C, cacheK, cacheV);
-      for (let b = 0; b < B; b++) {
-        if (done[b]) continue;
-        this.store(r.newK, r.newV, B, b, 1, cacheK, cacheV, b, next[b]!, C);
-        cacheMask[b * C + next[b]!] = 1;
-        next[b]!++;
-      }
-      last = r.logits;
+      if (lane.B === 0) continue;
+      onStep?.(lane.B);
+      await this.laneStep(lane);
     }
-    return gens;
+  }
+
+  /** One decode step: every row's last sampled token at its next slot. */
+  private async laneStep(lane: Lane): Promise<void> {
+    const { B, C } = lane;
+    const { H, Dh, V } = this;
+    if (!lane.step || lane.step.ids.length < B || lane.step.mask.length < B * (C + 1)) {
+      lane.step = { ids: new BigInt64Array(lane.slots), pos: new BigInt64Array(lane.slots), mask: new Float32Array(lane.slots * (lane.C + 1)) };
+    }
+    const ids = lane.step.ids.subarray(0, B);
+    const pos = lane.step.pos.subarray(0, B);
+    const mask = lane.step.mask.subarray(0, B * (C + 1));
+    for (let b = 0; b < B; b++) {
+      const row = lane.rows[b]!;
+      ids[b] = BigInt(row.gen.tokens[row.gen.tokens.length - 1]!);
+      pos[b] = BigInt(row.next);
+      mask.set(lane.mask.subarray(b * C, (b + 1) * C), b * (C + 1));
+      mask[b * (C + 1) + C] = 1;
+    }
+    const r = await this.run(
+      lane.session,
+      ids,
+      pos,
+      mask,
+      B,
+      1,
+      C,
+      lane.K.map((k) => k.subarray(0, B * H * Dh * C)),
+      lane.V.map((v) => v.subarray(0, B * H * C * Dh)),
+    );
+    for (let b = 0; b < B; b++) {
+      const row = lane.rows[b]!;
+      this.store(r.newK, r.newV, B, b, 1, lane.K, lane.V, b, row.next, C);
+      lane.mask[b * C + row.next] = 1;
+      row.next++;
+    }
+    lane.logits.set(r.logits.subarray(0, B * V));
   }
 
   /** Copies the shared prefix's keys/values (one row of capacity n) into slots [0, n) of row `dstRow`. */
-  private copyPrefix(prefix: { n: number; K: Float32Array[]; V: Float32Array[] }, cacheK: Float32Array[], cacheV: Float32Array[], dstRow: number, C: number): void {
+  private copyPrefix(prefix: Prefix, cacheK: Float32Array[], cacheV: Float32Array[], dstRow: number, C: number): void {
     const { L, H, Dh } = this;
     const n = prefix.n;
     for (let l = 0; l < L; l++) {
@@ -291,6 +593,177 @@ export class OnnxModel {
   }
 }
 
+/** One request to a GenerationBatcher: a prompt and its row's settings. */
+export interface BatchRequest {
+  prompt: number[];
+  maxNewTokens: number;
+  /** Default: the batcher's. */
+  sampling?: SamplingOptions;
+  /** Default: the batcher's shared random source (rows then draw from it in turn). */
+  rng?: RandomFn;
+  onToken?: (token: number, logprob: number) => void;
+  /** Aborted while queued: the request is dropped (rejected); while sampled: its row stops. */
+  signal?: AbortSignal;
+}
+
+/** A generation and the version of the weights that sampled it. */
+export interface BatchedGeneration extends Generation {
+  version: number;
+}
+
+export interface BatcherOptions {
+  /** Rows sampled together at most. Default 32. */
+  maxBatch?: number;
+  /** The settings of requests that bring none. */
+  sampling: SamplingOptions;
+  rng: RandomFn;
+}
+
+export interface BatcherStats {
+  /** Runs of the sampler (a run lasts while rows keep coming), and the requests they sampled. */
+  runs: number;
+  rows: number;
+  /** Decode steps, and the rows they stepped in all (rowSteps / steps: the mean batch). */
+  steps: number;
+  rowSteps: number;
+  /** The most rows of one decode step. */
+  largestBatch: number;
+  /** Rows being sampled now, and requests waiting to join. */
+  running: number;
+  queued: number;
+}
+
+interface Queued {
+  request: BatchRequest;
+  resolve: (g: BatchedGeneration) => void;
+  reject: (e: unknown) => void;
+}
+
+/**
+ * Samples concurrent generation requests together with continuous batching (OnnxModel.serve):
+ * a request joins the running batch at the next decode step, and is answered as soon as its own
+ * row finishes; rows keep their own sampling settings, token limit and random source. The model
+ * can be swapped: rows finish on the model they started with, and new rows go to the new one.
+ */
+export class GenerationBatcher {
+  private readonly queue: Queued[] = [];
+  private running = 0;
+  private draining = false;
+  private current?: { model: OnnxModel; done: Promise<void> };
+  private closed = false;
+  private readonly counts = { runs: 0, rows: 0, steps: 0, rowSteps: 0, largestBatch: 0 };
+
+  constructor(
+    private active: OnnxModel,
+    private readonly options: BatcherOptions,
+  ) {}
+
+  /** The model new rows are sampled with. */
+  get model(): OnnxModel {
+    return this.active;
+  }
+
+  submit(request: BatchRequest): Promise<BatchedGeneration> {
+    if (this.closed) return Promise.reject(new Error('the batcher is closed'));
+    if (request.signal?.aborted) return Promise.reject(request.signal.reason ?? new Error('aborted'));
+    const p = request.prompt;
+    if (p.length === 0) return Promise.reject(new Error('generate: an empty prompt'));
+    if (p.length >= this.active.maxLen) return Promise.reject(new Error(`generate: a prompt of ${p.length} tokens does not fit the context of ${this.active.maxLen}`));
+    return new Promise((resolve, reject) => {
+      this.queue.push({ request, resolve, reject });
+      if (!this.draining) void this.drain();
+    });
+  }
+
+  stats(): BatcherStats {
+    return { ...this.counts, running: this.running, queued: this.queue.length };
+  }
+
+  /**
+   * Makes `next` the model of the rows to come; resolves with the previous model once no row
+   * runs on it any more (the caller closes it).
+   */
+  async swap(next: OnnxModel): Promise<OnnxModel> {
+    const previous = this.active;
+    this.active = next;
+    while (this.current?.model === previous) await this.current.done;
+    return previous;
+  }
+
+  /** Rejects the queued requests and waits for the running rows. The model is the caller's to close. */
+  async close(): Promise<void> {
+    this.closed = true;
+    for (const q of this.queue.splice(0)) q.reject(new Error('the batcher is closed'));
+    while (this.current) await this.current.done;
+  }
+
+  /** Runs the sampler while requests come. */
+  private async drain(): Promise<void> {
+    this.draining = true;
+    try {
+      // Let the other requests of this tick queue theirs too (their common prefix is computed once).
+      await new Promise((r) => setImmediate(r));
+      while (this.queue.length && !this.closed) await this.run();
+    } finally {
+      this.draining = false;
+    }
+  }
+
+  private async run(): Promise<void> {
+    const model = this.active;
+    let finish!: () => void;
+    this.current = { model, done: new Promise<void>((r) => (finish = r)) };
+    const c = this.counts;
+    c.runs++;
+    const taken = new Set<Queued>();
+    const defaults = this.options;
+    const source: RowSource = {
+      pending: () => this.queue.slice(0, defaults.maxBatch ?? 32).map((q) => q.request),
+      peek: () => {
+        // Requests whose client went away are dropped; new rows wait for a swapped-in model.
+        while (this.queue[0]?.request.signal?.aborted) {
+          const q = this.queue.shift()!;
+          q.reject(q.request.signal!.reason ?? new Error('aborted'));
+        }
+        return this.active === model && !this.closed ? this.queue[0]?.request : undefined;
+      },
+      take: () => {
+        const q = this.queue.shift();
+        if (!q) return undefined;
+        const r = q.request;
+        taken.add(q);
+        this.running++;
+        c.rows++;
+        return {
+          prompt: r.prompt,
+          opts: { sampling: r.sampling ?? defaults.sampling, maxNewTokens: r.maxNewTokens, rng: r.rng ?? defaults.rng, onToken: r.onToken, signal: r.signal },
+          onDone: (g, version) => {
+            taken.delete(q);
+            this.running--;
+            q.resolve({ ...g, version });
+          },
+        };
+      },
+    };
+    try {
+      await model.serve(source, {
+        maxRows: defaults.maxBatch ?? 32,
+        onStep: (rows) => {
+          c.steps++;
+          c.rowSteps += rows;
+          c.largestBatch = Math.max(c.largestBatch, rows);
+        },
+      });
+    } catch (err) {
+      for (const q of taken) q.reject(err);
+      this.running -= taken.size;
+    } finally {
+      this.current = undefined;
+      finish();
+    }
+  }
+}
+
 export interface OnnxPolicyOptions extends Partial<SamplingOptions>, OnnxModelOptions {
   /** Tokens an assistant turn may have. Default 160. */
   maxNewTokens?: number;
@@ -299,19 +772,11 @@ export interface OnnxPolicyOptions extends Partial<SamplingOptions>, OnnxModelOp
   seed?: number;
 }
 
-interface Pending {
-  prompt: number[];
-  resolve: (g: Generation) => void;
-  reject: (e: unknown) => void;
-}
-
 /** A Policy backed by an OnnxModel; concurrent episodes' turns are sampled in one batch. */
 export class OnnxPolicy implements Policy {
   readonly id: string;
   private readonly sequences = new Map<string, number[]>();
-  private readonly queue: Pending[] = [];
-  private running = false;
-  private readonly rng: RandomFn;
+  private readonly batcher: GenerationBatcher;
   readonly sampling: SamplingOptions;
 
   private constructor(
@@ -319,8 +784,8 @@ export class OnnxPolicy implements Policy {
     private readonly options: OnnxPolicyOptions,
   ) {
     this.id = `onnx:${model.config.name}`;
-    this.rng = seededRandom(options.seed ?? 1);
     this.sampling = { temperature: options.temperature ?? 1, topK: options.topK ?? 0, topP: options.topP ?? 1 };
+    this.batcher = new GenerationBatcher(model, { maxBatch: options.maxBatch ?? 32, sampling: this.sampling, rng: seededRandom(options.seed ?? 1) });
   }
 
   static async load(dir: string, options: OnnxPolicyOptions = {}): Promise<OnnxPolicy> {
@@ -354,7 +819,7 @@ export class OnnxPolicy implements Policy {
       // Nothing more fits: the episode ends here, and nothing is appended to its sequence.
       return { content: 'The conversation no longer fits my context.', envTokens: [], tokens: [], logprobs: [] };
     }
-    const g = await this.enqueue(prompt);
+    const g = await this.batcher.submit({ prompt, maxNewTokens: maxNew });
     this.sequences.set(obs.episodeId, prompt.concat(g.tokens));
     const parsed = parseAssistantTokens(g.tokens);
     return {
@@ -371,41 +836,18 @@ export class OnnxPolicy implements Policy {
     this.sequences.delete(episodeId);
   }
 
-  private enqueue(prompt: number[]): Promise<Generation> {
-    return new Promise((resolve, reject) => {
-      this.queue.push({ prompt, resolve, reject });
-      if (!this.running) void this.drain();
-    });
+  /** Batches sampled so far and their sizes. */
+  stats(): BatcherStats {
+    return this.batcher.stats();
   }
 
-  /** Samples queued turns in batches until the queue is empty. */
-  private async drain(): Promise<void> {
-    this.running = true;
-    try {
-      // Let the other episodes of this tick queue their turns too.
-      await new Promise((r) => setImmediate(r));
-      while (this.queue.length) {
-        const batch = this.queue.splice(0, this.options.maxBatch ?? 32);
-        const maxNew = Math.min(this.options.maxNewTokens ?? 160, ...batch.map((p) => this.model.maxLen - 1 - p.prompt.length));
-        try {
-          const gens = await this.model.generate(batch.map((p) => p.prompt), { ...this.sampling, maxNewTokens: maxNew, rng: this.rng });
-          batch.forEach((p, i) => p.resolve(gens[i]!));
-        } catch (err) {
-          batch.forEach((p) => p.reject(err));
-        }
-        await new Promise((r) => setImmediate(r));
-      }
-    } finally {
-      this.running = false;
-    }
-  }
-
-  /** Picks up new weights written by the learner. */
+  /** Picks up new weights written by the learner (a batch in flight finishes on the old ones). */
   async reload(): Promise<boolean> {
     return this.model.reload();
   }
 
   async close(): Promise<void> {
+    await this.batcher.close();
     await this.model.close();
   }
 }
