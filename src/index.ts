@@ -33,13 +33,27 @@ export { Environment } from './env/index.ts';
 export { rollout, gatherGroup, summarize } from './env/index.ts';
 /** Reads a trajectories.jsonl file. */
 export { readTrajectories } from './env/index.ts';
+/** An evaluation's figures from its trajectories: pass@1, pass@k, pass^k, reward parts, tool errors, tokens, 95% intervals over tasks. */
+export { evalReport, passAtK, passHatK } from './bench/index.ts';
+export type { EvalReport } from './bench/index.ts';
 export type { Policy, Observation, PolicyAction, ProposedCall, Trajectory, TrajectoryGroup, RolloutOptions, RolloutResult, EnvironmentOptions, ChatMessage, AgentTool } from './env/index.ts';
 /** Scripted policies: the expert replays a task's reference solution; random calls random tools. */
 export { ExpertPolicy, RandomPolicy } from './agents/index.ts';
 /** The embedded model (ONNX, sampled in Node with token ids and logprobs): what training trains. */
 export { OnnxPolicy } from './agents/index.ts';
-/** A policy from its command-line name: `expert`, `random[:seed]`, `onnx:<model dir>`. */
+/** A policy from its command-line name: `expert`, `random[:seed]`, `onnx:<model dir>`, `openai:<model>`, `anthropic:<model>`. */
 export { makePolicy } from './agents/index.ts';
+/** Any OpenAI-compatible server (vLLM, SGLang, llama.cpp, serve-policy, OpenAI): tools, token ids and logprobs when served, retries, usage. */
+export { OpenAIPolicy } from './agents/index.ts';
+/** Anthropic's Messages API: tool use across turns, extended or adaptive thinking, retries, usage. */
+export { AnthropicPolicy } from './agents/index.ts';
+/** An API model from its name (`openai:<model>`, `anthropic:<model>`), as a policy and a ChatModel (a judge). */
+export { makeChatModel } from './agents/index.ts';
+/** The embedded model behind an OpenAI-compatible server (`mcp-gym serve-policy`). */
+export { startPolicyServer } from './agents/index.ts';
+export type { OpenAIPolicyOptions, AnthropicPolicyOptions, ApiOptions } from './agents/index.ts';
+export type { PolicyServer, PolicyServerOptions } from './agents/index.ts';
+export type { ChatModel, ChatRequest, ChatResult, ApiUsage, TokenUsage } from './env/index.ts';
 
 // ---- Rewards ---------------------------------------------------------------------------------
 /** Registers a reward `(episode) => {reward, parts, stepRewards?}` under a name. */
@@ -47,6 +61,9 @@ export { registerReward, rewardNames, resolveReward } from './env/index.ts';
 /** The four built-in rewards (registered as art, rlvr, composer, verifier). */
 export { artReward, rlvrReward, composerReward, verifierReward, RewardConfigSchema } from './env/index.ts';
 export type { RewardFn, RewardResult, Episode, RewardConfig } from './env/index.ts';
+/** RULER: a judge (any ChatModel) scores a group's trajectories, listwise or pairwise; applyRuler writes the combined reward. */
+export { rulerScore, applyRuler, JudgeError } from './env/index.ts';
+export type { RulerOptions, RulerScores } from './env/index.ts';
 
 // ---- Training --------------------------------------------------------------------------------
 /** The training loop: evaluate, then steps of collect → batch → learner, checkpoints, a report. */

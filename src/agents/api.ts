@@ -76,7 +76,9 @@ export function concurrencyLimit(o: ApiOptions): LimitFunction {
  */
 export function describeApiError(err: unknown, key?: string): string {
   const e = err as { status?: number; message?: string; name?: string };
-  let text = `${e.status !== undefined ? `HTTP ${e.status}: ` : ''}${e.message ?? String(err)}`.replace(/\s+/g, ' ').trim();
+  // The SDKs' messages begin with the status ("429 Rate limit ..."): it is said once.
+  const message = (e.message ?? String(err)).replace(e.status !== undefined ? new RegExp(`^${e.status}\\s+`) : /^$/, '');
+  let text = `${e.status !== undefined ? `HTTP ${e.status}: ` : ''}${message}`.replace(/\s+/g, ' ').trim();
   if (key) text = text.split(key).join('[key]');
   return text.length > 300 ? `${text.slice(0, 297)}...` : text;
 }

@@ -1,7 +1,9 @@
 /** Policies: scripted (expert, random) and the embedded ONNX model. */
 export { ExpertPolicy, RandomPolicy } from './scripted.ts';
-export { OnnxModel, OnnxPolicy } from './onnx.ts';
-export type { OnnxPolicyOptions, Generation, GenerateOptions } from './onnx.ts';
+export { OnnxModel, OnnxPolicy, GenerationBatcher } from './onnx.ts';
+export type { OnnxPolicyOptions, Generation, GenerateOptions, BatchRequest, BatcherStats, BatchedGeneration, RowOptions } from './onnx.ts';
+export { startPolicyServer, parseCompletion } from './serve-policy.ts';
+export type { PolicyServer, PolicyServerOptions, PolicyServerStats, ParsedCall } from './serve-policy.ts';
 export { ChatTemplate, parseAssistantTokens, decode, bytes, T as TOKENS } from './template.ts';
 export { readModelConfig, ModelConfigSchema, SPECIAL_TOKENS } from './model-config.ts';
 export type { ModelConfig } from './model-config.ts';

@@ -48,6 +48,17 @@ export function completionTokens(response: TokenInfo): { prompt?: number[]; toke
   return { ...(prompt ? { prompt } : {}), ...(tokens ? { tokens } : {}), ...(logprobs ? { logprobs } : {}) };
 }
 
+/** A request that failed after its retries: the message (key-free), the HTTP status and the API's error code. */
+export class ApiRequestError extends Error {
+  constructor(
+    message: string,
+    readonly status?: number,
+    readonly code?: string,
+  ) {
+    super(message);
+  }
+}
+
 /** Where `seq` and `prompt` first differ, for a drift message. */
 function firstDifference(seq: number[], prompt: number[]): string {
   let i = 0;
@@ -107,7 +118,18 @@ export class OpenAIPolicy implements Policy, ChatModel {
       ...(tools.length ? { tools } : {}),
       ...this.samplingParams(),
     };
-    const response = await this.request(body, signal);
+    let response: OpenAI.Chat.Completions.ChatCompletion;
+    try {
+      response = await this.request(body, signal);
+    } catch (err) {
+      // A conversation longer than the model's context (OpenAI's code context_length_exceeded,
+      // vLLM's and serve-policy's "maximum context length" 400) ends the episode as the embedded
+      // policy ends it: an answer that scores as unsolved, not a failed episode.
+      if (err instanceof ApiRequestError && err.status === 400 && (err.code === 'context_length_exceeded' || /maximum context length/i.test(err.message))) {
+        return { content: 'The conversation no longer fits my context.', stopReason: 'context_length' };
+      }
+      throw err;
+    }
     const choice = response.choices[0];
     if (!choice) throw new Error(`openai ${this.model}: the response has no choices`);
     const message = choice.message;
@@ -204,7 +226,8 @@ export class OpenAIPolicy implements Policy, ChatModel {
         return r;
       } catch (err) {
         this.meter.fail();
-        throw new Error(`openai ${this.model}: ${describeApiError(err, this.key)}`);
+        const e = err as { status?: number; code?: string | null };
+        throw new ApiRequestError(`openai ${this.model}: ${describeApiError(err, this.key)}`, e.status, e.code ?? undefined);
       }
     });
   }

@@ -17,3 +17,5 @@ export { ProcessSampler, processCpuMs, processPeakRss } from './proc.ts';
 export type { ProcessReport } from './proc.ts';
 export { renderText, renderHtml, reportJson, textTable, histogramSvg, throughputSvg, fuzzSvg } from './report.ts';
 export type { BenchReport } from './report.ts';
+export { evalReport, evalRows, overTasks, renderEvalHtml, trajectoryHtml } from './eval.ts';
+export type { EvalReport, EvalTaskRow, Estimate } from './eval.ts';

@@ -8,6 +8,7 @@ import { sftCommand } from './sft.ts';
 import { startCommand, trainCommand } from './train.ts';
 import { benchCommand } from './bench.ts';
 import { evalCommand } from './eval.ts';
+import { servePolicyCommand } from './serve-policy.ts';
 
 const HELP = `mcp-gym: tasks, training and benchmarks for tool-using agents over MCP
 
@@ -23,6 +24,8 @@ Commands:
                                           and the bound host), e.g. with --host 0.0.0.0; repeatable, or N1,N2
                         --data-dir D      where the server keeps its files (default: a temp dir)
                         --delay-ms N      add N ms to every tool call (for benchmarks)
+  serve-policy        The embedded model behind an OpenAI-compatible API (vLLM's formats: logprobs, token ids)
+                        --model DIR --port N (default 8000) --host H --token T   (serve-policy --help)
   start               The main job: train the embedded policy (SFT cold start in models/calc-tiny)
                       with the art preset on the calculator suite; print held-out success before/after
   train               Train a policy with a preset: grpo, dapo, dr_grpo, gspo, rlvr, art, ruler
@@ -165,6 +168,8 @@ export async function main(argv: string[]): Promise<void> {
         return await sftCommand(rest);
       case 'train':
         return await trainCommand(rest);
+      case 'serve-policy':
+        return await servePolicyCommand(rest);
       case 'start':
         return await startCommand(rest);
       case 'bench':

@@ -1,0 +1,68 @@
+/** `mcp-gym serve-policy`: the embedded model behind an OpenAI-compatible server (src/agents/serve-policy.ts). */
+import { parseArgs } from 'node:util';
+import { startPolicyServer } from '../agents/serve-policy.ts';
+import { BUNDLED_MODEL_DIR } from '../paths.ts';
+import { intFlag, UsageError } from './args.ts';
+
+export const SERVE_POLICY_HELP = `mcp-gym serve-policy: the embedded model behind an OpenAI-compatible API (vLLM's formats)
+
+  --model DIR          the model directory (default: the bundled ${BUNDLED_MODEL_DIR.split('/').slice(-2).join('/')})
+  --host H             interface to bind (default 127.0.0.1)     --port N (default 8000; 0 picks a free one)
+  --token T            require "Authorization: Bearer T" (or env MCP_GYM_TOKEN); not empty
+  --allowed-host N     also accept N in the Host and Origin headers (repeatable, or N1,N2)
+  --name NAME          the model's name in the API (default: the model config's name)
+  --max-batch N        requests sampled together at most (default 32)   --threads N (default 1)   --seed S
+
+Endpoints: GET /v1/models, POST /v1/chat/completions (tools, logprobs, vLLM's return_token_ids and
+return_tokens_as_token_ids, stream), POST /v1/reload ({} or {"model_dir": DIR}), GET /health.
+Use it with --policy openai:<name> --base-url http://127.0.0.1:8000/v1 (rollout, eval, train, a judge).
+`;
+
+export async function servePolicyCommand(argv: string[]): Promise<void> {
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      model: { type: 'string', default: BUNDLED_MODEL_DIR },
+      host: { type: 'string' },
+      port: { type: 'string' },
+      token: { type: 'string' },
+      'allowed-host': { type: 'string', multiple: true },
+      name: { type: 'string' },
+      'max-batch': { type: 'string' },
+      threads: { type: 'string' },
+      seed: { type: 'string' },
+      help: { type: 'boolean', short: 'h', default: false },
+    },
+  });
+  if (values.help) {
+    process.stdout.write(SERVE_POLICY_HELP);
+    return;
+  }
+  const envToken = process.env.MCP_GYM_TOKEN;
+  const token = values.token ?? envToken;
+  const source = values.token !== undefined ? '--token' : 'MCP_GYM_TOKEN';
+  if (token !== undefined && token === '') throw new UsageError(`${source} is empty: a server with an empty token would refuse every request`);
+  if (token !== undefined && token.trim() !== token) throw new UsageError(`${source} begins or ends with whitespace, which HTTP drops from header values: no request could carry it`);
+  const allowedHosts = (values['allowed-host'] ?? []).flatMap((v) => v.split(',')).map((h) => h.trim());
+  if (allowedHosts.includes('')) throw new UsageError('--allowed-host needs a host name: --allowed-host NAME (repeatable) or --allowed-host NAME1,NAME2');
+  const maxBatch = intFlag(values['max-batch'], '--max-batch', 32);
+  if (maxBatch < 1) throw new UsageError(`--max-batch must be at least 1, got '${values['max-batch']}'`);
+  const server = await startPolicyServer({
+    modelDir: values.model!,
+    host: values.host,
+    port: intFlag(values.port, '--port', 8000),
+    token,
+    allowedHosts,
+    modelName: values.name,
+    maxBatch,
+    threads: intFlag(values.threads, '--threads', 1),
+    seed: intFlag(values.seed, '--seed', 1),
+  }).catch((err: unknown) => {
+    throw new UsageError(`serve-policy: ${(err as Error).message}`);
+  });
+  const s = server.stats();
+  process.stderr.write(`mcp-gym serve-policy: model '${server.modelName}' (version ${s.version}, ${s.modelDir}) at ${server.url}${token !== undefined ? ' (bearer token required)' : ''}\n`);
+  const stop = () => void server.close().then(() => process.exit(0));
+  process.once('SIGINT', stop);
+  process.once('SIGTERM', stop);
+}
