@@ -13,7 +13,7 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import * as ort from 'onnxruntime-node';
-import { seededRandom, type RandomFn } from '../../lib/index.ts';
+import { fnv1a, seededRandom, type RandomFn } from '../../lib/index.ts';
 import type { Observation, Policy, PolicyAction } from '../env/index.ts';
 import { readModelConfig, type ModelConfig } from './model-config.ts';
 import { sampleToken, type SamplingOptions } from './sampling.ts';
@@ -819,7 +819,11 @@ export class OnnxPolicy implements Policy {
       // Nothing more fits: the episode ends here, and nothing is appended to its sequence.
       return { content: 'The conversation no longer fits my context.', envTokens: [], tokens: [], logprobs: [] };
     }
-    const g = await this.batcher.submit({ prompt, maxNewTokens: maxNew });
+    // Each turn draws from its own random source, seeded by the policy's seed, the episode and the
+    // turn: what a turn samples does not depend on which other turns share its batch (continuous
+    // batching makes that a matter of timing), so a seeded run is reproducible.
+    const rng = seededRandom(fnv1a(`${this.options.seed ?? 1}:${obs.episodeId}:${obs.turn}`));
+    const g = await this.batcher.submit({ prompt, maxNewTokens: maxNew, rng });
     this.sequences.set(obs.episodeId, prompt.concat(g.tokens));
     const parsed = parseAssistantTokens(g.tokens);
     return {
