@@ -19,3 +19,4 @@ export { mulberry32, seededRandom, SeededRandom } from './random.ts';
 export type { RandomFn } from './random.ts';
 export { fnv1a, sha256Hex } from './hash.ts';
 export { esc } from './html.ts';
+export { LOCAL_NAMES, tokenProblem, invalidOption, hostName, acceptedHostNames, tokenMatches } from './http-guard.ts';

@@ -5,11 +5,11 @@
  * and an optional bearer token.
  */
 import { createServer, type IncomingMessage, type Server as HttpServer, type ServerResponse } from 'node:http';
-import { timingSafeEqual } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import { createMcpHandler } from '@modelcontextprotocol/server';
 import { serveStdio } from '@modelcontextprotocol/server/stdio';
 import { hostHeaderValidation, originValidation, toNodeHandler } from '@modelcontextprotocol/node';
+import { acceptedHostNames, invalidOption, tokenMatches, tokenProblem } from '../lib/index.ts';
 import { serverFactory, type BackendOptions, type ServerDefinition } from './common.ts';
 
 export interface StdioServing {
@@ -54,61 +54,6 @@ export interface HttpServing {
   close(): Promise<void>;
 }
 
-const LOCAL_NAMES = ['localhost', '127.0.0.1', '[::1]'];
-
-/**
- * Why `token` cannot be a bearer token, or undefined when it can. An empty token (an empty
- * `--token ""` or MCP_GYM_TOKEN) would make a server that refuses every request.
- */
-function tokenProblem(token: string): string | undefined {
-  if (token === '') return 'is empty: no request could carry it, so every request would be refused';
-  if (token.trim() !== token) return 'begins or ends with whitespace, which HTTP drops from header values: no request could carry it';
-  if ([...token].some((c) => c < ' ' || c === '\x7f')) return 'holds a control character, which no HTTP header may carry';
-  return undefined;
-}
-
-/** An invalid option of serveOverHttp (the command line reports it as a usage error). */
-function invalidOption(message: string): TypeError {
-  return Object.assign(new TypeError(message), { code: 'ERR_INVALID_ARG_VALUE' });
-}
-
-/**
- * `name` as the Host and Origin checks compare it (what `new URL()` gives as the hostname: lower
- * case, IPv6 in brackets, IDN as punycode), or undefined when it is not a host name.
- */
-function hostName(name: string): string | undefined {
-  const given = name.trim();
-  const bareIpv6 = !given.startsWith('[') && given.indexOf(':') !== given.lastIndexOf(':');
-  const text = bareIpv6 ? `[${given}]` : given;
-  if (text === '' || text.replace(/^\[[^\]]*\]/, '').includes(':') || /[/?#@\\]/.test(text)) return undefined;
-  try {
-    return new URL(`http://${text}`).hostname || undefined;
-  } catch {
-    return undefined;
-  }
-}
-
-/** `allowedHosts` as the checks compare them; throws for a name that is not one. */
-function allowedNames(names: string[]): string[] {
-  return names.map((name) => {
-    const canonical = hostName(name);
-    if (canonical === undefined) {
-      const hint = /^[^[]*:\d*$|\]:\d*$/.test(name.trim()) ? ': give the name without a port (the check ignores ports)' : '';
-      throw invalidOption(`allowed host '${name}' is not a host name${hint}`);
-    }
-    return canonical;
-  });
-}
-
-/** Whether `header` is `Bearer <token>`; the scheme is case-insensitive (RFC 7235 §2.1). */
-function tokenMatches(header: string | undefined, token: string): boolean {
-  const m = header === undefined ? null : /^bearer[ \t]+(.*)$/i.exec(header.trim());
-  if (!m) return false;
-  const given = Buffer.from(m[1]!.trim());
-  const want = Buffer.from(token);
-  return given.length === want.length && timingSafeEqual(given, want);
-}
-
 function reject(res: ServerResponse, status: number, message: string, extra: Record<string, string> = {}): void {
   res.writeHead(status, { 'content-type': 'application/json', ...extra });
   res.end(JSON.stringify({ jsonrpc: '2.0', error: { code: -32000, message }, id: null }));
@@ -120,9 +65,7 @@ export async function serveOverHttp<S>(def: ServerDefinition<S>, options: HttpOp
   const path = options.path ?? '/mcp';
   const problem = options.token === undefined ? undefined : tokenProblem(options.token);
   if (problem) throw invalidOption(`the bearer token ${problem}`);
-  // The bound host, when it is not a name (listen() then says what is wrong with it), is left out.
-  const bound = hostName(host);
-  const allowed = [...new Set([...allowedNames(LOCAL_NAMES), ...(bound === undefined ? [] : [bound]), ...allowedNames(options.allowedHosts ?? [])])];
+  const allowed = acceptedHostNames(host, options.allowedHosts);
   const { factory, backend } = serverFactory(def, options);
   const handler = createMcpHandler(factory, { onerror: () => {} });
   const nodeHandler = toNodeHandler(handler);

@@ -62,11 +62,11 @@
  * `system_fingerprint` is `v<version>` of the weights that sampled the response.
  */
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
-import { randomBytes, randomUUID, timingSafeEqual } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import { join, resolve } from 'node:path';
-import { seededRandom, type RandomFn } from '../../lib/index.ts';
+import { acceptedHostNames, invalidOption, seededRandom, tokenMatches, tokenProblem, type RandomFn } from '../../lib/index.ts';
 import { readModelConfig, type ModelConfig } from './model-config.ts';
 import { GenerationBatcher, OnnxModel, type BatcherStats, type BatchedGeneration, type Generation } from './onnx.ts';
 import type { SamplingOptions } from './sampling.ts';
@@ -133,42 +133,7 @@ class ApiError extends Error {
 
 const bad = (message: string, param: string | null = null) => new ApiError(400, message, 'invalid_request_error', null, param);
 
-const LOCAL_NAMES = ['localhost', '127.0.0.1', '[::1]'];
 const MAX_BODY_BYTES = 32 * 2 ** 20;
-
-/** `name` as a Host/Origin check compares it (URL hostname: lower case, IPv6 in brackets), or undefined. */
-function hostName(name: string): string | undefined {
-  const given = name.trim();
-  const bareIpv6 = !given.startsWith('[') && given.indexOf(':') !== given.lastIndexOf(':');
-  const text = bareIpv6 ? `[${given}]` : given;
-  if (text === '' || text.replace(/^\[[^\]]*\]/, '').includes(':') || /[/?#@\\]/.test(text)) return undefined;
-  try {
-    return new URL(`http://${text}`).hostname || undefined;
-  } catch {
-    return undefined;
-  }
-}
-
-/** An invalid option (a command line reports it as a usage error). */
-function invalidOption(message: string): TypeError {
-  return Object.assign(new TypeError(message), { code: 'ERR_INVALID_ARG_VALUE' });
-}
-
-function tokenProblem(token: string): string | undefined {
-  if (token === '') return 'is empty: no request could carry it, so every request would be refused';
-  if (token.trim() !== token) return 'begins or ends with whitespace, which HTTP drops from header values: no request could carry it';
-  if ([...token].some((c) => c < ' ' || c === '\x7f')) return 'holds a control character, which no HTTP header may carry';
-  return undefined;
-}
-
-/** Whether `header` is `Bearer <token>`; the scheme is case-insensitive (RFC 7235 §2.1). */
-function tokenMatches(header: string | undefined, token: string): boolean {
-  const m = header === undefined ? null : /^bearer[ \t]+(.*)$/i.exec(header.trim());
-  if (!m) return false;
-  const given = Buffer.from(m[1]!.trim());
-  const want = Buffer.from(token);
-  return given.length === want.length && timingSafeEqual(given, want);
-}
 
 // ---------------------------------------------------------------------------------------------
 // Reading the sampled tokens as an assistant message, token by token (streaming and not alike).
@@ -454,14 +419,7 @@ export async function startPolicyServer(o: PolicyServerOptions): Promise<PolicyS
   const host = o.host ?? '127.0.0.1';
   const problem = o.token === undefined ? undefined : tokenProblem(o.token);
   if (problem) throw invalidOption(`the bearer token ${problem}`);
-  const allowed = new Set<string>();
-  for (const name of [...LOCAL_NAMES, ...(o.allowedHosts ?? [])]) {
-    const h = hostName(name);
-    if (h === undefined) throw invalidOption(`allowed host '${name}' is not a host name (give it without a port)`);
-    allowed.add(h);
-  }
-  const bound = hostName(host);
-  if (bound !== undefined) allowed.add(bound);
+  const allowed = new Set(acceptedHostNames(host, o.allowedHosts));
 
   const modelOptions = { threads: o.threads ?? 1 };
   let modelDir = resolve(o.modelDir);

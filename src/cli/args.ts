@@ -8,6 +8,13 @@ export function intFlag(value: string | undefined, flag: string, fallback: numbe
   return n;
 }
 
+/** Why `token` (from `source`) cannot serve as the bearer token: a usage error; or nothing. */
+export function checkToken(token: string, source: '--token' | 'MCP_GYM_TOKEN'): void {
+  const unset = source === '--token' ? 'leave --token out' : 'unset MCP_GYM_TOKEN';
+  if (token === '') throw new UsageError(`${source} is empty: a server with an empty token would refuse every request (${unset} to serve without a token)`);
+  if (token.trim() !== token) throw new UsageError(`${source} begins or ends with whitespace, which HTTP drops from header values: no request could carry it`);
+}
+
 /** A number flag within [min, max]. */
 export function numFlag(value: string | undefined, flag: string, o: { min?: number; max?: number } = {}): number | undefined {
   if (value === undefined) return undefined;

@@ -7,7 +7,7 @@ import { loadTasks, type Task } from '../env/index.ts';
 import { generateSuite, SUITE_NAMES } from '../env/suites/index.ts';
 import type { ServerSpec } from '../tools/index.ts';
 import { parseExamples, readFailures, renderHtml, renderText, reportJson, runBench, splitCommandLine, type BenchOptions } from '../bench/index.ts';
-import { intFlag, UsageError } from './args.ts';
+import { API_FLAGS, apiOptionsFrom, intFlag, UsageError } from './args.ts';
 
 export const BENCH_HELP = `Usage: mcp-gym bench (--stdio "<command line>" | --url URL) [options]
        mcp-gym bench --tasks <suite|file> --policy P [-k K]
@@ -26,7 +26,8 @@ Fuzz:     --fuzz              invalid and edge-case arguments from each tool's s
           --save-failures F   where crashing/hanging inputs go (default runs/bench/failures-<time>.jsonl)
           --replay F          send saved inputs again and tell which failures reproduce
 Agents:   --tasks S|F         a bundled suite (or all) or a task file   --split eval|train|all   --limit N
-          --policy P          expert (default), random[:seed], onnx:<dir>   -k K  runs per task (default 4)
+          --policy P          expert (default), random[:seed], onnx:<dir>, openai:<model>, anthropic:<model>
+                              (with --base-url URL, --api-key-env NAME, ...: mcp-gym eval --help)   -k K  runs per task (default 4)
 Output:   --json              also print the report as one JSON object, the last line
           --html F            write a self-contained HTML report (charts as inline SVG)
 `;
@@ -96,6 +97,7 @@ export async function benchCommand(argv: string[]): Promise<void> {
         json: { type: 'boolean', default: false },
         html: { type: 'string' },
         help: { type: 'boolean', short: 'h', default: false },
+        ...API_FLAGS,
       },
     });
   let parsed: ReturnType<typeof parse>;
@@ -175,7 +177,9 @@ export async function benchCommand(argv: string[]): Promise<void> {
     const tasks = selectTasks(values.tasks, values.split!, values.limit);
     const k = intFlag(values.k, '-k', 4);
     if (k < 1) throw new UsageError('-k must be at least 1');
-    policy = await makePolicy(values.policy!);
+    policy = await makePolicy(values.policy!, { api: apiOptionsFrom(values) }).catch((err: Error) => {
+      throw new UsageError(err.message);
+    });
     options.agent = { policy, tasks, k, timeoutMs: values['timeout-ms'] === undefined ? undefined : timeoutMs };
   } else if (values.k !== undefined) {
     throw new UsageError('-k goes with --tasks');

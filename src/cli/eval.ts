@@ -6,10 +6,9 @@
  * episode ends; `--resume` runs only the missing ones; `<out>/eval.json` and an HTML report are
  * written at the end.
  */
-import { createHash } from 'node:crypto';
 import { setMaxListeners } from 'node:events';
-import { existsSync, mkdirSync, readFileSync, renameSync, statSync, writeFileSync } from 'node:fs';
-import { dirname, join, resolve } from 'node:path';
+import { existsSync, mkdirSync, renameSync, statSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import { parseArgs } from 'node:util';
 import pLimit from 'p-limit';
 import { makeChatModel, makePolicy } from '../agents/index.ts';
@@ -17,7 +16,7 @@ import { evalReport, evalRows, renderEvalHtml } from '../bench/eval.ts';
 import { applyRuler, Environment, JudgeError, rollout, TrajectoryWriter, type ChatModel, type RulerOptions, type Task, type Trajectory } from '../env/index.ts';
 import { SUITE_NAMES } from '../env/suites/index.ts';
 import { API_FLAGS, API_HELP, apiOptionsFrom, intFlag, numFlag, UsageError } from './args.ts';
-import { selectTasks, settingsMismatch, type RunSettings } from './rollout.ts';
+import { checkResume, runSettings, selectTasks } from './rollout.ts';
 import { ProgressBar, table } from './ui.ts';
 
 export const EVAL_HELP = `mcp-gym eval: a policy on a task suite or a task file, k samples per task
@@ -108,31 +107,9 @@ export async function evalCommand(argv: string[]): Promise<void> {
   if (!values.resume && existsSync(file) && statSync(file).size > 0) {
     throw new UsageError(`${file} already holds trajectories: pass --resume to continue that evaluation, or choose another --out`);
   }
-  const num = (v: string | undefined) => (v === undefined ? null : Number(v));
-  const settings: RunSettings = {
-    policy: values.policy!,
-    group: k,
-    suite: values.tasks ? null : values.suite!,
-    tasks: values.tasks ? { file: resolve(values.tasks), sha256: createHash('sha256').update(readFileSync(values.tasks)).digest('hex') } : null,
-    split: values.split ?? 'eval',
-    limit: num(values.limit),
-    max_difficulty: num(values['max-difficulty']),
-    seed: num(values.seed),
-    eval_tasks: num(values['eval-tasks']),
-    reward,
-    temperature: temperature ?? null,
-  };
+  const settings = runSettings(values, k, reward);
   const runFile = join(outDir, 'run.json');
-  if (values.resume && existsSync(runFile)) {
-    let was: Partial<RunSettings>;
-    try {
-      was = JSON.parse(readFileSync(runFile, 'utf8')) as Partial<RunSettings>;
-    } catch (err) {
-      throw new UsageError(`--resume: cannot read ${runFile}: ${(err as Error).message}`);
-    }
-    const mismatch = settingsMismatch(outDir, was, settings);
-    if (mismatch) throw new UsageError(mismatch);
-  }
+  if (values.resume) checkResume(outDir, settings);
   let judge: (ChatModel & { close?(): Promise<void> }) | undefined;
   let policy;
   try {

@@ -2,7 +2,7 @@
 import { parseArgs } from 'node:util';
 import { bundledServer, bundledServers, serveOverHttp, serveOverStdio } from '../../servers/index.ts';
 import { demo } from './demo.ts';
-import { intFlag, UsageError } from './args.ts';
+import { checkToken, intFlag, UsageError } from './args.ts';
 import { repairCommand, rolloutCommand, suitesCommand } from './rollout.ts';
 import { sftCommand } from './sft.ts';
 import { startCommand, trainCommand } from './train.ts';
@@ -84,13 +84,6 @@ Bundled servers: ${Object.keys(bundledServers).join(', ')}
 
 export { UsageError };
 const int = intFlag;
-
-/** Why `token` (from `source`) cannot serve as the bearer token: a usage error; or nothing. */
-function checkToken(token: string, source: '--token' | 'MCP_GYM_TOKEN'): void {
-  const unset = source === '--token' ? 'leave --token out' : 'unset MCP_GYM_TOKEN';
-  if (token === '') throw new UsageError(`${source} is empty: a server with an empty token would refuse every request (${unset} to serve without a token)`);
-  if (token.trim() !== token) throw new UsageError(`${source} begins or ends with whitespace, which HTTP drops from header values: no request could carry it`);
-}
 
 async function serve(argv: string[]): Promise<void> {
   const { values, positionals } = parseArgs({

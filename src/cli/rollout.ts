@@ -115,6 +115,40 @@ export function settingsMismatch(dir: string, was: Partial<RunSettings>, now: Ru
   return undefined;
 }
 
+type SettingValues = { policy?: string; suite?: string; tasks?: string; split?: string; limit?: string; 'max-difficulty'?: string; seed?: string; 'eval-tasks'?: string; temperature?: string };
+
+/** A run's settings from its flags (the task file by path and content hash). */
+export function runSettings(values: SettingValues, group: number, reward: string): RunSettings {
+  const num = (v: string | undefined) => (v === undefined ? null : Number(v));
+  return {
+    policy: values.policy!,
+    group,
+    suite: values.tasks ? null : values.suite!,
+    tasks: values.tasks ? { file: resolve(values.tasks), sha256: createHash('sha256').update(readFileSync(values.tasks)).digest('hex') } : null,
+    split: values.split ?? 'eval',
+    limit: num(values.limit),
+    max_difficulty: num(values['max-difficulty']),
+    seed: num(values.seed),
+    eval_tasks: num(values['eval-tasks']),
+    reward,
+    temperature: num(values.temperature),
+  };
+}
+
+/** `--resume` of the run in `outDir`: a usage error when its run.json says it was made with other settings. */
+export function checkResume(outDir: string, settings: RunSettings): void {
+  const runFile = join(outDir, 'run.json');
+  if (!existsSync(runFile)) return;
+  let was: Partial<RunSettings>;
+  try {
+    was = JSON.parse(readFileSync(runFile, 'utf8')) as Partial<RunSettings>;
+  } catch (err) {
+    throw new UsageError(`--resume: cannot read ${runFile}: ${(err as Error).message}`);
+  }
+  const mismatch = settingsMismatch(outDir, was, settings);
+  if (mismatch) throw new UsageError(mismatch);
+}
+
 export async function rolloutCommand(argv: string[]): Promise<void> {
   const { values } = parseArgs({
     args: argv,
@@ -155,31 +189,9 @@ export async function rolloutCommand(argv: string[]): Promise<void> {
   if (!values.resume && held) {
     throw new UsageError(`${file} already holds trajectories: pass --resume to continue that run, or choose another --out`);
   }
-  const num = (v: string | undefined) => (v === undefined ? null : Number(v));
-  const settings: RunSettings = {
-    policy: values.policy!,
-    group,
-    suite: values.tasks ? null : values.suite!,
-    tasks: values.tasks ? { file: resolve(values.tasks), sha256: createHash('sha256').update(readFileSync(values.tasks)).digest('hex') } : null,
-    split: values.split ?? 'eval',
-    limit: num(values.limit),
-    max_difficulty: num(values['max-difficulty']),
-    seed: num(values.seed),
-    eval_tasks: num(values['eval-tasks']),
-    reward,
-    temperature: num(values.temperature),
-  };
+  const settings = runSettings(values, group, reward);
   const runFile = join(outDir, 'run.json');
-  if (values.resume && existsSync(runFile)) {
-    let was: Partial<RunSettings>;
-    try {
-      was = JSON.parse(readFileSync(runFile, 'utf8')) as Partial<RunSettings>;
-    } catch (err) {
-      throw new UsageError(`--resume: cannot read ${runFile}: ${(err as Error).message}`);
-    }
-    const mismatch = settingsMismatch(outDir, was, settings);
-    if (mismatch) throw new UsageError(mismatch);
-  }
+  if (values.resume) checkResume(outDir, settings);
   let policy: Awaited<ReturnType<typeof makePolicy>>;
   try {
     policy = await makePolicy(values.policy!, { temperature: values.temperature === undefined ? undefined : Number(values.temperature), api });

@@ -2,7 +2,7 @@
 import { parseArgs } from 'node:util';
 import { startPolicyServer } from '../agents/serve-policy.ts';
 import { BUNDLED_MODEL_DIR } from '../paths.ts';
-import { intFlag, UsageError } from './args.ts';
+import { checkToken, intFlag, UsageError } from './args.ts';
 
 export const SERVE_POLICY_HELP = `mcp-gym serve-policy: the embedded model behind an OpenAI-compatible API (vLLM's formats)
 
@@ -38,11 +38,8 @@ export async function servePolicyCommand(argv: string[]): Promise<void> {
     process.stdout.write(SERVE_POLICY_HELP);
     return;
   }
-  const envToken = process.env.MCP_GYM_TOKEN;
-  const token = values.token ?? envToken;
-  const source = values.token !== undefined ? '--token' : 'MCP_GYM_TOKEN';
-  if (token !== undefined && token === '') throw new UsageError(`${source} is empty: a server with an empty token would refuse every request`);
-  if (token !== undefined && token.trim() !== token) throw new UsageError(`${source} begins or ends with whitespace, which HTTP drops from header values: no request could carry it`);
+  const token = values.token ?? process.env.MCP_GYM_TOKEN;
+  if (token !== undefined) checkToken(token, values.token !== undefined ? '--token' : 'MCP_GYM_TOKEN');
   const allowedHosts = (values['allowed-host'] ?? []).flatMap((v) => v.split(',')).map((h) => h.trim());
   if (allowedHosts.includes('')) throw new UsageError('--allowed-host needs a host name: --allowed-host NAME (repeatable) or --allowed-host NAME1,NAME2');
   const maxBatch = intFlag(values['max-batch'], '--max-batch', 32);
