@@ -772,11 +772,21 @@ export interface OnnxPolicyOptions extends Partial<SamplingOptions>, OnnxModelOp
   seed?: number;
 }
 
+interface Pending {
+  prompt: number[];
+  maxNewTokens: number;
+  rng: RandomFn;
+  resolve: (g: Generation) => void;
+  reject: (e: unknown) => void;
+}
+
 /** A Policy backed by an OnnxModel; concurrent episodes' turns are sampled in one batch. */
 export class OnnxPolicy implements Policy {
   readonly id: string;
   private readonly sequences = new Map<string, number[]>();
-  private readonly batcher: GenerationBatcher;
+  private readonly queue: Pending[] = [];
+  private running = false;
+  private batches = { runs: 0, rows: 0, largest: 0 };
   readonly sampling: SamplingOptions;
 
   private constructor(
@@ -785,7 +795,6 @@ export class OnnxPolicy implements Policy {
   ) {
     this.id = `onnx:${model.config.name}`;
     this.sampling = { temperature: options.temperature ?? 1, topK: options.topK ?? 0, topP: options.topP ?? 1 };
-    this.batcher = new GenerationBatcher(model, { maxBatch: options.maxBatch ?? 32, sampling: this.sampling, rng: seededRandom(options.seed ?? 1) });
   }
 
   static async load(dir: string, options: OnnxPolicyOptions = {}): Promise<OnnxPolicy> {
@@ -820,10 +829,9 @@ export class OnnxPolicy implements Policy {
       return { content: 'The conversation no longer fits my context.', envTokens: [], tokens: [], logprobs: [] };
     }
     // Each turn draws from its own random source, seeded by the policy's seed, the episode and the
-    // turn: what a turn samples does not depend on which other turns share its batch (continuous
-    // batching makes that a matter of timing), so a seeded run is reproducible.
+    // turn: what a turn samples does not depend on which other turns share its batch.
     const rng = seededRandom(fnv1a(`${this.options.seed ?? 1}:${obs.episodeId}:${obs.turn}`));
-    const g = await this.batcher.submit({ prompt, maxNewTokens: maxNew, rng });
+    const g = await this.enqueue({ prompt, maxNewTokens: maxNew, rng });
     this.sequences.set(obs.episodeId, prompt.concat(g.tokens));
     const parsed = parseAssistantTokens(g.tokens);
     return {
@@ -840,9 +848,49 @@ export class OnnxPolicy implements Policy {
     this.sequences.delete(episodeId);
   }
 
-  /** Batches sampled so far and their sizes. */
-  stats(): BatcherStats {
-    return this.batcher.stats();
+  /** Batches sampled so far: how many, their rows, the largest. */
+  stats(): { runs: number; rows: number; largestBatch: number } {
+    return { runs: this.batches.runs, rows: this.batches.rows, largestBatch: this.batches.largest };
+  }
+
+  private enqueue(row: { prompt: number[]; maxNewTokens: number; rng: RandomFn }): Promise<Generation> {
+    return new Promise((resolve, reject) => {
+      this.queue.push({ ...row, resolve, reject });
+      if (!this.running) void this.drain();
+    });
+  }
+
+  /**
+   * Samples the queued turns in batches (one OnnxModel.generate each) until the queue is empty.
+   * A batch is what queued while the previous one ran (the concurrent episodes' next turns):
+   * static batches, which keep a seeded training run reproducible (a row's numbers do not depend
+   * on when it arrived) and measured faster in the RL loop than continuous batching, whose rows
+   * join one by one. serve-policy, whose requests arrive independently, batches continuously.
+   */
+  private async drain(): Promise<void> {
+    this.running = true;
+    try {
+      // Let the other episodes of this tick queue their turns too.
+      await new Promise((r) => setImmediate(r));
+      while (this.queue.length) {
+        const batch = this.queue.splice(0, this.options.maxBatch ?? 32);
+        this.batches.runs++;
+        this.batches.rows += batch.length;
+        this.batches.largest = Math.max(this.batches.largest, batch.length);
+        try {
+          const gens = await this.model.generate(
+            batch.map((p) => p.prompt),
+            { ...this.sampling, maxNewTokens: Math.max(...batch.map((p) => p.maxNewTokens)), rng: batch[0]!.rng, rows: batch.map((p) => ({ maxNewTokens: p.maxNewTokens, rng: p.rng })) },
+          );
+          batch.forEach((p, i) => p.resolve(gens[i]!));
+        } catch (err) {
+          batch.forEach((p) => p.reject(err));
+        }
+        await new Promise((r) => setImmediate(r));
+      }
+    } finally {
+      this.running = false;
+    }
   }
 
   /** Picks up new weights written by the learner (a batch in flight finishes on the old ones). */
@@ -851,7 +899,6 @@ export class OnnxPolicy implements Policy {
   }
 
   async close(): Promise<void> {
-    await this.batcher.close();
     await this.model.close();
   }
 }
