@@ -830,7 +830,7 @@ export class OnnxPolicy implements Policy {
     }
     // Each turn draws from its own random source, seeded by the policy's seed, the episode and the
     // turn: what a turn samples does not depend on which other turns share its batch.
-    const rng = seededRandom(fnv1a(`${this.options.seed ?? 1}:${obs.episodeId}:${obs.turn}`));
+    const rng = seededRandom(fnv1a(`${this.options.seed ?? 1}:${obs.episodeKey ?? obs.episodeId}:${obs.turn}`));
     const g = await this.enqueue({ prompt, maxNewTokens: maxNew, rng });
     this.sequences.set(obs.episodeId, prompt.concat(g.tokens));
     const parsed = parseAssistantTokens(g.tokens);

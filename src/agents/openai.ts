@@ -19,6 +19,7 @@
  * its episode (the environment records finish `error`); the meter counts it.
  */
 import OpenAI from 'openai';
+import { fnv1a } from '../../lib/index.ts';
 import type { ChatModel, ChatRequest, ChatResult, Observation, Policy, PolicyAction, ProposedCall, TokenUsage, ApiUsage } from '../env/index.ts';
 import { apiKeyFrom, concurrencyLimit, describeApiError, UsageMeter, type ApiOptions } from './api.ts';
 
@@ -117,6 +118,9 @@ export class OpenAIPolicy implements Policy, ChatModel {
       messages: toOpenAIMessages(obs.messages),
       ...(tools.length ? { tools } : {}),
       ...this.samplingParams(),
+      // A seeded policy gives each turn its own seed (the policy's, the episode's group and sample,
+      // the turn): reproducible, yet the G episodes of a group do not all sample the same.
+      ...(this.options.seed !== undefined ? { seed: fnv1a(`${this.options.seed}:${obs.episodeKey ?? obs.episodeId}:${obs.turn}`) } : {}),
     };
     let response: OpenAI.Chat.Completions.ChatCompletion;
     try {

@@ -135,6 +135,8 @@ export class Environment {
     const startedAt = new Date();
     const t0 = performance.now();
     const episodeId = `${options.runId ?? 'run'}:${task.id}:${options.sample ?? 0}:${randomUUID().slice(0, 8)}`;
+    // The same in every run (no random part): what a seeded policy may derive its randomness from.
+    const episodeKey = `${options.groupId ?? task.id}#${options.sample ?? 0}`;
     const messages: ChatMessage[] = openingMessages(task).map((m) => ({ ...m }));
     const turns: Turn[] = [];
     const calls: { server?: string; tool?: string; arguments: unknown; isError: boolean }[] = [];
@@ -196,7 +198,7 @@ export class Environment {
         const p0 = performance.now();
         let action: PolicyAction;
         try {
-          action = await policy.act({ task, messages: [...messages], tools, turn, newMessages, episodeId }, options.signal);
+          action = await policy.act({ task, messages: [...messages], tools, turn, newMessages, episodeId, episodeKey }, options.signal);
         } catch (err) {
           throw new PolicyError(`the policy failed: ${(err as Error).message}`);
         }

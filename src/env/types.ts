@@ -41,8 +41,10 @@ export interface Observation {
   turn: number;
   /** The environment's messages added since the policy's last action (tool results). */
   newMessages: ChatMessage[];
-  /** Identifies the episode, for policies that keep per-episode state (e.g. token sequences). */
+  /** Identifies the episode, for policies that keep per-episode state (e.g. token sequences); unique, with a random part. */
   episodeId: string;
+  /** The episode's group id and sample (`<group>#<sample>`): the same in every run, for seeding a policy's sampling. */
+  episodeKey?: string;
 }
 
 /** A tool call as a policy proposes it; `arguments` may be the raw text when it did not parse. */

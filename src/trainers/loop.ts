@@ -71,6 +71,9 @@ function stepMetrics(step: number, learner: Record<string, unknown>, got: Collec
   const scored = all.filter((t) => t.finish !== 'error'); // failed episodes and task errors are counted apart
   const calls = all.reduce((n, t) => n + t.metrics.tool_calls, 0);
   const policyTokens = all.reduce((n, t) => n + t.metrics.policy_tokens, 0);
+  // What an API policy's server counted (policy openai:...): the step's requests' tokens.
+  const billed = all.flatMap((t) => t.turns).reduce((u, turn) => ({ prompt: u.prompt + (turn.usage?.prompt_tokens ?? 0), completion: u.completion + (turn.usage?.completion_tokens ?? 0) }), { prompt: 0, completion: 0 });
+  const drift = all.reduce((n, t) => n + t.turns.filter((turn) => turn.token_drift !== undefined).length, 0);
   return {
     ...learner,
     step,
@@ -99,6 +102,8 @@ function stepMetrics(step: number, learner: Record<string, unknown>, got: Collec
     task_errors: all.filter((t) => t.task_error).length,
     policy_tokens_mean: all.length ? policyTokens / all.length : 0,
     rollout_tokens_per_s: got.seconds > 0 ? policyTokens / got.seconds : 0,
+    ...(billed.prompt + billed.completion > 0 ? { api_prompt_tokens: billed.prompt, api_completion_tokens: billed.completion } : {}),
+    ...(drift > 0 ? { token_drift_turns: drift } : {}),
     rollout_seconds: got.seconds,
     learner_seconds: o.learnerSeconds,
     learner_restarts: o.restarts,
@@ -158,6 +163,7 @@ async function rolloutPolicy(c: TrainConfig, modelDir: string, step: number): Pr
     maxTokens: c.max_new_tokens,
     tokenIds: true,
     concurrency: c.concurrency,
+    seed: c.seed + 1 + step,
     ...(c.top_k > 0 ? { extraBody: { top_k: c.top_k } } : {}),
   });
   await p.reload(modelDir).catch((err: unknown) => {

@@ -245,6 +245,7 @@ describe('training through serve-policy', () => {
     expect(r.steps).toBe(2);
     const rows = readFileSync(join(runDir, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Record<string, number>);
     expect(rows.some((m) => typeof m.loss === 'number')).toBe(true);
+    for (const m of rows) expect(m.api_completion_tokens).toBeGreaterThan(0); // the server's usage, summed per step
     // The server now serves the run's model directory, at the version the learner's last export wrote.
     const stats = server.stats();
     expect(stats.modelDir).toBe(join(runDir, 'model'));
