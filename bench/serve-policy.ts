@@ -44,6 +44,7 @@ const { values } = parseArgs({
     threads: { type: 'string', default: '1' },
     temperature: { type: 'string', default: '1' },
     serve: { type: 'boolean', default: false },
+    batching: { type: 'string', default: 'static' },
   },
 });
 const dir = values.model;
@@ -51,7 +52,7 @@ const threads = Number(values.threads);
 
 if (values.serve) {
   // The server's process: prints its URL, answers `stats` lines on stdin with its stats, ends with stdin.
-  const server = await startPolicyServer({ modelDir: dir, threads });
+  const server = await startPolicyServer({ modelDir: dir, threads, batching: values.batching as 'static' | 'continuous' });
   console.log(JSON.stringify({ url: server.url }));
   for await (const line of createInterface({ input: process.stdin })) {
     if (line.trim() === 'stats') console.log(JSON.stringify({ ...server.stats(), cpu: process.cpuUsage() }));
@@ -102,7 +103,7 @@ interface Run {
 }
 
 // The server, in its own process (as it is deployed).
-const child = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url), '--serve', '--model', dir, '--threads', String(threads)], { stdio: ['pipe', 'pipe', 'inherit'] });
+const child = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url), '--serve', '--model', dir, '--threads', String(threads), '--batching', values.batching], { stdio: ['pipe', 'pipe', 'inherit'] });
 const lines = createInterface({ input: child.stdout! })[Symbol.asyncIterator]();
 async function readLine<R>(): Promise<R> {
   const next = await lines.next();
@@ -206,7 +207,7 @@ const q = median(inPolicy.map((x) => x.rate));
 const policyRatios = served.map((x, i) => x.rate / inPolicy[i]!.rate);
 const policyRatio = median(policyRatios);
 const r1 = (x: number) => Math.round(x * 10) / 10;
-console.log(`model ${dir}; ${REQUESTS} calculator conversations, ${CLIENTS} concurrent clients, max_tokens ${MAX_TOKENS}, temperature ${TEMPERATURE}, seeded per request, ${threads} thread(s); median of ${REPS} runs`);
+console.log(`server batching ${values.batching}; model ${dir}; ${REQUESTS} calculator conversations, ${CLIENTS} concurrent clients, max_tokens ${MAX_TOKENS}, temperature ${TEMPERATURE}, seeded per request, ${threads} thread(s); median of ${REPS} runs`);
 console.log(`served (openai SDK -> serve-policy, logprobs + token ids): ${r1(s)} tok/s   in-process policy (OnnxPolicy.act, static batches): ${r1(q)} tok/s   ratio ${policyRatio.toFixed(2)} (goal >= 0.8)`);
 console.log(`served: ${r1(s)} tok/s   in process through the same continuous batcher as the server: ${r1(p)} tok/s   ratio ${ratio.toFixed(2)}`);
 console.log(`each ratio is the median of the paired runs' ratios: against the policy ${policyRatios.map((x) => x.toFixed(2)).join(' ')}; against the batcher ${ratios.map((x) => x.toFixed(2)).join(' ')}`);

@@ -26,6 +26,8 @@ export interface GenerateOptions extends SamplingOptions {
   stop?: number;
   /** Per-row settings (same order as the prompts); what a row leaves out is the call's. */
   rows?: (RowOptions | undefined)[];
+  /** Hears the number of rows of each decode step. */
+  onStep?: (rows: number) => void;
 }
 
 /** One row's own settings in a batch. */
@@ -277,7 +279,7 @@ export class OnnxModel {
         }
         const lane = this.newLane(session, j - i, C, prefix);
         for (const r of order.slice(i, j)) await this.laneAdd(lane, { prompt: prompts[r]!, opts: rows[r]!, gen: out[r]!, slot: 0, next: 0 });
-        await this.runLane(lane, o.stop ?? T.end);
+        await this.runLane(lane, o.stop ?? T.end, undefined, o.onStep);
         i = j;
       }
       return out;
@@ -614,6 +616,15 @@ export interface BatchedGeneration extends Generation {
 export interface BatcherOptions {
   /** Rows sampled together at most. Default 32. */
   maxBatch?: number;
+  /**
+   * `continuous` (default): requests join the running batch between decode steps. `static`: a
+   * batch is the requests queued when the previous one ends (after waiting up to `gatherMs` for
+   * as many as that one had), sampled together to the end (OnnxModel.generate): clients that are
+   * answered together come back together, and their prompts' common prefix is computed once.
+   */
+  mode?: 'continuous' | 'static';
+  /** static: how long to wait for the previous batch's number of requests. Default 5 ms. */
+  gatherMs?: number;
   /** The settings of requests that bring none. */
   sampling: SamplingOptions;
   rng: RandomFn;
@@ -703,9 +714,58 @@ export class GenerationBatcher {
     try {
       // Let the other requests of this tick queue theirs too (their common prefix is computed once).
       await new Promise((r) => setImmediate(r));
-      while (this.queue.length && !this.closed) await this.run();
+      while (this.queue.length && !this.closed) {
+        if (this.options.mode === 'static') await this.runStatic();
+        else await this.run();
+      }
     } finally {
       this.draining = false;
+    }
+  }
+
+  private lastBatch = 1;
+
+  /** One static batch: the queued requests (after the gather wait), sampled together to the end. */
+  private async runStatic(): Promise<void> {
+    const deadline = performance.now() + (this.options.gatherMs ?? 5);
+    while (this.queue.length < this.lastBatch && performance.now() < deadline && !this.closed) await new Promise((r) => setTimeout(r, 1));
+    const batch: Queued[] = [];
+    for (const q of this.queue.splice(0, this.options.maxBatch ?? 32)) {
+      if (q.request.signal?.aborted) q.reject(q.request.signal.reason ?? new Error('aborted'));
+      else batch.push(q);
+    }
+    if (batch.length === 0) return;
+    this.lastBatch = batch.length;
+    const model = this.active;
+    let finish!: () => void;
+    this.current = { model, done: new Promise<void>((r) => (finish = r)) };
+    const c = this.counts;
+    c.runs++;
+    c.rows += batch.length;
+    c.largestBatch = Math.max(c.largestBatch, batch.length);
+    this.running += batch.length;
+    const d = this.options;
+    try {
+      const gens = await model.generate(
+        batch.map((q) => q.request.prompt),
+        {
+          ...d.sampling,
+          maxNewTokens: Math.max(...batch.map((q) => q.request.maxNewTokens)),
+          rng: d.rng,
+          rows: batch.map(({ request: r }) => ({ sampling: r.sampling ?? d.sampling, maxNewTokens: r.maxNewTokens, rng: r.rng ?? d.rng, onToken: r.onToken, signal: r.signal })),
+          onStep: (rows) => {
+            c.steps++;
+            c.rowSteps += rows;
+          },
+        },
+      );
+      batch.forEach((q, i) => q.resolve({ ...gens[i]!, version: model.version }));
+    } catch (err) {
+      for (const q of batch) q.reject(err);
+    } finally {
+      this.running -= batch.length;
+      this.current = undefined;
+      finish();
     }
   }
 

@@ -12,6 +12,8 @@ export const SERVE_POLICY_HELP = `mcp-gym serve-policy: the embedded model behin
   --allowed-host N     also accept N in the Host and Origin headers (repeatable, or N1,N2)
   --name NAME          the model's name in the API (default: the model config's name)
   --max-batch N        requests sampled together at most (default 32)   --threads N (default 1)   --seed S
+  --batching static|continuous   static (default): the requests queued when a batch ends are the next
+                       batch; continuous: requests join the running batch between decode steps
 
 Endpoints: GET /v1/models, POST /v1/chat/completions (tools, logprobs, vLLM's return_token_ids and
 return_tokens_as_token_ids, stream), POST /v1/reload ({} or {"model_dir": DIR}), GET /health.
@@ -31,6 +33,7 @@ export async function servePolicyCommand(argv: string[]): Promise<void> {
       'max-batch': { type: 'string' },
       threads: { type: 'string' },
       seed: { type: 'string' },
+      batching: { type: 'string', default: 'static' },
       help: { type: 'boolean', short: 'h', default: false },
     },
   });
@@ -43,6 +46,7 @@ export async function servePolicyCommand(argv: string[]): Promise<void> {
   const allowedHosts = (values['allowed-host'] ?? []).flatMap((v) => v.split(',')).map((h) => h.trim());
   if (allowedHosts.includes('')) throw new UsageError('--allowed-host needs a host name: --allowed-host NAME (repeatable) or --allowed-host NAME1,NAME2');
   const maxBatch = intFlag(values['max-batch'], '--max-batch', 32);
+  if (values.batching !== 'static' && values.batching !== 'continuous') throw new UsageError(`--batching must be static or continuous, got '${values.batching}'`);
   if (maxBatch < 1) throw new UsageError(`--max-batch must be at least 1, got '${values['max-batch']}'`);
   const server = await startPolicyServer({
     modelDir: values.model!,
@@ -54,6 +58,7 @@ export async function servePolicyCommand(argv: string[]): Promise<void> {
     maxBatch,
     threads: intFlag(values.threads, '--threads', 1),
     seed: intFlag(values.seed, '--seed', 1),
+    batching: values.batching,
   }).catch((err: unknown) => {
     throw new UsageError(`serve-policy: ${(err as Error).message}`);
   });
