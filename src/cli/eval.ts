@@ -188,7 +188,7 @@ export async function evalCommand(argv: string[]): Promise<void> {
     }
     console.log(`\n${report.tasks} tasks x ${k} = ${result.trajectories.length} episodes (${result.resumed} resumed) with policy '${policy.id}' -> ${file}`);
     console.log(table([['', ''], ...evalRows(report)]).split('\n').slice(1).join('\n'));
-    if (usage) console.log(`API usage: ${usage.requests} requests (${usage.failed_requests} failed after retries), ${usage.prompt_tokens} prompt + ${usage.completion_tokens} completion tokens this invocation`);
+    if (usage) console.log(`API usage: ${usage.requests} requests (${usage.failed_requests} refused or failed after retries), ${usage.prompt_tokens} prompt + ${usage.completion_tokens} completion tokens this invocation`);
     if (judged) console.log(`RULER (${ruler}, judge ${judge!.id}): ${judged.groups} groups judged, ${judged.failures} failed (their episodes keep the verifier's reward)${judged.first_error ? `: ${judged.first_error}` : ''}; ${judged.calls} judge requests, ${judged.cached} answers from the cache`);
     if (report.failures.length) {
       console.log('\nFailed episodes by cause:');
