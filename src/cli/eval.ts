@@ -16,7 +16,7 @@ import { evalReport, evalRows, renderEvalHtml } from '../bench/eval.ts';
 import { applyRuler, Environment, JudgeError, rollout, TrajectoryWriter, type ChatModel, type RulerOptions, type Task, type Trajectory } from '../env/index.ts';
 import { SUITE_NAMES } from '../env/suites/index.ts';
 import { API_FLAGS, API_HELP, apiOptionsFrom, intFlag, numFlag, UsageError } from './args.ts';
-import { checkResume, runSettings, selectTasks } from './rollout.ts';
+import { checkResume, RUN_FLAGS, runSettings, selectTasks } from './rollout.ts';
 import { ProgressBar, table } from './ui.ts';
 
 export const EVAL_HELP = `mcp-gym eval: a policy on a task suite or a task file, k samples per task
@@ -45,24 +45,9 @@ export async function evalCommand(argv: string[]): Promise<void> {
   const { values } = parseArgs({
     args: argv,
     options: {
-      suite: { type: 'string' },
-      tasks: { type: 'string' },
-      split: { type: 'string' },
-      policy: { type: 'string', default: 'expert' },
+      ...RUN_FLAGS,
       k: { type: 'string', short: 'k', default: '4' },
-      concurrency: { type: 'string', default: '8' },
-      out: { type: 'string' },
-      resume: { type: 'boolean', default: false },
-      limit: { type: 'string' },
-      'max-difficulty': { type: 'string' },
-      'eval-tasks': { type: 'string' },
-      seed: { type: 'string' },
-      json: { type: 'boolean', default: false },
       html: { type: 'string' },
-      reward: { type: 'string', default: 'art' },
-      temperature: { type: 'string' },
-      'timeout-ms': { type: 'string' },
-      stdio: { type: 'boolean', default: false },
       help: { type: 'boolean', short: 'h', default: false },
       ruler: { type: 'string' },
       judge: { type: 'string' },

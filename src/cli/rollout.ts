@@ -149,29 +149,34 @@ export function checkResume(outDir: string, settings: RunSettings): void {
   if (mismatch) throw new UsageError(mismatch);
 }
 
+/** The flags rollout and eval share: which tasks, which policy, where the run goes. */
+export const RUN_FLAGS = {
+  suite: { type: 'string' },
+  tasks: { type: 'string' },
+  split: { type: 'string' },
+  policy: { type: 'string', default: 'expert' },
+  concurrency: { type: 'string', default: '8' },
+  out: { type: 'string' },
+  resume: { type: 'boolean', default: false },
+  limit: { type: 'string' },
+  'max-difficulty': { type: 'string' },
+  'eval-tasks': { type: 'string' },
+  seed: { type: 'string' },
+  json: { type: 'boolean', default: false },
+  reward: { type: 'string', default: 'art' },
+  temperature: { type: 'string' },
+  'timeout-ms': { type: 'string' },
+  stdio: { type: 'boolean', default: false },
+} as const;
+
 export async function rolloutCommand(argv: string[]): Promise<void> {
   const { values } = parseArgs({
     args: argv,
     options: {
-      suite: { type: 'string' },
-      tasks: { type: 'string' },
-      split: { type: 'string' },
-      policy: { type: 'string', default: 'expert' },
+      ...RUN_FLAGS,
       group: { type: 'string', default: '1' },
-      concurrency: { type: 'string', default: '8' },
-      out: { type: 'string' },
-      resume: { type: 'boolean', default: false },
-      limit: { type: 'string' },
-      'max-difficulty': { type: 'string' },
-      'eval-tasks': { type: 'string' },
-      seed: { type: 'string' },
-      json: { type: 'boolean', default: false },
       'delay-ms': { type: 'string' },
-      'timeout-ms': { type: 'string' },
-      stdio: { type: 'boolean', default: false },
-      reward: { type: 'string', default: 'art' },
       'export-openai': { type: 'string' },
-      temperature: { type: 'string' },
       ...API_FLAGS,
     },
   });
