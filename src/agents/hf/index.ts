@@ -1,0 +1,15 @@
+/** Tokenisation on the rollout side for Hugging Face checkpoints (Qwen3, Llama 3.x). */
+export { HfTokenizer, type EncodeOptions } from './tokenizer.ts';
+export {
+  ChatTemplateRenderer,
+  detectFamily,
+  turnEndToken,
+  type ChatMessage,
+  type OpenAiToolCall,
+  type ToolSpec,
+  type TemplateFamily,
+  type RendererOptions,
+  type RenderOptions,
+} from './chat-template.ts';
+export { parseToolCalls, type ParsedToolCall, type ParsedToolCalls } from './tool-calls.ts';
+export { HfSequence, assistantMessageFromText, type ContinueResult } from './sequence.ts';

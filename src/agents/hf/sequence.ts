@@ -1,0 +1,161 @@
+/**
+ * An episode's token sequence for a Hugging Face model, grown by appending (the rollout side's
+ * rule: the sampled tokens are kept as sampled, never decoded and encoded again):
+ *
+ *   start(messages, tools)  -> the prompt: the template's rendering with add_generation_prompt;
+ *   appendSampled(ids)      -> the model's turn, as sampled (ending with <|im_end|> / <|eot_id|>);
+ *   continue(newMessages)   -> what the environment adds (tool results, the next generation
+ *                              prompt): render(longer conversation) minus the text so far.
+ *
+ * `continue` checks that the text so far (prompt texts + the decoded sampled tokens) is a prefix
+ * of the template's rendering of the longer conversation. When it is not, the template renders
+ * the earlier turns differently from what the sequence holds and the result says so
+ * (`ok: false, reason: 'prefix-mismatch'`) instead of silently drifting; the sequence is left as it
+ * was, and the caller marks the episode (or starts over from `rendered`). Known cases:
+ *
+ * - Qwen3 drops `<think>...</think>` from assistant turns before the last user message, so a
+ *   new user message after a turn with reasoning rewrites that turn; it also renders an empty
+ *   `<think>\n\n</think>\n\n` only on the last assistant turn, so a turn sampled after the
+ *   enable_thinking=false prompt (which ends with that empty block) does not survive the next
+ *   rendering either;
+ * - Llama 3.1 trims message contents, so a sampled answer with trailing whitespace differs.
+ *
+ * Each piece is encoded on its own. That equals encoding the whole text when pieces meet at a
+ * special token (the sampled turn ends with one, the environment's piece starts after it): byte-level
+ * BPE never merges across special tokens.
+ */
+import type { HfTokenizer } from './tokenizer.ts';
+import { type ChatMessage, type ChatTemplateRenderer, type RenderOptions, type ToolSpec, turnEndToken } from './chat-template.ts';
+import { parseToolCalls } from './tool-calls.ts';
+
+export type ContinueResult =
+  | { ok: true; ids: number[]; text: string }
+  | {
+      ok: false;
+      reason: 'prefix-mismatch';
+      /** The first character where the rendering and the sequence's text differ. */
+      at: number;
+      /** The rendering around `at`, and the sequence's text there. */
+      expected: string;
+      actual: string;
+      /** The template's rendering of the whole longer conversation. */
+      rendered: string;
+    }
+  | { ok: false; reason: 'render-error'; error: string };
+
+const around = (s: string, at: number) => s.slice(Math.max(0, at - 40), at + 60);
+
+/** The assistant message a sampled turn's text stands for, as the template should render it again. */
+export function assistantMessageFromText(text: string, family: ChatTemplateRenderer['family']): ChatMessage {
+  const end = turnEndToken(family);
+  let body = text;
+  if (end && body.endsWith(end)) body = body.slice(0, -end.length);
+  if (family === 'llama3' && body.endsWith('<|eom_id|>')) body = body.slice(0, -'<|eom_id|>'.length);
+  const parsed = parseToolCalls(body, family);
+  if (!parsed.calls.length) return { role: 'assistant', content: body };
+  const tool_calls = parsed.calls.map((c, i) => ({ id: `call_${i}`, type: 'function' as const, function: { name: c.name, arguments: c.argumentsText ?? c.arguments } }));
+  if (family === 'qwen') {
+    const first = body.indexOf('<tool_call>');
+    const content = body.slice(0, first).replace(/\n$/, '');
+    return { role: 'assistant', content, tool_calls };
+  }
+  return { role: 'assistant', content: parsed.content, tool_calls };
+}
+
+export class HfSequence {
+  private _ids: number[] = [];
+  private _mask: number[] = [];
+  private _text = '';
+  private _messages: ChatMessage[] = [];
+  private tools: ToolSpec[] | undefined;
+  /** The sampled turn not yet followed by `continue`. */
+  private pending: ChatMessage | undefined;
+
+  constructor(
+    readonly tokenizer: HfTokenizer,
+    readonly renderer: ChatTemplateRenderer,
+    readonly options: { context?: Record<string, unknown> } = {},
+  ) {}
+
+  get ids(): readonly number[] { return this._ids; }
+  /** 1 on sampled tokens, 0 on prompt and environment tokens. */
+  get mask(): readonly number[] { return this._mask; }
+  /** The text the sequence stands for (prompt and environment texts, decoded sampled tokens). */
+  get text(): string { return this._text; }
+  get messages(): readonly ChatMessage[] { return this._messages; }
+
+  private renderOptions(addGenerationPrompt: boolean): RenderOptions {
+    return { ...(this.tools ? { tools: this.tools } : {}), addGenerationPrompt, ...(this.options.context ? { context: this.options.context } : {}) };
+  }
+
+  /** The prompt's ids (the rendering with add_generation_prompt, encoded); the sequence starts over. */
+  start(messages: ChatMessage[], tools?: ToolSpec[]): number[] {
+    this.tools = tools && tools.length ? tools : undefined;
+    this._messages = [...messages];
+    this.pending = undefined;
+    this._text = this.renderer.render(this._messages, this.renderOptions(true));
+    this._ids = this.tokenizer.encode(this._text);
+    this._mask = this._ids.map(() => 0);
+    return [...this._ids];
+  }
+
+  /**
+   * Appends the model's sampled turn as it is. `message` is the turn as an OpenAI message (for
+   * later renderings); by default it is read from the decoded tokens. A turn cut off before its
+   * end token gets the family's end token appended (mask 0); those ids are returned.
+   */
+  appendSampled(ids: number[], message?: ChatMessage): number[] {
+    let text = this.tokenizer.decode(ids);
+    this._ids.push(...ids);
+    this._mask.push(...ids.map(() => 1));
+    const added: number[] = [];
+    const last = ids[ids.length - 1];
+    if (last === undefined || !this.isTurnEnd(last)) {
+      const end = turnEndToken(this.renderer.family);
+      const endId = end === undefined ? this.tokenizer.eosTokenIds[0] : this.tokenizer.tokenId(end);
+      if (endId !== undefined) {
+        added.push(endId);
+        this._ids.push(endId);
+        this._mask.push(0);
+        text += this.tokenizer.decode([endId]);
+      }
+    }
+    this._text += text;
+    this.pending = message ?? assistantMessageFromText(text, this.renderer.family);
+    return added;
+  }
+
+  private isTurnEnd(id: number): boolean {
+    if (this.tokenizer.eosTokenIds.includes(id)) return true;
+    const t = this.tokenizer.decode([id]);
+    return t === turnEndToken(this.renderer.family) || t === '<|eom_id|>';
+  }
+
+  /**
+   * The ids the environment adds after the sampled turn: the rendering of the conversation with
+   * `newMessages` (tool results, or a user message) and the next generation prompt, minus the text
+   * so far. On a mismatch nothing is appended (see the file header).
+   */
+  continue(newMessages: ChatMessage[]): ContinueResult {
+    const conversation = [...this._messages, ...(this.pending ? [this.pending] : []), ...newMessages];
+    let rendered: string;
+    try {
+      rendered = this.renderer.render(conversation, this.renderOptions(true));
+    } catch (err) {
+      return { ok: false, reason: 'render-error', error: (err as Error).message };
+    }
+    if (!rendered.startsWith(this._text)) {
+      let at = 0;
+      while (at < rendered.length && rendered[at] === this._text[at]) at++;
+      return { ok: false, reason: 'prefix-mismatch', at, expected: around(rendered, at), actual: around(this._text, at), rendered };
+    }
+    const text = rendered.slice(this._text.length);
+    const ids = this.tokenizer.encode(text);
+    this._messages = conversation;
+    this.pending = undefined;
+    this._text = rendered;
+    this._ids.push(...ids);
+    this._mask.push(...ids.map(() => 0));
+    return { ok: true, ids, text };
+  }
+}

@@ -1,0 +1,164 @@
+/**
+ * Reads tool calls out of an assistant turn's text (special tokens kept, as HfTokenizer.decode
+ * gives them):
+ *
+ * - qwen (Qwen3, Hermes): `<tool_call>\n{"name": "f", "arguments": {...}}\n</tool_call>`, any
+ *   number per turn, after optional text (and an optional <think>...</think> block);
+ * - llama3 (Llama 3.1-3.3): the turn is a JSON object `{"name": "f", "parameters": {...}}`
+ *   (`"arguments"` accepted too), optionally after `<|python_tag|>`; several calls may be separated
+ *   by `;` or whitespace. A turn that does not start with `{` / <|python_tag|> is a plain answer.
+ *
+ * A call that cannot be read is reported in `error` (the agent is shown it), never thrown, as
+ * template.ts's parseAssistantTokens does.
+ */
+import type { TemplateFamily } from './chat-template.ts';
+
+export interface ParsedToolCall {
+  name: string;
+  arguments: Record<string, unknown>;
+  /** The arguments' JSON as the model wrote it, when it could be cut out of the call. */
+  argumentsText?: string;
+}
+
+export interface ParsedToolCalls {
+  /** The text outside tool calls (end-of-turn tokens removed, trimmed). */
+  content: string;
+  calls: ParsedToolCall[];
+  error?: string;
+}
+
+const END_TOKENS = ['<|im_end|>', '<|endoftext|>', '<|eot_id|>', '<|eom_id|>', '<|end_of_text|>'];
+
+function stripEnd(text: string): string {
+  let t = text;
+  for (;;) {
+    const trimmed = t.replace(/\s+$/, '');
+    const end = END_TOKENS.find((e) => trimmed.endsWith(e));
+    if (!end) return t;
+    t = trimmed.slice(0, -end.length);
+  }
+}
+
+const snippet = (s: string) => JSON.stringify(s.length > 80 ? `${s.slice(0, 80)}...` : s);
+
+/** Cuts the raw JSON of the value of `key` out of an object's text, if it is the last member. */
+function rawMember(objText: string, key: string, value: unknown): string | undefined {
+  const m = new RegExp(`"${key}"\\s*:\\s*`).exec(objText);
+  if (!m) return undefined;
+  const body = objText.trimEnd();
+  if (!body.endsWith('}')) return undefined;
+  const raw = body.slice(m.index + m[0].length, body.length - 1).trim();
+  try {
+    return JSON.stringify(JSON.parse(raw)) === JSON.stringify(value) ? raw : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** One call's JSON: `{"name": string, <argsKey>: object}`; an error message when it is not that. */
+function readCall(json: string, argKeys: string[]): ParsedToolCall | string {
+  let v: unknown;
+  try {
+    v = JSON.parse(json);
+  } catch (err) {
+    return `a tool call is not valid JSON (${(err as Error).message}): ${snippet(json)}`;
+  }
+  if (v === null || typeof v !== 'object' || Array.isArray(v)) return `a tool call must be a JSON object: ${snippet(json)}`;
+  const o = v as Record<string, unknown>;
+  if (typeof o.name !== 'string' || !o.name) return `a tool call has no "name": ${snippet(json)}`;
+  const key = argKeys.find((k) => k in o);
+  const args = key === undefined ? {} : o[key];
+  if (args === null || typeof args !== 'object' || Array.isArray(args)) return `the arguments of tool call '${o.name}' are not a JSON object: ${snippet(json)}`;
+  const raw = key === undefined ? undefined : rawMember(json, key, args);
+  return { name: o.name, arguments: args as Record<string, unknown>, ...(raw !== undefined ? { argumentsText: raw } : {}) };
+}
+
+function parseQwen(text: string): ParsedToolCalls {
+  const calls: ParsedToolCall[] = [];
+  const errors: string[] = [];
+  const outside: string[] = [];
+  let i = 0;
+  for (;;) {
+    const open = text.indexOf('<tool_call>', i);
+    if (open < 0) {
+      outside.push(text.slice(i));
+      break;
+    }
+    outside.push(text.slice(i, open));
+    const start = open + '<tool_call>'.length;
+    const close = text.indexOf('</tool_call>', start);
+    const next = text.indexOf('<tool_call>', start);
+    if (close < 0 || (next >= 0 && next < close)) {
+      const stop = next >= 0 ? next : text.length;
+      errors.push(`tool call not closed with </tool_call>: ${snippet(text.slice(start, stop).trim())}`);
+      i = stop;
+      if (next < 0) break;
+      continue;
+    }
+    const r = readCall(text.slice(start, close).trim(), ['arguments', 'parameters']);
+    if (typeof r === 'string') errors.push(r);
+    else calls.push(r);
+    i = close + '</tool_call>'.length;
+  }
+  const content = outside.join('').trim();
+  return errors.length ? { content, calls, error: errors.join('; ') } : { content, calls };
+}
+
+/** Splits text into top-level JSON objects (braces counted outside strings); the rest is returned as `rest`. */
+function jsonObjects(text: string): { objects: string[]; rest: string; unclosed?: string } {
+  const objects: string[] = [];
+  let rest = '';
+  let i = 0;
+  while (i < text.length) {
+    const c = text[i]!;
+    if (c !== '{') {
+      rest += c;
+      i++;
+      continue;
+    }
+    let depth = 0;
+    let inString = false;
+    let j = i;
+    for (; j < text.length; j++) {
+      const d = text[j]!;
+      if (inString) {
+        if (d === '\\') j++;
+        else if (d === '"') inString = false;
+      } else if (d === '"') inString = true;
+      else if (d === '{') depth++;
+      else if (d === '}' && --depth === 0) break;
+    }
+    if (j >= text.length) return { objects, rest, unclosed: text.slice(i) };
+    objects.push(text.slice(i, j + 1));
+    i = j + 1;
+  }
+  return { objects, rest };
+}
+
+function parseLlama(text: string): ParsedToolCalls {
+  const tagged = text.includes('<|python_tag|>');
+  const body = tagged ? text.slice(text.indexOf('<|python_tag|>') + '<|python_tag|>'.length) : text;
+  const before = tagged ? text.slice(0, text.indexOf('<|python_tag|>')).trim() : '';
+  const t = body.trim();
+  if (!tagged && !t.startsWith('{')) return { content: t, calls: [] };
+  const { objects, rest, unclosed } = jsonObjects(t);
+  const calls: ParsedToolCall[] = [];
+  const errors: string[] = [];
+  for (const o of objects) {
+    const r = readCall(o, ['parameters', 'arguments']);
+    if (typeof r === 'string') errors.push(r);
+    else calls.push(r);
+  }
+  if (unclosed !== undefined) errors.push(`a tool call's JSON is not closed: ${snippet(unclosed)}`);
+  const leftover = rest.replace(/[;\s]/g, '');
+  if (leftover) errors.push(`text that is not a JSON tool call: ${snippet(rest.trim())}`);
+  if (!objects.length && unclosed === undefined && !leftover) errors.push('<|python_tag|> without a tool call');
+  return errors.length ? { content: before, calls, error: errors.join('; ') } : { content: before, calls };
+}
+
+/** The tool calls of an assistant turn's text in a family's dialect (see the file header). */
+export function parseToolCalls(text: string, family: TemplateFamily): ParsedToolCalls {
+  const t = stripEnd(text);
+  if (family === 'llama3') return parseLlama(t);
+  return parseQwen(t); // qwen, and the Hermes format as the default for unknown templates
+}

