@@ -62,6 +62,8 @@ export interface EvalReport {
   /** Turns whose tokens the server re-rendered differently (not trainable). */
   token_drift_turns: number;
   stop_reasons: Record<string, number>;
+  /** By suite (the first part of a task's family, else of its id): tasks, pass@1, pass@k, pass^k, mean reward. */
+  by_suite: Record<string, { tasks: number; pass_at_1: Estimate; pass_at_k: Estimate; pass_hat_k: Estimate; mean_reward: Estimate }>;
   failed_episodes: number;
   task_errors: number;
   failures: FailureCause[];
@@ -148,6 +150,18 @@ export function evalReport(policy: string, k: number, tasks: Task[], trajectorie
     }
   }
   const sum = (f: (r: EvalTaskRow) => number) => rows.reduce((s, r) => s + f(r), 0);
+  const by_suite: EvalReport['by_suite'] = {};
+  for (const name of [...new Set(rows.map((r) => r.suite.split('.')[0]!))].sort()) {
+    const of = rows.filter((r) => r.suite.split('.')[0] === name);
+    const full = of.filter((r) => r.runs >= K);
+    by_suite[name] = {
+      tasks: of.length,
+      pass_at_1: overTasks(of.map((r) => r.pass_at[0] ?? 0), true),
+      pass_at_k: overTasks(full.map((r) => r.pass_at[K - 1]!), true),
+      pass_hat_k: overTasks(full.map((r) => r.pass_hat[K - 1]!), true),
+      mean_reward: overTasks(of.map((r) => r.mean_reward)),
+    };
+  }
   return {
     policy,
     k: K,
@@ -171,6 +185,7 @@ export function evalReport(policy: string, k: number, tasks: Task[], trajectorie
     },
     token_drift_turns: drift,
     stop_reasons,
+    by_suite,
     failed_episodes: sum((r) => r.failed_episodes),
     task_errors: sum((r) => r.task_errors),
     failures: failureCauses(trajectories),
@@ -201,6 +216,10 @@ export function evalRows(r: EvalReport): [string, string][] {
   ];
   if (r.token_drift_turns) rows.push(['token drift', `${r.token_drift_turns} turns re-tokenised by the server (not trainable)`]);
   if (Object.keys(r.stop_reasons).length) rows.push(['stop reasons', Object.entries(r.stop_reasons).map(([k, v]) => `${k} ${v}`).join(', ')]);
+  const suites = Object.entries(r.by_suite);
+  if (suites.length > 1) {
+    for (const [name, x] of suites) rows.push([`${name} (${x.tasks} tasks)`, `pass@1 ${ci(x.pass_at_1, true)}, pass@${K} ${ci(x.pass_at_k, true)}, pass^${K} ${ci(x.pass_hat_k, true)}, reward ${ci(x.mean_reward, false)}`]);
+  }
   return rows;
 }
 

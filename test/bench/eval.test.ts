@@ -51,6 +51,9 @@ describe('eval statistics', () => {
     expect(r.pass_hat['2']).toBeCloseTo(0.5, 12);
     expect(r.pass_hat_k.mean).toBeCloseTo(0.5, 12);
     expect(r.reward_parts.base!.mean).toBeCloseTo(0.625, 12);
+    // One suite per task id prefix here (no family): a and b.
+    expect(r.by_suite.a!.pass_at_1.mean).toBeCloseTo(0.25, 12);
+    expect(r.by_suite.b!.pass_hat_k.mean).toBe(1);
   });
 
   it('intervals are over tasks (mean ± 1.96 s/√T), clipped for rates', () => {
@@ -101,6 +104,9 @@ describe('mcp-gym eval', () => {
     expect(report.pass_at_1.mean).toBe(1);
     expect(report.pass_hat_k.mean).toBe(1);
     expect(new Set(report.per_task.map((t: { suite: string }) => t.suite.split('.')[0]))).toEqual(new Set(['calculator', 'sql']));
+    expect(Object.keys(report.by_suite)).toEqual(['calculator', 'sql']);
+    expect(report.by_suite.sql).toMatchObject({ tasks: 3, pass_at_1: { mean: 1 } });
+    expect(r.stdout).toMatch(/sql \(3 tasks\) +pass@1 100\.0%/);
     expect(readTrajectories(join(out, 'trajectories.jsonl'), true)).toHaveLength(18);
     const html = readFileSync(join(out, 'report.html'), 'utf8');
     for (const t of report.per_task) expect(html).toContain(`<td>${t.task}</td>`);
