@@ -13,10 +13,10 @@ import { parseArgs } from 'node:util';
 import pLimit from 'p-limit';
 import { makeChatModel, makePolicy } from '../agents/index.ts';
 import { evalReport, evalRows, renderEvalHtml } from '../bench/eval.ts';
-import { applyRuler, Environment, JudgeError, rollout, TrajectoryWriter, type ChatModel, type RulerOptions, type Task, type Trajectory } from '../env/index.ts';
+import { applyRuler, JudgeError, rollout, TrajectoryWriter, type ChatModel, type RulerOptions, type Task, type Trajectory } from '../env/index.ts';
 import { SUITE_NAMES } from '../env/suites/index.ts';
 import { API_FLAGS, API_HELP, apiOptionsFrom, intFlag, numFlag, UsageError } from './args.ts';
-import { checkResume, RUN_FLAGS, runSettings, selectTasks } from './rollout.ts';
+import { checkResume, cliEnvironment, RUN_FLAGS, runSettings, selectTasks } from './rollout.ts';
 import { ProgressBar, table } from './ui.ts';
 
 export const EVAL_HELP = `mcp-gym eval: a policy on a task suite or a task file, k samples per task
@@ -111,16 +111,7 @@ export async function evalCommand(argv: string[]): Promise<void> {
     const { baseURL, apiKeyEnv, maxTokens, thinking } = api as { baseURL?: string; apiKeyEnv?: string; maxTokens?: number; thinking?: unknown };
     writeFileSync(runFile, JSON.stringify({ ...settings, kind: 'eval', api: { base_url: baseURL ?? null, api_key_env: apiKeyEnv ?? null, max_tokens: maxTokens ?? null, thinking: thinking ?? null }, started_at: new Date().toISOString() }, null, 2) + '\n');
   }
-  let warned = false;
-  const env = new Environment({
-    bundled: values.stdio ? 'stdio' : 'inprocess',
-    callTimeoutMs: values['timeout-ms'] === undefined ? undefined : intFlag(values['timeout-ms'], '--timeout-ms', 10_000),
-    reward,
-    onWarning: (message) => {
-      process.stderr.write(`${warned ? '' : '\n'}mcp-gym: warning: ${message}\n`);
-      warned = true;
-    },
-  });
+  const env = cliEnvironment(values, reward);
   const bar = new ProgressBar('eval', tasks.length * k);
   let successes = 0;
   const ac = new AbortController();

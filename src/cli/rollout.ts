@@ -169,6 +169,25 @@ export const RUN_FLAGS = {
   stdio: { type: 'boolean', default: false },
 } as const;
 
+/**
+ * The environment of rollout and eval: bundled servers in-process or (`--stdio`) as processes, a
+ * tool call's limit (`--timeout-ms`), the reward, and warnings on stderr (the first on a line of
+ * its own, after the progress bar).
+ */
+export function cliEnvironment(values: { stdio?: boolean; 'timeout-ms'?: string }, reward: string, serverOptions: { delayMs?: number } = {}): Environment {
+  let warned = false;
+  return new Environment({
+    bundled: values.stdio ? 'stdio' : 'inprocess',
+    serverOptions,
+    callTimeoutMs: values['timeout-ms'] === undefined ? undefined : intFlag(values['timeout-ms'], '--timeout-ms', 10_000),
+    reward,
+    onWarning: (message) => {
+      process.stderr.write(`${warned ? '' : '\n'}mcp-gym: warning: ${message}\n`);
+      warned = true;
+    },
+  });
+}
+
 export async function rolloutCommand(argv: string[]): Promise<void> {
   const { values } = parseArgs({
     args: argv,
@@ -206,17 +225,7 @@ export async function rolloutCommand(argv: string[]): Promise<void> {
   mkdirSync(outDir, { recursive: true });
   // Recorded when the run starts, so that a resumed run can be checked against it.
   if (!existsSync(runFile) || !values.resume) writeFileSync(runFile, JSON.stringify({ ...settings, started_at: new Date().toISOString() }, null, 2) + '\n');
-  let warnedLine = false;
-  const env = new Environment({
-    bundled: values.stdio ? 'stdio' : 'inprocess',
-    serverOptions: { delayMs: values['delay-ms'] === undefined ? undefined : intFlag(values['delay-ms'], '--delay-ms', 0) },
-    callTimeoutMs: values['timeout-ms'] === undefined ? undefined : intFlag(values['timeout-ms'], '--timeout-ms', 10_000),
-    rewards: { total: reward as 'art' },
-    onWarning: (message) => {
-      process.stderr.write(`${warnedLine ? '' : '\n'}mcp-gym: warning: ${message}\n`);
-      warnedLine = true;
-    },
-  });
+  const env = cliEnvironment(values, reward, { delayMs: values['delay-ms'] === undefined ? undefined : intFlag(values['delay-ms'], '--delay-ms', 0) });
   const bar = new ProgressBar('rollout', tasks.length * group);
   let successes = 0;
   const ac = new AbortController();
