@@ -81,3 +81,15 @@ if (!process.env.MCP_GYM_PYTHON && (!pythonOk() || missingDebs().length)) {
     process.exit(1);
   }
 }
+
+// The learner's venv for Hugging Face models (scripts/learner-venv.mjs). MCP_GYM_HF_PYTHON names
+// another Python that has them instead.
+if (!process.env.MCP_GYM_HF_PYTHON) {
+  const { ensureVenv } = await import('./learner-venv.mjs');
+  try {
+    ensureVenv({ root, log, basePython: python });
+  } catch (err) {
+    process.stderr.write(`${err.message}\n`);
+    process.exit(1);
+  }
+}

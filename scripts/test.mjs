@@ -11,8 +11,11 @@ const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 mkdirSync(join(root, '.tmp'), { recursive: true });
 rmSync(join(root, '.tmp', 'vitest.json'), { force: true });
 rmSync(join(root, '.tmp', 'pytest.xml'), { force: true });
+rmSync(join(root, '.tmp', 'pytest-hf.xml'), { force: true });
 const bin = (name) => join(root, 'node_modules', '.bin', name);
 const python = process.env.MCP_GYM_PYTHON ?? '/usr/bin/python3';
+// The Hugging Face tests (pytest marker `hf`) run with the learner's venv (scripts/learner-venv.mjs).
+const hfPython = process.env.MCP_GYM_HF_PYTHON ?? join(root, '.venv', 'bin', 'python');
 
 const steps = [
   // tsconfig.json's include covers src, servers, lib, test, bench, bin and examples (whose
@@ -20,8 +23,9 @@ const steps = [
   ['type-check', bin('tsc'), ['--noEmit', '-p', '.']],
   ['lint', bin('eslint'), ['.']],
   ['vitest', bin('vitest'), ['run', '--reporter=default', '--reporter=json', '--outputFile.json=.tmp/vitest.json']],
-  ['pytest', python, ['-m', 'pytest', 'learner/tests', '-q', '-p', 'no:cacheprovider', '--junitxml=.tmp/pytest.xml']],
-].filter(([name]) => name !== 'pytest' || existsSync(join(root, 'learner', 'tests')));
+  ['pytest', python, ['-m', 'pytest', 'learner/tests', '-q', '-p', 'no:cacheprovider', '-m', 'not hf', '--junitxml=.tmp/pytest.xml']],
+  ['pytest (hf)', hfPython, ['-m', 'pytest', 'learner/tests', '-q', '-p', 'no:cacheprovider', '-m', 'hf', '--junitxml=.tmp/pytest-hf.xml']],
+].filter(([name]) => !name.startsWith('pytest') || existsSync(join(root, 'learner', 'tests')));
 const failed = [];
 for (const [name, cmd, args] of steps) {
   process.stdout.write(`\n== ${name}: ${[cmd.replace(root + '/', ''), ...args].join(' ')}\n`);
