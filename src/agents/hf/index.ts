@@ -12,4 +12,4 @@ export {
   type RenderOptions,
 } from './chat-template.ts';
 export { parseToolCalls, type ParsedToolCall, type ParsedToolCalls } from './tool-calls.ts';
-export { HfSequence, assistantMessageFromText, type ContinueResult } from './sequence.ts';
+export { HfSequence, assistantMessageFromText, type ContinueResult, type Rewritten } from './sequence.ts';

@@ -28,8 +28,15 @@ import type { HfTokenizer } from './tokenizer.ts';
 import { type ChatMessage, type ChatTemplateRenderer, type RenderOptions, type ToolSpec, turnEndToken } from './chat-template.ts';
 import { parseToolCalls } from './tool-calls.ts';
 
+/** Where the template would render a sampled turn otherwise than it was sampled (continue's keepSampled). */
+export interface Rewritten {
+  at: number;
+  expected: string;
+  actual: string;
+}
+
 export type ContinueResult =
-  | { ok: true; ids: number[]; text: string }
+  | { ok: true; ids: number[]; text: string; rewritten?: Rewritten }
   | {
       ok: false;
       reason: 'prefix-mismatch';
@@ -70,6 +77,10 @@ export class HfSequence {
   private tools: ToolSpec[] | undefined;
   /** The sampled turn not yet followed by `continue`. */
   private pending: ChatMessage | undefined;
+  /** The template's rendering of the conversation so far (differs from the text after a kept rewrite). */
+  private shadow = '';
+  /** Where the generation prompt starts in `shadow` (Qwen3's may hold an empty think block the next rendering drops). */
+  private historyEnd = 0;
 
   constructor(
     readonly tokenizer: HfTokenizer,
@@ -94,6 +105,8 @@ export class HfSequence {
     this._messages = [...messages];
     this.pending = undefined;
     this._text = this.renderer.render(this._messages, this.renderOptions(true));
+    this.shadow = this._text;
+    this.historyEnd = this.renderedHistoryLength(this._messages, this._text);
     this._ids = this.tokenizer.encode(this._text);
     this._mask = this._ids.map(() => 0);
     return [...this._ids];
@@ -134,9 +147,15 @@ export class HfSequence {
   /**
    * The ids the environment adds after the sampled turn: the rendering of the conversation with
    * `newMessages` (tool results, or a user message) and the next generation prompt, minus the text
-   * so far. On a mismatch nothing is appended (see the file header).
+   * so far. On a mismatch nothing is appended (see the file header), unless `keepSampled`: then
+   * the template's rewriting of the sampled turn is allowed (Qwen3's empty think block, tool-call
+   * JSON written with other spacing, Llama's trimming): the sequence keeps the turn as sampled, and
+   * the environment's piece is what the rendering has after that turn's end token (found through
+   * a placeholder assistant turn, so that it is the same whatever the model wrote). The result's
+   * `rewritten` says where the template would have differed. The text before the sampled turn must
+   * still be a prefix of the rendering, else the result is a `prefix-mismatch` as without it.
    */
-  continue(newMessages: ChatMessage[]): ContinueResult {
+  continue(newMessages: ChatMessage[], options: { keepSampled?: boolean } = {}): ContinueResult {
     const conversation = [...this._messages, ...(this.pending ? [this.pending] : []), ...newMessages];
     let rendered: string;
     try {
@@ -144,18 +163,40 @@ export class HfSequence {
     } catch (err) {
       return { ok: false, reason: 'render-error', error: (err as Error).message };
     }
-    if (!rendered.startsWith(this._text)) {
-      let at = 0;
-      while (at < rendered.length && rendered[at] === this._text[at]) at++;
-      return { ok: false, reason: 'prefix-mismatch', at, expected: around(rendered, at), actual: around(this._text, at), rendered };
+    if (rendered.startsWith(this._text)) return this.commit(conversation, rendered, rendered, rendered.slice(this._text.length));
+    let at = 0;
+    while (at < rendered.length && rendered[at] === this._text[at]) at++;
+    const mismatch = { ok: false as const, reason: 'prefix-mismatch' as const, at, expected: around(rendered, at), actual: around(this._text, at), rendered };
+    // keepSampled: the history up to the sampled turn renders as before; the environment's piece is
+    // what follows the turn's end token in the rendering.
+    const end = turnEndToken(this.renderer.family);
+    const history = this.shadow.slice(0, this.historyEnd);
+    if (!options.keepSampled || !this.pending || !end || !rendered.startsWith(history)) return mismatch;
+    const stop = rendered.indexOf(end, history.length);
+    if (stop < 0) return mismatch;
+    const piece = rendered.slice(stop + end.length);
+    return this.commit(conversation, this._text + piece, rendered, piece, { at, expected: mismatch.expected, actual: mismatch.actual });
+  }
+
+  /** The length of the rendering without the generation prompt, when it is a prefix of `rendered` (else all of it). */
+  private renderedHistoryLength(conversation: ChatMessage[], rendered: string): number {
+    try {
+      const bare = this.renderer.render(conversation, this.renderOptions(false));
+      return rendered.startsWith(bare) ? bare.length : rendered.length;
+    } catch {
+      return rendered.length;
     }
-    const text = rendered.slice(this._text.length);
-    const ids = this.tokenizer.encode(text);
+  }
+
+  private commit(conversation: ChatMessage[], text: string, rendered: string, piece: string, rewritten?: Rewritten): ContinueResult {
+    const ids = this.tokenizer.encode(piece);
     this._messages = conversation;
     this.pending = undefined;
-    this._text = rendered;
+    this._text = text;
+    this.shadow = rendered;
+    this.historyEnd = this.renderedHistoryLength(conversation, rendered);
     this._ids.push(...ids);
     this._mask.push(...ids.map(() => 0));
-    return { ok: true, ids, text };
+    return { ok: true, ids, text: piece, ...(rewritten ? { rewritten } : {}) };
   }
 }
