@@ -83,15 +83,46 @@ def hf_base(model):
     return get() if callable(get) else model
 
 
+DEFAULT_PACK_TOKENS = 4096  # tokens per packed row when the attention kernel builds a dense [M, M] mask
+
+
+def pack_rows(lengths: Sequence[int], cap: Optional[int]) -> List[List[int]]:
+    """First-fit packing of sequences (in the given order) into rows of at most `cap` tokens (None: one row);
+    a sequence longer than `cap` gets a row of its own. Returns the sequence indices of each row, in order."""
+    if cap is None:
+        return [list(range(len(lengths)))]
+    rows: List[List[int]] = []
+    room: List[int] = []
+    for i, n in enumerate(lengths):
+        for r in range(len(rows)):
+            if room[r] >= n:
+                rows[r].append(i)
+                room[r] -= n
+                break
+        else:
+            rows.append([i])
+            room.append(max(0, cap - n))
+    return rows
+
+
 class HFAdapter(Adapter):
     """Any AutoModelForCausalLM: the decoder (`get_decoder()`) for the hidden states, `get_output_embeddings()`
-    for the head. With flash_attention_2 the sequences of a micro-batch are packed into one row (position ids
-    restart at each sequence: transformers then runs variable-length attention, no padding at all);
-    otherwise right padding, and no attention mask when the rows are all the same length."""
+    for the head.
+
+    Packing (`pack`: `load` turns it on when the model passes hf_backend.check_packing; an adapter constructed
+    bare packs only with flash_attention_2, or when told): the
+    sequences of a micro-batch are laid end to end in a row, with position ids restarting at 0 at each sequence
+    and no attention mask. transformers (5.x) reads the restarts: flash_attention_2 runs variable-length
+    attention over one row; sdpa and eager get a block-diagonal causal mask built from the position ids (which
+    needs `use_cache=False`: with a cache the restarts are ignored). sdpa/eager rows hold at most `pack_tokens`
+    tokens (first-fit; a longer sequence has a row of its own), since their mask and attention are dense over a
+    row ([rows, 1, M, M] booleans); the rows are right-padded with a pseudo-sequence (positions 0, 1, ...) whose
+    outputs are not read. Without packing: right padding, and no attention mask when the rows are all the same
+    length."""
 
     kind = "hf"
 
-    def __init__(self, model, pack: Optional[bool] = None):
+    def __init__(self, model, pack: Optional[bool] = None, pack_tokens: Optional[int] = None):
         base = hf_base(model)
         cfg = base.config
         self.vocab_size = int(base.get_output_embeddings().weight.shape[0])
@@ -101,16 +132,14 @@ class HFAdapter(Adapter):
         attn = getattr(cfg, "_attn_implementation", None) or getattr(cfg, "attn_implementation", None)
         self.attn_implementation = attn
         self.pack = (attn == "flash_attention_2") if pack is None else bool(pack)
+        self.pack_tokens = int(pack_tokens) if pack_tokens else DEFAULT_PACK_TOKENS
+
+    def _row_cap(self) -> Optional[int]:
+        return None if self.attn_implementation == "flash_attention_2" else self.pack_tokens
 
     def inputs(self, seqs, device):
         if self.pack:
-            ids = torch.cat([s for s in seqs]).unsqueeze(0)
-            pos = torch.cat([torch.arange(int(s.shape[0])) for s in seqs]).unsqueeze(0)
-            starts, o = [], 0
-            for s in seqs:
-                starts.append(o)
-                o += int(s.shape[0])
-            return {"input_ids": ids.to(device), "position_ids": pos.to(device)}, starts
+            return self.packed_inputs(seqs, device)
         ids, lengths = _pad_right(seqs, self.pad_id)
         T = ids.shape[1]
         out = {"input_ids": ids.to(device)}
@@ -118,9 +147,27 @@ class HFAdapter(Adapter):
             out["attention_mask"] = (torch.arange(T).unsqueeze(0) < lengths.unsqueeze(1)).long().to(device)
         return out, [r * T for r in range(len(seqs))]
 
+    def packed_inputs(self, seqs, device, cap: Optional[int] = -1):
+        lengths = [int(s.shape[0]) for s in seqs]
+        rows = pack_rows(lengths, self._row_cap() if cap == -1 else cap)
+        M = max(sum(lengths[i] for i in row) for row in rows)
+        ids = torch.full((len(rows), M), self.pad_id, dtype=torch.long)
+        pos = torch.zeros((len(rows), M), dtype=torch.long)
+        starts = [0] * len(seqs)
+        for r, row in enumerate(rows):
+            o = 0
+            for i in row:
+                n = lengths[i]
+                ids[r, o: o + n] = seqs[i]
+                pos[r, o: o + n] = torch.arange(n)
+                starts[i] = r * M + o
+                o += n
+            pos[r, o:] = torch.arange(M - o)  # the tail: a pseudo-sequence of its own
+        return {"input_ids": ids.to(device), "position_ids": pos.to(device)}, starts
+
     def hidden(self, model, inputs):
         dec = hf_base(model).get_decoder()
-        out = dec(**inputs, use_cache=False)
+        out = dec(**inputs, use_cache=False)  # no cache: packed position ids are read as sequence boundaries
         h = out[0] if isinstance(out, (tuple, list)) else out.last_hidden_state
         return h.reshape(-1, h.shape[-1])
 

@@ -8,7 +8,8 @@ schedule (linear warm-up, then cosine to min_lr_ratio · lr at total_steps) pers
 
 The batch and the config arrive validated (batch.py, rl_config.py). A step that fails part-way (a
 non-finite gradient, an exception) is rolled back when the model and the optimizer state are small
-enough to snapshot (`SNAPSHOT_MAX_ELEMENTS`), so a batch is never half-applied. Checkpoints of this
+enough to snapshot (`SNAPSHOT_MAX_ELEMENTS`: the trainable parameters, for LoRA the adapter only, and
+the optimizer state), so a batch is never half-applied. Checkpoints of this
 state: checkpoint.py.
 """
 
@@ -30,7 +31,8 @@ from .reference import Reference
 from .rl_config import RLConfig, check_config
 from .runtime import adamw
 
-SNAPSHOT_MAX_ELEMENTS = 64 * 1024 * 1024  # model + optimizer state (elements) up to which a step is atomic
+# trainable parameters + optimizer state (elements) up to which a step is atomic
+SNAPSHOT_MAX_ELEMENTS = 64 * 1024 * 1024
 
 # Batch and RLConfig too: what a caller that builds a step by hand needs (bench/learner_gpu.py).
 __all__ = ["Batch", "RLConfig", "RLTrainer", "lr_at", "SNAPSHOT_MAX_ELEMENTS"]
@@ -198,7 +200,8 @@ class RLTrainer:
     # -- atomic steps --
 
     def _state_elements(self) -> int:
-        n = sum(p.numel() for p in self.model.parameters())
+        """Elements a step can change: the trainable parameters (LoRA: the adapter only) and AdamW's state."""
+        n = sum(p.numel() for p in self.params())
         if self.optimizer is not None:
             for st in self.optimizer.state.values():
                 n += sum(v.numel() for v in st.values() if torch.is_tensor(v))
@@ -207,14 +210,16 @@ class RLTrainer:
     def _snapshot(self):
         if self._state_elements() > SNAPSHOT_MAX_ELEMENTS:
             return None
-        return ({k: v.detach().clone() for k, v in self.model.state_dict().items()},
+        params = self.params()
+        return (params, [p.detach().clone() for p in params],
                 copy.deepcopy(self.optimizer.state_dict()) if self.optimizer is not None else None,
                 self.optimizer is not None)
 
     def _restore(self, snap) -> None:
-        model_state, opt_state, had = snap
+        params, values, opt_state, had = snap
         with torch.no_grad():
-            self.model.load_state_dict(model_state)
+            for p, v in zip(params, values):
+                p.copy_(v)
         for p in self.model.parameters():
             p.grad = None
         if had and opt_state is not None:

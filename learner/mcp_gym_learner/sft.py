@@ -127,6 +127,43 @@ def sft_loss(model, ids: torch.Tensor, attn: torch.Tensor, lmask: torch.Tensor,
     return F.cross_entropy(logits.float(), labels[sel]), n
 
 
+def adapter_sft_step(module, adapter, examples: Sequence[Example], device, micro_tokens: int = 16384,
+                     autocast: Optional[Callable[[], Any]] = None) -> Tuple[float, int, int]:
+    """One SFT batch through a policy adapter (policy.py; a Hugging Face model): the mean cross-entropy over the
+    tokens i >= 1 whose mask is 1, each predicted from tokens < i, computed by `module` (a LogprobModule: the
+    decoder, then the chunked LM head on the scored positions only, head.py). The batch is cut into micro-batches
+    of at most `micro_tokens` tokens (laid out by the adapter: packed rows, or right padding), each backward'ed
+    with the weight 1 / (the batch's scored tokens): the gradient is the whole batch's. Returns (loss, scored
+    tokens, tokens)."""
+    scored = [[i for i in range(1, len(e.ids)) if e.mask[i]] for e in examples]
+    total = sum(len(s) for s in scored)
+    ntok = sum(len(e.ids) for e in examples)
+    if total == 0:
+        return 0.0, 0, ntok
+    order = sorted((j for j in range(len(examples)) if scored[j]), key=lambda j: -len(examples[j].ids))
+    micro: List[List[int]] = []
+    n = 0
+    for j in order:
+        if micro and n + len(examples[j].ids) <= micro_tokens:
+            micro[-1].append(j)
+            n += len(examples[j].ids)
+        else:
+            micro.append([j])
+            n = len(examples[j].ids)
+    loss_sum = 0.0
+    for mb in micro:
+        seqs = [torch.tensor(examples[j].ids, dtype=torch.long) for j in mb]
+        inputs, starts = adapter.inputs(seqs, device)
+        sel = torch.cat([torch.tensor(scored[j], dtype=torch.long) - 1 + starts[k] for k, j in enumerate(mb)])
+        tgt = torch.cat([seqs[k][torch.tensor(scored[j], dtype=torch.long)] for k, j in enumerate(mb)])
+        with (autocast() if autocast is not None else contextlib.nullcontext()):
+            lp, _, _ = module(inputs, sel.to(device), tgt.to(device), 1.0, 0, 1.0, None, False)
+        loss = -lp.float().sum() / total
+        loss.backward()
+        loss_sum += float(loss.detach())
+    return loss_sum, total, ntok
+
+
 def lr_at(step: int, total: int, lr: float, warmup: int, min_lr_ratio: float) -> float:
     """Linear warm-up over `warmup` steps, then cosine decay to lr * min_lr_ratio at the last step."""
     if warmup > 0 and step < warmup:
@@ -165,8 +202,13 @@ def train_sft(model, examples: Sequence[Example], epochs: int = 1, steps: Option
               batch_size: int = 32, lr: float = 3e-3, warmup: Optional[float] = None, seed: int = 0,
               weight_decay: float = 0.01, betas: Tuple[float, float] = (0.9, 0.95), grad_clip: float = 1.0,
               min_lr_ratio: float = 0.1, log_every: int = 10,
-              log: Optional[Callable[[str], None]] = None) -> Dict[str, Any]:
+              log: Optional[Callable[[str], None]] = None,
+              step_fn: Optional[Callable[[List[Example]], Tuple[float, int, int]]] = None) -> Dict[str, Any]:
     """AdamW, warm-up + cosine, clipping; `steps` (if given) else `epochs` passes over the data.
+
+    step_fn (a Hugging Face model, hf_backend.py): given a batch's examples, accumulates the gradient of the
+    batch's mean loss into .grad and returns (loss, scored tokens, tokens); by default the embedded GPT's
+    forward on a right-padded batch (collate, sft_loss) under bf16 autocast on CUDA.
 
     warmup: a step count (>= 1), or a fraction of the total steps (< 1); default 5% of the steps.
     Returns {steps, loss_first, loss_last, loss_last_avg, tokens, tokens_per_s, seconds}: `tokens` counts
@@ -197,20 +239,26 @@ def train_sft(model, examples: Sequence[Example], epochs: int = 1, steps: Option
         if not queue:
             queue = make_batches(lengths, batch_size, rng)
         batch = queue.pop(0)
-        ids, attn, lmask = collate([examples[i] for i in batch], device)
         cur_lr = lr_at(step, total, lr, warmup_steps, min_lr_ratio)
         for g in opt.param_groups:
             g["lr"] = cur_lr
-        with _autocast(device):
-            loss, n = sft_loss(model, ids, attn, lmask)
-        opt.zero_grad(set_to_none=True)
+        if step_fn is not None:
+            opt.zero_grad(set_to_none=True)
+            loss_value, n, ntok = step_fn([examples[i] for i in batch])
+        else:
+            ids, attn, lmask = collate([examples[i] for i in batch], device)
+            with _autocast(device):
+                loss, n = sft_loss(model, ids, attn, lmask)
+            opt.zero_grad(set_to_none=True)
+            if n > 0:
+                loss.backward()
+            loss_value, ntok = float(loss.detach()), int(attn.sum())
         if n > 0:
-            loss.backward()
             if grad_clip and grad_clip > 0:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+                torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], grad_clip)
             opt.step()
-        losses.append(float(loss.detach()))
-        tokens += int(attn.sum())
+        losses.append(loss_value)
+        tokens += ntok
         if log_every and (step + 1) % log_every == 0 or step + 1 == total:
             dt = time.perf_counter() - t0
             log(f"sft step {step + 1}/{total} loss {losses[-1]:.4f} lr {cur_lr:.2e} {tokens / dt:.0f} tok/s")

@@ -8,6 +8,7 @@ import os
 import pytest
 import torch
 
+pytestmark = pytest.mark.hf
 transformers = pytest.importorskip("transformers")
 
 from mcp_gym_learner.batch import parse_batch  # noqa: E402
@@ -127,8 +128,10 @@ def test_hf_through_the_protocol_checkpoint_and_export(tmp_path):
     bad["ids"][0][1] = VOCAB
     r = a.handle(json.dumps({"cmd": "train", "batch": bad, "config": cfg}))
     assert not r["ok"] and r["error"].startswith(f"batch.ids[0][1]: token id {VOCAB} is out of range [0, {VOCAB})")
-    r = a.handle(json.dumps({"cmd": "sft", "data": "x.jsonl"}))
-    assert not r["ok"] and "Hugging Face" in r["error"]
+    r = a.handle(json.dumps({"cmd": "sft", "data": "x.jsonl"}))  # sft is there for HF models: the file is not
+    assert not r["ok"] and r["error"].startswith("data: cannot open x.jsonl")
+    r = a.handle(json.dumps({"cmd": "export", "inline": True}))
+    assert not r["ok"] and r["error"].startswith("inline: only for the project's GPT models")
 
     b = learner()
     assert b.handle(json.dumps({"cmd": "checkpoint_load", "dir": str(tmp_path / "ck")}))["result"]["step"] == 2
@@ -183,6 +186,14 @@ def test_hf_lora(tmp_path):
     # the reference keeps the initial adapter (a snapshot swapped in for its forward), the policy moved on
     current = [p for p in L.model.parameters() if p.requires_grad]
     assert any(not torch.equal(s, p.detach()) for s, p in zip(L.trainer.reference.snapshot, current))
-    r = L.handle(json.dumps({"cmd": "export", "model_dir": str(tmp_path / "adapter")}))
-    assert r["ok"] and r["result"]["lora"] is True
-    assert os.path.exists(tmp_path / "adapter" / "adapter_config.json")
+    out = tmp_path / "exported"  # another directory: the base checkpoint (linked) and the adapter in adapter/
+    r = L.handle(json.dumps({"cmd": "export", "model_dir": str(out)}))
+    assert r["ok"] and r["result"]["lora"] is True and r["result"]["adapter_dir"] == str(out / "adapter")
+    assert os.path.exists(out / "adapter" / "adapter_config.json")
+    assert os.path.exists(out / "model.safetensors") and os.path.exists(out / "config.json")
+    peft = pytest.importorskip("peft")
+    again = peft.PeftModel.from_pretrained(transformers.AutoModelForCausalLM.from_pretrained(str(out)),
+                                           str(out / "adapter"))
+    ids = torch.tensor(raw["ids"][0]).unsqueeze(0)
+    with torch.no_grad():
+        assert float((again(input_ids=ids).logits - L.model(input_ids=ids).logits).abs().max()) < 1e-5
