@@ -68,7 +68,7 @@ import type { AddressInfo } from 'node:net';
 import { join, resolve } from 'node:path';
 import { acceptedHostNames, invalidOption, seededRandom, tokenMatches, tokenProblem, type RandomFn } from '../../lib/index.ts';
 import { readModelConfig, type ModelConfig } from './model-config.ts';
-import { GenerationBatcher, OnnxModel, type BatcherStats, type BatchedGeneration, type Generation } from './onnx.ts';
+import { GenerationBatcher, OnnxModel, hfOnnxConfigPath, type BatcherStats, type BatchedGeneration, type Generation } from './onnx.ts';
 import type { SamplingOptions } from './sampling.ts';
 import { decode, T, type ChatTemplate, type TemplateMessage } from './template.ts';
 
@@ -430,7 +430,12 @@ export async function startPolicyServer(o: PolicyServerOptions): Promise<PolicyS
   const modelOptions = { threads: o.threads ?? 1 };
   let modelDir = resolve(o.modelDir);
   const first = await OnnxModel.load(modelDir, modelOptions);
-  const modelName = o.modelName ?? first.config.name;
+  if (first.family !== 'gpt') {
+    // Prompts are rendered with the GPT's template (template.ts); HF chat templates are not served yet.
+    await first.close();
+    throw invalidOption(`the model at ${modelDir} is a Hugging Face ${first.family} model: serve-policy serves the embedded GPT only (for now)`);
+  }
+  const modelName = o.modelName ?? first.name;
   const created = Math.floor(Date.now() / 1000);
   const serverRng = seededRandom(o.seed ?? 1);
   const batcher = new GenerationBatcher(first, { maxBatch: o.maxBatch ?? 32, sampling: { temperature: 1, topK: 0, topP: 1 }, rng: serverRng, mode: o.batching ?? 'static' });
@@ -587,6 +592,7 @@ export async function startPolicyServer(o: PolicyServerOptions): Promise<PolicyS
       const current = batcher.model;
       const dir = typeof body.model_dir === 'string' ? resolve(body.model_dir) : modelDir;
       if (!existsSync(join(dir, 'config.json'))) throw bad(`No model at ${dir}: it has no config.json`, 'model_dir');
+      if (existsSync(hfOnnxConfigPath(dir))) throw bad(`The model at ${dir} is a Hugging Face model: serve-policy serves the embedded GPT only (for now)`, 'model_dir');
       let config: ModelConfig;
       try {
         config = readModelConfig(dir);
