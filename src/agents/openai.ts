@@ -15,6 +15,13 @@
  * trajectory is not trained on: training on a sequence that was never sampled is the bug that
  * multi-turn RL on re-rendered prompts is known for.
  *
+ * Serving a policy being trained (train --policy openai:<model> --base-url URL): `reload` asks
+ * mcp-gym serve-policy to load a model directory (`POST <base>/reload`); `loadLoraAdapter` and
+ * `unloadLoraAdapter` are vLLM's runtime LoRA endpoints (`POST <base>/load_lora_adapter`
+ * {lora_name, lora_path}, `POST <base>/unload_lora_adapter` {lora_name}; the server needs
+ * VLLM_ALLOW_RUNTIME_LORA_UPDATING=True), and `useModel` points the requests at an adapter by its
+ * name, with the version every turn it samples records (`policyVersion`).
+ *
  * Retries, timeouts and the concurrency limit: see api.ts. A request that still fails ends only
  * its episode (the environment records finish `error`); the meter counts it.
  */
@@ -60,6 +67,38 @@ export class ApiRequestError extends Error {
   }
 }
 
+/** A model the server lists in /v1/models (vLLM: the base model, then each LoRA adapter with its `parent`). */
+export interface ServedModel {
+  id: string;
+  parent?: string | null;
+  root?: string;
+  max_model_len?: number;
+  version?: string | number;
+}
+
+/** An answer of the server's management endpoints that is not a success: the endpoint, the HTTP status and the server's message. */
+export class ServerEndpointError extends Error {
+  constructor(
+    message: string,
+    readonly endpoint: string,
+    readonly status?: number,
+  ) {
+    super(message);
+  }
+}
+
+/** The message of an error body: vLLM's `{object: "error", message, type, code}`, OpenAI's `{error: {message, type, code}}`, or the text. */
+function errorBodyMessage(text: string): string {
+  try {
+    const j = JSON.parse(text) as { message?: unknown; type?: unknown; error?: { message?: unknown; type?: unknown } | string; detail?: unknown };
+    const e = typeof j.error === 'object' && j.error !== null ? j.error : j;
+    const message = typeof e.message === 'string' ? e.message : typeof j.error === 'string' ? j.error : typeof j.detail === 'string' ? j.detail : JSON.stringify(j.detail ?? j);
+    return typeof e.type === 'string' ? `${message} (${e.type})` : message;
+  } catch {
+    return text.trim() || '(no body)';
+  }
+}
+
 /** Where `seq` and `prompt` first differ, for a drift message. */
 function firstDifference(seq: number[], prompt: number[]): string {
   let i = 0;
@@ -77,13 +116,16 @@ export class OpenAIPolicy implements Policy, ChatModel {
   private readonly sequences = new Map<string, number[]>();
   private readonly tokenIds: boolean;
   private currentVersion: string | number | undefined;
+  /** The model requests name: the one given, or an adapter chosen with `useModel`. */
+  private requestModel: string;
 
   constructor(
-    readonly model: string,
+    readonly baseModel: string,
     private readonly options: OpenAIPolicyOptions = {},
   ) {
-    if (!model) throw new Error('openai: name the model: --policy openai:<model>');
-    this.id = `openai:${model}`;
+    if (!baseModel) throw new Error('openai: name the model: --policy openai:<model>');
+    this.id = `openai:${baseModel}`;
+    this.requestModel = baseModel;
     // OpenAI's own API needs a key; a local server (vLLM, serve-policy) may not.
     const keyEnv = options.apiKeyEnv ?? 'OPENAI_API_KEY';
     this.key = apiKeyFrom(keyEnv, { required: options.baseURL === undefined, provider: 'openai', flag: '--api-key-env' });
@@ -102,6 +144,20 @@ export class OpenAIPolicy implements Policy, ChatModel {
     return this.currentVersion;
   }
 
+  /** The model the requests name now (the base model, or a LoRA adapter chosen with `useModel`). */
+  get model(): string {
+    return this.requestModel;
+  }
+
+  /**
+   * Sends the next requests to `model` (e.g. a LoRA adapter just loaded, by its name), sampled
+   * turns recording `version`. Requests in flight finish on the model they named.
+   */
+  useModel(model: string, version?: string | number): void {
+    this.requestModel = model;
+    this.currentVersion = version;
+  }
+
   usage(): ApiUsage {
     return this.meter.snapshot();
   }
@@ -113,8 +169,9 @@ export class OpenAIPolicy implements Policy, ChatModel {
 
   async act(obs: Observation, signal?: AbortSignal): Promise<PolicyAction> {
     const tools = obs.tools.map((t) => ({ type: 'function' as const, function: { name: t.name, description: t.description, parameters: t.inputSchema } }));
+    const version = this.currentVersion; // the weights this request samples from (the model named now)
     const body = {
-      model: this.model,
+      model: this.requestModel,
       messages: toOpenAIMessages(obs.messages),
       ...(tools.length ? { tools } : {}),
       ...this.samplingParams(),
@@ -130,7 +187,7 @@ export class OpenAIPolicy implements Policy, ChatModel {
       // vLLM's and serve-policy's "maximum context length" 400) ends the episode as the embedded
       // policy ends it: an answer that scores as unsolved, not a failed episode.
       if (err instanceof ApiRequestError && err.status === 400 && (err.code === 'context_length_exceeded' || /maximum context length/i.test(err.message))) {
-        return { content: 'The conversation no longer fits my context.', stopReason: 'context_length' };
+        return { content: 'The conversation no longer fits my context.', stopReason: 'context_length', ...(version !== undefined ? { policyVersion: version } : {}) };
       }
       throw err;
     }
@@ -143,6 +200,7 @@ export class OpenAIPolicy implements Policy, ChatModel {
       ...(calls.length ? { toolCalls: calls } : {}),
       ...(choice.finish_reason ? { stopReason: choice.finish_reason } : {}),
       ...(response.usage ? { usage: { prompt_tokens: response.usage.prompt_tokens, completion_tokens: response.usage.completion_tokens } } : {}),
+      ...(version !== undefined ? { policyVersion: version } : {}),
     };
     const t = completionTokens(response as unknown as TokenInfo);
     if (t.prompt && t.tokens && t.logprobs && t.logprobs.length === t.tokens.length) {
@@ -168,7 +226,7 @@ export class OpenAIPolicy implements Policy, ChatModel {
     const messages = [...(request.system ? [{ role: 'system' as const, content: request.system }] : []), ...request.messages];
     const response = await this.request(
       {
-        model: this.model,
+        model: this.requestModel,
         messages,
         ...this.samplingParams({ logprobs: false, tokenIds: false }),
         ...(request.maxTokens !== undefined ? { max_completion_tokens: request.maxTokens } : {}),
@@ -180,17 +238,60 @@ export class OpenAIPolicy implements Policy, ChatModel {
     return { text: response.choices[0]?.message.content ?? '', ...(usage ? { usage } : {}) };
   }
 
+  /** The models the server lists (`GET <base>/models`). */
+  async models(): Promise<ServedModel[]> {
+    const out: ServedModel[] = [];
+    for await (const m of await this.client.models.list()) out.push(m as unknown as ServedModel);
+    return out;
+  }
+
   /** The served model's context length (vLLM's `max_model_len` in /v1/models), when the server says. */
   async contextLength(): Promise<number | undefined> {
-    const list = await this.client.models.list();
-    for await (const m of list) {
-      if (m.id === this.model) {
-        const info = m as unknown as { max_model_len?: number; version?: string | number };
+    for (const info of await this.models()) {
+      if (info.id === this.baseModel) {
         if (info.version !== undefined) this.currentVersion = info.version;
         return info.max_model_len;
       }
     }
-    throw new Error(`openai: the server at ${this.options.baseURL ?? 'the OpenAI API'} serves no model '${this.model}'`);
+    throw new Error(`openai: the server at ${this.options.baseURL ?? 'the OpenAI API'} serves no model '${this.baseModel}'`);
+  }
+
+  /**
+   * vLLM: loads a LoRA adapter (a PEFT directory: adapter_config.json, adapter_model.safetensors)
+   * under `name` (`POST <base>/load_lora_adapter`); requests then name it as their model.
+   */
+  async loadLoraAdapter(name: string, path: string): Promise<string> {
+    return this.post('load_lora_adapter', { lora_name: name, lora_path: path });
+  }
+
+  /** vLLM: unloads the LoRA adapter `name` (`POST <base>/unload_lora_adapter`). */
+  async unloadLoraAdapter(name: string): Promise<string> {
+    return this.post('unload_lora_adapter', { lora_name: name });
+  }
+
+  /**
+   * A POST to one of the server's management endpoints (not retried: loading an adapter twice is
+   * an error). Answers the body's text; a status other than 2xx throws a ServerEndpointError
+   * naming the endpoint, the status and the server's message (any echo of the key cut out).
+   */
+  private async post(endpoint: string, body: Record<string, unknown>): Promise<string> {
+    const base = this.options.baseURL ?? 'https://api.openai.com/v1';
+    const url = `${base.replace(/\/+$/, '')}/${endpoint}`;
+    const clean = (t: string) => (this.key ? t.split(this.key).join('[key]') : t).replace(/\s+/g, ' ').trim().slice(0, 500);
+    let res: Response;
+    try {
+      res = await fetch(url, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...(this.key ? { authorization: `Bearer ${this.key}` } : {}), ...this.options.headers },
+        body: JSON.stringify(body),
+        signal: AbortSignal.timeout(this.options.timeoutMs ?? 120_000),
+      });
+    } catch (err) {
+      throw new ServerEndpointError(`POST ${url}: cannot reach the server: ${clean((err as Error).message)}`, endpoint);
+    }
+    const text = await res.text();
+    if (!res.ok) throw new ServerEndpointError(`POST ${url} answered ${res.status}: ${clean(errorBodyMessage(text))}`, endpoint, res.status);
+    return text;
   }
 
   /**

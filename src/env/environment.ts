@@ -196,6 +196,7 @@ export class Environment {
       for (let turn = 0; turn < task.max_turns; turn++) {
         if (options.signal?.aborted) throw new Error('the episode was cancelled');
         const p0 = performance.now();
+        const versionBefore = policy.version; // the weights this turn is sampled with, unless the action says
         let action: PolicyAction;
         try {
           action = await policy.act({ task, messages: [...messages], tools, turn, newMessages, episodeId, episodeKey }, options.signal);
@@ -218,6 +219,7 @@ export class Environment {
           ...(action.usage ? { usage: action.usage } : {}),
           ...(action.stopReason ? { stop_reason: action.stopReason } : {}),
           ...(action.tokenDrift ? { token_drift: action.tokenDrift } : {}),
+          ...((action.policyVersion ?? versionBefore) !== undefined ? { policy_version: action.policyVersion ?? versionBefore } : {}),
         };
         turns.push(record);
 

@@ -75,6 +75,11 @@ export interface PolicyAction {
    * not trained on, since its token sequence would not be the one sampled. Says what differed.
    */
   tokenDrift?: string;
+  /**
+   * The version of the weights that sampled this turn (an in-process model's version; a served
+   * policy's adapter or weights version). Default: the policy's `version` as the turn started.
+   */
+  policyVersion?: string | number;
 }
 
 /** Tokens a provider counted for a request (or summed over many). */
@@ -153,6 +158,8 @@ export const TurnSchema = z.object({
   stop_reason: z.string().optional(),
   /** Why this turn's tokens do not extend the episode's earlier ones (the trajectory is not trained on). */
   token_drift: z.string().optional(),
+  /** The version of the weights that sampled this turn (OnnxPolicy: the model's version; a served policy: its adapter's or weights' version). */
+  policy_version: z.union([z.string(), z.number()]).optional(),
 });
 export type Turn = z.infer<typeof TurnSchema>;
 

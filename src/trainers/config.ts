@@ -6,9 +6,11 @@
  * of the one loop (docs/architecture.md, "Presets"): reward, advantage estimator, loss, sampling,
  * schedule.
  */
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { z } from 'zod';
+import { join } from 'node:path';
 import { BUNDLED_MODEL_DIR } from '../paths.ts';
+import { isHfModelDir } from './learner-client.ts';
 import { LearnerConfigSchema, type LearnerConfigInput } from './protocol.ts';
 
 /** The learner's fields that the run sets itself (not configurable on their own). */
@@ -50,6 +52,12 @@ export const TrainConfigSchema = z
     learner_token: z.string().optional().describe('bearer token of that learner'),
     device: z.enum(['auto', 'cpu', 'cuda']).default('auto').describe('the learner\'s device'),
     threads: z.number().int().min(1).optional().describe('the learner\'s CPU threads (default: all cores)'),
+    lora_rank: z.number().int().min(0).default(0).describe('Hugging Face models: the rank of a LoRA adapter to train (PEFT), pushed to the policy server after each step (vLLM /v1/load_lora_adapter); 0: full fine-tuning'),
+    lora_alpha: z.number().gt(0).optional().describe('Hugging Face models: LoRA\'s alpha (default 2 × lora_rank)'),
+    lora_dropout: z.number().min(0).lt(1).default(0).describe('Hugging Face models: LoRA\'s dropout'),
+    lora_targets: z.string().min(1).default('all-linear').describe('Hugging Face models: the modules LoRA adapts: all-linear, or module names separated by commas (e.g. q_proj,v_proj)'),
+    dtype: z.enum(['auto', 'float32', 'bfloat16']).default('auto').describe('Hugging Face models: the learner\'s parameter dtype (auto: float32, with bf16 autocast on a GPU that has it)'),
+    gradient_checkpointing: z.boolean().default(false).describe('Hugging Face models: recompute activations in the backward pass (less memory, slower)'),
     judge: z.string().default('').describe('RULER\'s judge, a chat model: openai:<model> or anthropic:<model> (empty: no judge)'),
     judge_base_url: z.string().min(1).optional().describe('the judge\'s API base URL (OpenAI-compatible: up to and with /v1)'),
     judge_api_key_env: z.string().min(1).optional().describe('the environment variable holding the judge\'s API key (default OPENAI_API_KEY / ANTHROPIC_API_KEY)'),
@@ -97,10 +105,42 @@ export function resolveConfig(overrides: Partial<TrainConfigInput>, file?: strin
   if (r.data.policy !== 'onnx' && !r.data.base_url) {
     throw new Error(`${file ? `${file}: ` : ''}policy: '${r.data.policy}' needs base_url (--base-url URL): training samples through a server that returns token ids and loads the new weights (mcp-gym serve-policy, vLLM)`);
   }
+  const hfOnly = hfOnlyFields(r.data);
+  if (hfOnly.length && existsSync(join(r.data.model, 'config.json')) && !isHfModelDir(r.data.model)) {
+    throw new Error(`${file ? `${file}: ` : ''}${hfOnly[0]}: for Hugging Face models only; ${r.data.model} is an embedded GPT model (mcp-gym's format), trained in full: leave out ${hfOnly.join(', ')}`);
+  }
   if (r.data.ruler !== 'off' && !r.data.judge) {
     throw new Error(`${file ? `${file}: ` : ''}ruler: '${r.data.ruler}'${preset === 'ruler' ? ' (the ruler preset)' : ''} needs a judge: set judge (--judge openai:<model> or anthropic:<model>), or ruler: 'off'`);
   }
   return r.data;
+}
+
+/** The Hugging Face-only fields the config sets to other than their defaults. */
+function hfOnlyFields(c: TrainConfig): string[] {
+  const out: string[] = [];
+  if (c.lora_rank > 0) out.push('lora_rank');
+  if (c.lora_alpha !== undefined) out.push('lora_alpha');
+  if (c.lora_dropout !== 0) out.push('lora_dropout');
+  if (c.lora_targets !== 'all-linear') out.push('lora_targets');
+  if (c.dtype !== 'auto') out.push('dtype');
+  if (c.gradient_checkpointing) out.push('gradient_checkpointing');
+  return out;
+}
+
+/** What the learner's `load` gets for a Hugging Face model: dtype, gradient checkpointing and LoRA (with lora_rank > 0). */
+export function hfLoadOptions(c: TrainConfig): HfLoadOptions {
+  const targets = c.lora_targets.trim() === 'all-linear' ? 'all-linear' : c.lora_targets.split(',').map((t) => t.trim()).filter(Boolean);
+  return {
+    dtype: c.dtype,
+    gradient_checkpointing: c.gradient_checkpointing,
+    ...(c.lora_rank > 0 ? { lora: { r: c.lora_rank, alpha: c.lora_alpha ?? 2 * c.lora_rank, dropout: c.lora_dropout, target_modules: targets } } : {}),
+  };
+}
+
+export interface HfLoadOptions {
+  dtype: TrainConfig['dtype'];
+  gradient_checkpointing: boolean;
+  lora?: { r: number; alpha: number; dropout: number; target_modules: string | string[] };
 }
 
 /**

@@ -7,16 +7,42 @@
  * exit status and the end of its stderr. `LearnerSession` (session.ts) builds on these.
  */
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
-import { existsSync } from 'node:fs';
-import { LEARNER_DIR } from '../paths.ts';
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { LEARNER_DIR, PACKAGE_ROOT } from '../paths.ts';
 import { LEARNER_COMMANDS, type LearnerArgs, type LearnerCommand, type LearnerResult } from './protocol.ts';
 
 export { LEARNER_DIR };
 
-/** The Python that has PyTorch: Debian's, unless MCP_GYM_PYTHON says otherwise. */
-export function learnerPython(): string {
+/**
+ * The Python the learner runs with. For the embedded model: Debian's (python3-torch), unless
+ * MCP_GYM_PYTHON says otherwise. For a Hugging Face checkpoint (`hf: true`): the project's venv
+ * with torch 2, transformers and PEFT (`.venv`, made by `npm install`'s ensure step or
+ * `node scripts/ensure.mjs`), unless MCP_GYM_HF_PYTHON says otherwise.
+ */
+export function learnerPython(o: { hf?: boolean } = {}): string {
+  if (o.hf) {
+    if (process.env.MCP_GYM_HF_PYTHON) return process.env.MCP_GYM_HF_PYTHON;
+    const venv = join(PACKAGE_ROOT, '.venv', 'bin', 'python');
+    if (!existsSync(venv)) {
+      throw new LearnerError(
+        `a Hugging Face model needs the learner's venv (${venv}: missing); create it with \`node ${join(PACKAGE_ROOT, 'scripts', 'ensure.mjs')}\` (about 2 minutes, 5.7 GB), or set MCP_GYM_HF_PYTHON to a Python with the packages of learner/requirements.lock`,
+      );
+    }
+    return venv;
+  }
   if (process.env.MCP_GYM_PYTHON) return process.env.MCP_GYM_PYTHON;
   return existsSync('/usr/bin/python3') ? '/usr/bin/python3' : 'python3';
+}
+
+/** Whether a model directory holds a Hugging Face checkpoint (config.json without mcp-gym's `format`). */
+export function isHfModelDir(dir: string): boolean {
+  try {
+    const c = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8')) as Record<string, unknown>;
+    return c.format === undefined && (typeof c.model_type === 'string' || Array.isArray(c.architectures));
+  } catch {
+    return false;
+  }
 }
 
 export class LearnerError extends Error {}
@@ -53,6 +79,8 @@ export interface LearnerOptions {
   env?: Record<string, string>;
   /** Copy the learner's stderr (its log) to ours. Default false. */
   forwardStderr?: boolean;
+  /** The model is a Hugging Face checkpoint: run the learner with the venv's Python (learnerPython). */
+  hf?: boolean;
 }
 
 export class LearnerClient implements LearnerConnection {
@@ -81,7 +109,8 @@ export class LearnerClient implements LearnerConnection {
   private forward = false;
 
   static start(options: LearnerOptions = {}): LearnerClient {
-    const child = spawn(learnerPython(), ['-m', 'mcp_gym_learner', 'serve'], {
+    const python = learnerPython({ hf: options.hf });
+    const child = spawn(python, ['-m', 'mcp_gym_learner', 'serve'], {
       cwd: LEARNER_DIR,
       env: {
         ...process.env,
@@ -98,7 +127,7 @@ export class LearnerClient implements LearnerConnection {
     const client = new LearnerClient(child);
     client.forward = options.forwardStderr ?? false;
     child.on('error', (err) => {
-      for (const p of client.pending.values()) p.reject(new LearnerError(`cannot start the learner (${learnerPython()}): ${err.message}`));
+      for (const p of client.pending.values()) p.reject(new LearnerError(`cannot start the learner (${python}): ${err.message}`));
       client.pending.clear();
     });
     return client;

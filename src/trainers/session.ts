@@ -9,8 +9,8 @@
 import { createHash } from 'node:crypto';
 import { existsSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { basename, join, posix } from 'node:path';
-import { HttpLearnerClient, LearnerClient, LearnerError, type LearnerConnection } from './learner-client.ts';
-import type { LearnerConfigInput, LearnerResult, TrainBatch } from './protocol.ts';
+import { HttpLearnerClient, isHfModelDir, LearnerClient, LearnerError, type LearnerConnection } from './learner-client.ts';
+import type { LearnerArgs, LearnerConfigInput, LearnerResult, TrainBatch } from './protocol.ts';
 
 export interface LearnerSessionOptions {
   /** The model directory the rollouts sample from; the learner trains it and writes it back. */
@@ -22,6 +22,11 @@ export interface LearnerSessionOptions {
   token?: string;
   device?: 'cpu' | 'cuda';
   threads?: number;
+  /**
+   * For a Hugging Face model: the learner's dtype, gradient checkpointing and LoRA (`load`'s
+   * fields; config.ts hfLoadOptions). Ignored for the embedded GPT model.
+   */
+  hf?: Pick<LearnerArgs<'load'>, 'dtype' | 'gradient_checkpointing' | 'lora'>;
   /** The checkpoint to start from (a resumed run's). */
   checkpoint?: string;
   log?: (line: string) => void;
@@ -61,9 +66,15 @@ export class LearnerSession {
   }
 
   private async start(): Promise<void> {
-    this.conn = this.o.url ? new HttpLearnerClient(this.o.url, this.o.token) : LearnerClient.start({ threads: this.o.threads });
+    const hf = isHfModelDir(this.o.modelDir);
+    this.conn = this.o.url ? new HttpLearnerClient(this.o.url, this.o.token) : LearnerClient.start({ threads: this.o.threads, hf });
     if (this.remote) await this.shipModel();
-    await this.conn.request('load', { model_dir: this.learnerModelDir, ...(this.o.device ? { device: this.o.device } : {}), ...(this.o.threads ? { threads: this.o.threads } : {}) });
+    await this.conn.request('load', {
+      model_dir: this.learnerModelDir,
+      ...(this.o.device ? { device: this.o.device } : {}),
+      ...(this.o.threads ? { threads: this.o.threads } : {}),
+      ...(hf && this.o.hf ? this.o.hf : {}),
+    });
     if (this.checkpoint) await this.conn.request('checkpoint_load', { dir: this.checkpoint });
   }
 
