@@ -457,9 +457,17 @@ class HFBackend(Backend):
         return result
 
     def _after_write(self, model_dir: str) -> Optional[Dict[str, Any]]:
-        """Called at the end of every write (export/save), with the directory just written. A no-op: the ONNX
-        export of Hugging Face models (hf_export.py) is hooked here; what it returns is added to the result."""
-        return None
+        """Called at the end of every write (export/save), with the directory just written. When the directory
+        has an ONNX export (`onnx/config.json`: the rollout side samples in-process), its weights are brought up
+        to date (LoRA merged): in place when the graph fits, else a full export. Without one (the rollouts come
+        from a server such as vLLM) nothing is exported. What it returns is added to the result."""
+        from .hf_export import read_onnx_config, update_hf_onnx_weights
+
+        if read_onnx_config(model_dir) is None:
+            return None
+        r = update_hf_onnx_weights(self.model, model_dir)
+        return {"onnx": True, "onnx_version": r.get("version"), "onnx_seconds": r.get("seconds"),
+                "onnx_full": r.get("full")}
 
     def _config_restored(self, base: nn.Module):
         """A context in which base.config holds its loaded values (use_cache, dropouts), for save_pretrained."""

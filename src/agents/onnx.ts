@@ -1,6 +1,6 @@
 /**
- * The embedded policy: the project's small transformer, exported by the learner to ONNX and run
- * here with onnxruntime-node. Sampling is batched across concurrent episodes, with a KV cache
+ * The embedded policy: the project's small transformer (or a Hugging Face Llama / Qwen2 / Qwen3
+ * checkpoint), exported by the learner to ONNX and run here with onnxruntime-node. Sampling is batched across concurrent episodes, with a KV cache
  * kept in slots that the graph reads in place (no per-step copy of the cache); each episode's
  * token sequence grows by appending, and every sampled token comes with its logprob under the
  * distribution it was sampled from.
@@ -10,20 +10,25 @@
  * between decode steps and leave it as they finish), and a `GenerationBatcher` feeds it
  * concurrent requests: the episodes of OnnxPolicy, the HTTP requests of serve-policy.ts.
  */
-import { existsSync } from 'node:fs';
-import { join } from 'node:path';
+import { existsSync, readFileSync } from 'node:fs';
+import { basename, join, resolve } from 'node:path';
 import * as ort from 'onnxruntime-node';
+import { z } from 'zod';
 import { fnv1a, seededRandom, type RandomFn } from '../../lib/index.ts';
 import type { Observation, Policy, PolicyAction } from '../env/index.ts';
 import { readModelConfig, type ModelConfig } from './model-config.ts';
 import { sampleToken, type SamplingOptions } from './sampling.ts';
 import { ChatTemplate, parseAssistantTokens, T } from './template.ts';
+import { HfTurns, type HfTurnsOptions } from './hf-turns.ts';
 
 export interface GenerateOptions extends SamplingOptions {
   maxNewTokens: number;
   rng: RandomFn;
-  /** Token that ends a sequence. Default <|end|>. */
-  stop?: number;
+  /**
+   * Token(s) that end a sequence. Default: the model's `eosTokenIds` (the GPT's <|end|>; a
+   * Hugging Face model's eos_token_ids, e.g. Qwen's <|im_end|> and <|endoftext|>).
+   */
+  stop?: number | number[];
   /** Per-row settings (same order as the prompts); what a row leaves out is the call's. */
   rows?: (RowOptions | undefined)[];
   /** Hears the number of rows of each decode step. */
@@ -134,39 +139,153 @@ export interface OnnxModelOptions {
   sharePrefix?: boolean;
 }
 
-/** An exported model directory, loaded into an onnxruntime session. */
+/** The model behind an OnnxModel: the embedded GPT, or a Hugging Face checkpoint of these families. */
+export type ModelFamily = 'gpt' | 'qwen3' | 'qwen2' | 'llama';
+
+/**
+ * `<checkpoint>/onnx/config.json`: a Hugging Face checkpoint exported by the learner
+ * (learner/mcp_gym_learner/hf_export.py; `python -m mcp_gym_learner.hf_export --model-dir DIR`).
+ * The graph's caches have `n_kv_heads` heads of `head_dim`; `version` grows with each export or
+ * weight update.
+ */
+export const HfOnnxConfigSchema = z.looseObject({
+  format: z.literal('mcp-gym-onnx/1'),
+  version: z.number().int().default(0),
+  family: z.enum(['qwen3', 'qwen2', 'llama']),
+  architecture: z.looseObject({
+    n_layers: z.number().int().positive(),
+    n_heads: z.number().int().positive(),
+    n_kv_heads: z.number().int().positive(),
+    head_dim: z.number().int().positive(),
+    vocab_size: z.number().int().positive(),
+    max_seq_len: z.number().int().positive(),
+  }),
+  eos_token_ids: z.array(z.number().int().nonnegative()),
+  graph: z.string(),
+  data: z.string().optional(),
+});
+export type HfOnnxConfig = z.output<typeof HfOnnxConfigSchema>;
+
+/** The path of a Hugging Face checkpoint's ONNX export config (whether or not it exists). */
+export function hfOnnxConfigPath(dir: string): string {
+  return join(dir, 'onnx', 'config.json');
+}
+
+/** Reads and checks `<dir>/onnx/config.json`. */
+export function readHfOnnxConfig(dir: string): HfOnnxConfig {
+  const file = hfOnnxConfigPath(dir);
+  let raw: unknown;
+  try {
+    raw = JSON.parse(readFileSync(file, 'utf8'));
+  } catch (err) {
+    throw new Error(`Cannot read the ONNX export config ${file}: ${(err as Error).message}`);
+  }
+  const r = HfOnnxConfigSchema.safeParse(raw);
+  if (!r.success) {
+    const i = r.error.issues[0]!;
+    throw new Error(`${file}: ${i.path.join('.') || '(root)'}: ${i.message}`);
+  }
+  return r.data;
+}
+
+function isHfConfig(c: ModelConfig | HfOnnxConfig): c is HfOnnxConfig {
+  return c.format === 'mcp-gym-onnx/1';
+}
+
+/** A directory's config: a Hugging Face checkpoint's when it has onnx/config.json, else the GPT's config.json. */
+function readAnyConfig(dir: string): ModelConfig | HfOnnxConfig {
+  if (existsSync(hfOnnxConfigPath(dir))) return readHfOnnxConfig(dir);
+  let hfCheckpoint = false;
+  try {
+    const raw = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8')) as Record<string, unknown>;
+    hfCheckpoint = typeof raw.model_type === 'string';
+  } catch {
+    // readModelConfig reports it
+  }
+  if (hfCheckpoint) {
+    throw new Error(`${dir} is a Hugging Face checkpoint without an ONNX export (${hfOnnxConfigPath(dir)}): export it first (python -m mcp_gym_learner.hf_export --model-dir ${dir})`);
+  }
+  return readModelConfig(dir);
+}
+
+/**
+ * An exported model directory, loaded into an onnxruntime session: the embedded GPT's (config.json
+ * with an onnx section) or a Hugging Face checkpoint's (onnx/config.json beside it).
+ */
 export class OnnxModel {
+  readonly family: ModelFamily;
   readonly L: number;
+  /** Heads of the KV cache: the GPT's heads, a Hugging Face model's key/value heads (n_kv_heads). */
   readonly H: number;
   readonly Dh: number;
   readonly V: number;
   readonly maxLen: number;
-  readonly template: ChatTemplate;
+  /** Tokens that end a generation unless `stop` says otherwise: the GPT's <|end|>, or the HF model's eos_token_ids. */
+  readonly eosTokenIds: readonly number[];
+  /** The model's name: the GPT config's `name`, or the checkpoint directory's name. */
+  readonly name: string;
+  private readonly gptTemplate?: ChatTemplate;
 
   private constructor(
     readonly dir: string,
-    readonly config: ModelConfig,
+    private cfg: ModelConfig | HfOnnxConfig,
     private session: ort.InferenceSession,
     private readonly options: OnnxModelOptions,
   ) {
+    const config = cfg;
+    if (isHfConfig(config)) {
+      const a = config.architecture;
+      this.family = config.family;
+      this.L = a.n_layers;
+      this.H = a.n_kv_heads;
+      this.Dh = a.head_dim;
+      this.V = a.vocab_size;
+      this.maxLen = a.max_seq_len;
+      this.eosTokenIds = [...config.eos_token_ids];
+      this.name = basename(resolve(dir));
+      return;
+    }
     const a = config.architecture;
+    this.family = 'gpt';
     this.L = a.n_layers;
     this.H = a.n_heads;
     this.Dh = a.d_model / a.n_heads;
     this.V = a.vocab_size;
     this.maxLen = a.max_seq_len;
-    this.template = new ChatTemplate({ maxToolResultBytes: config.chat_template.max_tool_result_bytes, systemTools: config.chat_template.system_tools });
+    this.eosTokenIds = [T.end];
+    this.name = config.name;
+    this.gptTemplate = new ChatTemplate({ maxToolResultBytes: config.chat_template.max_tool_result_bytes, systemTools: config.chat_template.system_tools });
+  }
+
+  /**
+   * The embedded GPT's chat template (template.ts). GPT models only: a Hugging Face model's prompts
+   * are rendered with its own template (src/agents/hf), and this throws for one.
+   */
+  get template(): ChatTemplate {
+    if (!this.gptTemplate) throw new Error(`OnnxModel.template: ${this.dir} is a Hugging Face ${this.family} model; the template of template.ts is the embedded GPT's (render with src/agents/hf instead)`);
+    return this.gptTemplate;
+  }
+
+  /** The GPT's config.json (model-config.ts). GPT models only (a Hugging Face model's is `hfConfig`). */
+  get config(): ModelConfig {
+    if (isHfConfig(this.cfg)) throw new Error(`OnnxModel.config: ${this.dir} is a Hugging Face ${this.family} model (its export config is hfConfig)`);
+    return this.cfg;
+  }
+
+  /** A Hugging Face model's onnx/config.json; undefined for the GPT. */
+  get hfConfig(): HfOnnxConfig | undefined {
+    return isHfConfig(this.cfg) ? this.cfg : undefined;
   }
 
   static async load(dir: string, options: OnnxModelOptions = {}): Promise<OnnxModel> {
-    const config = readModelConfig(dir);
-    if (!config.onnx) throw new Error(`${join(dir, 'config.json')}: no onnx section: export the model first (mcp-gym sft does)`);
+    const config = readAnyConfig(dir);
+    if (!isHfConfig(config) && !config.onnx) throw new Error(`${join(dir, 'config.json')}: no onnx section: export the model first (mcp-gym sft does)`);
     const session = await OnnxModel.session(dir, config, options);
     return new OnnxModel(dir, config, session, options);
   }
 
-  private static async session(dir: string, config: ModelConfig, options: OnnxModelOptions): Promise<ort.InferenceSession> {
-    const graph = join(dir, config.onnx!.graph);
+  private static async session(dir: string, config: ModelConfig | HfOnnxConfig, options: OnnxModelOptions): Promise<ort.InferenceSession> {
+    const graph = isHfConfig(config) ? join(dir, 'onnx', config.graph) : join(dir, config.onnx!.graph);
     if (!existsSync(graph)) throw new Error(`The ONNX graph ${graph} is missing`);
     return ort.InferenceSession.create(graph, {
       intraOpNumThreads: options.threads ?? 1,
@@ -177,7 +296,7 @@ export class OnnxModel {
   }
 
   get version(): number {
-    return this.config.version;
+    return this.cfg.version;
   }
 
   /**
@@ -185,12 +304,19 @@ export class OnnxModel {
    * generation in flight finishes on the session it started with, which is released after it.
    */
   async reload(): Promise<boolean> {
-    const config = readModelConfig(this.dir);
-    if (config.version === this.config.version) return false;
+    const config = isHfConfig(this.cfg) ? readHfOnnxConfig(this.dir) : readModelConfig(this.dir);
+    if (config.version === this.cfg.version) return false;
+    if (isHfConfig(config)) {
+      // New weights only: a graph of other shapes (or another model) needs a new OnnxModel.
+      const a = config.architecture;
+      const same = config.family === this.family && a.n_layers === this.L && a.n_kv_heads === this.H && a.head_dim === this.Dh && a.vocab_size === this.V && a.max_seq_len === this.maxLen;
+      if (!same) throw new Error(`OnnxModel.reload: ${hfOnnxConfigPath(this.dir)} now describes another architecture; load the model again`);
+      (this as { eosTokenIds: readonly number[] }).eosTokenIds = [...config.eos_token_ids];
+    }
     const session = await OnnxModel.session(this.dir, config, this.options);
     const old = this.session;
     this.session = session;
-    (this as { config: ModelConfig }).config = config;
+    this.cfg = config;
     await this.retire(old);
     return true;
   }
@@ -221,9 +347,14 @@ export class OnnxModel {
     else await s.release();
   }
 
+  /** The tokens that end a generation: `stop` when given, else the model's eosTokenIds. */
+  private stopTokens(stop: number | number[] | undefined): readonly number[] {
+    return stop === undefined ? this.eosTokenIds : Array.isArray(stop) ? stop : [stop];
+  }
+
   /**
    * One forward pass over the new tokens [B, T] with a slot cache of capacity C (per layer: keys
-   * [B, H, Dh, C], values [B, H, C, Dh]): returns the last position's logits [B, V] and the new
+   * [B, H, Dh, C], values [B, H, C, Dh]; H the cache's heads): returns the last position's logits [B, V] and the new
    * keys/values [L, B, H, T, Dh].
    */
   async forward(ids: BigInt64Array, positions: BigInt64Array, mask: Float32Array, B: number, Tn: number, C: number, keys: Float32Array[], values: Float32Array[]) {
@@ -279,7 +410,7 @@ export class OnnxModel {
         }
         const lane = this.newLane(session, j - i, C, prefix);
         for (const r of order.slice(i, j)) await this.laneAdd(lane, { prompt: prompts[r]!, opts: rows[r]!, gen: out[r]!, slot: 0, next: 0 });
-        await this.runLane(lane, o.stop ?? T.end, undefined, o.onStep);
+        await this.runLane(lane, this.stopTokens(o.stop), undefined, o.onStep);
         i = j;
       }
       return out;
@@ -295,7 +426,7 @@ export class OnnxModel {
    * not fit waits for others to finish). Returns when no row is running and `source` gives none.
    * `onStep` hears the number of rows of each decode step.
    */
-  async serve(source: RowSource, o: { maxRows: number; stop?: number; onStep?: (rows: number) => void }): Promise<void> {
+  async serve(source: RowSource, o: { maxRows: number; stop?: number | number[]; onStep?: (rows: number) => void }): Promise<void> {
     const session = this.acquire();
     const version = this.version;
     try {
@@ -328,7 +459,7 @@ export class OnnxModel {
           await this.laneAdd(lane, { prompt: r.prompt, opts: r.opts, gen: { tokens: [], logprobs: [], stopped: false }, slot: 0, next: 0, onDone: (g) => r.onDone(g, version) });
         }
       };
-      await this.runLane(lane, o.stop ?? T.end, admit, o.onStep);
+      await this.runLane(lane, this.stopTokens(o.stop), admit, o.onStep);
     } finally {
       await this.releaseUse(session);
     }
@@ -475,9 +606,9 @@ export class OnnxModel {
   /**
    * Samples the lane's rows until none is left: each step samples every row's next token from
    * its logits, takes finished rows out, and feeds the others' tokens at their next slots. With
-   * `admit`, rows join before each step.
+   * `admit`, rows join before each step. A row ends with any of the `stop` tokens.
    */
-  private async runLane(lane: Lane, stop: number, admit?: () => Promise<void>, onStep?: (rows: number) => void): Promise<void> {
+  private async runLane(lane: Lane, stop: readonly number[], admit?: () => Promise<void>, onStep?: (rows: number) => void): Promise<void> {
     const { V } = this;
     const scratch = new Float64Array(2 * V);
     const finished: LaneRow[] = [];
@@ -495,7 +626,7 @@ export class OnnxModel {
         const g = row.gen;
         g.tokens.push(token);
         g.logprobs.push(logprob);
-        if (token === stop) {
+        if (stop.includes(token)) {
           g.stopped = true;
           finished.push(row);
         } else if (g.tokens.length >= o.maxNewTokens || row.next >= lane.C || row.next + 1 >= this.maxLen) {
@@ -825,6 +956,8 @@ export class GenerationBatcher {
 }
 
 export interface OnnxPolicyOptions extends Partial<SamplingOptions>, OnnxModelOptions {
+  /** A Hugging Face model's chat-template settings (e.g. `context: { enable_thinking: false }` for Qwen3, a fixed `now`). */
+  chatTemplate?: HfTurnsOptions;
   /** Tokens an assistant turn may have. Default 160. */
   maxNewTokens?: number;
   /** Requests sampled together at most. Default 32. */
@@ -852,13 +985,26 @@ export class OnnxPolicy implements Policy {
   private constructor(
     readonly model: OnnxModel,
     private readonly options: OnnxPolicyOptions,
+    /** A Hugging Face model's turns: its tokenizer and its own chat template (hf-turns.ts); undefined for the GPT. */
+    readonly hf?: HfTurns,
   ) {
-    this.id = `onnx:${model.config.name}`;
+    this.id = `onnx:${model.name}`;
     this.sampling = { temperature: options.temperature ?? 1, topK: options.topK ?? 0, topP: options.topP ?? 1 };
   }
 
+  /**
+   * Loads a model directory: the embedded GPT's (prompts from template.ts) or a Hugging Face
+   * checkpoint with its ONNX export (prompts from the checkpoint's tokenizer and chat template).
+   */
   static async load(dir: string, options: OnnxPolicyOptions = {}): Promise<OnnxPolicy> {
-    return new OnnxPolicy(await OnnxModel.load(dir, options), options);
+    const model = await OnnxModel.load(dir, options);
+    if (model.family === 'gpt') return new OnnxPolicy(model, options);
+    try {
+      return new OnnxPolicy(model, options, HfTurns.load(dir, options.chatTemplate ?? {}));
+    } catch (err) {
+      await model.close();
+      throw new Error(`OnnxPolicy: ${dir}: ${(err as Error).message}`);
+    }
   }
 
   get version(): number {
@@ -871,6 +1017,7 @@ export class OnnxPolicy implements Policy {
   }
 
   async act(obs: Observation): Promise<PolicyAction> {
+    if (this.hf) return this.actHf(obs, this.hf);
     const tpl = this.model.template;
     let seq = this.sequences.get(obs.episodeId);
     let env: number[];
@@ -904,8 +1051,23 @@ export class OnnxPolicy implements Policy {
     };
   }
 
+  /** A Hugging Face model's turn: the template's tokens appended to the episode's sequence, the sampled turn kept as sampled. */
+  private async actHf(obs: Observation, hf: HfTurns): Promise<PolicyAction> {
+    const p = hf.prompt(obs);
+    const seq = !p.drift && obs.turn > 0 ? (this.sequences.get(obs.episodeId) ?? []) : [];
+    const prompt = seq.concat(p.env);
+    const drift = p.drift ? { tokenDrift: p.drift } : {};
+    const maxNew = Math.min(this.options.maxNewTokens ?? 160, this.model.maxLen - 1 - prompt.length);
+    if (maxNew < 8) return { content: 'The conversation no longer fits my context.', envTokens: [], tokens: [], logprobs: [], ...drift };
+    const rng = seededRandom(fnv1a(`${this.options.seed ?? 1}:${obs.episodeKey ?? obs.episodeId}:${obs.turn}`));
+    const g = await this.enqueue({ prompt, maxNewTokens: maxNew, rng });
+    this.sequences.set(obs.episodeId, prompt.concat(g.tokens));
+    return { ...hf.sampled(obs, g.tokens), tokens: g.tokens, logprobs: g.logprobs, envTokens: p.env, ...drift };
+  }
+
   endEpisode(episodeId: string): void {
     this.sequences.delete(episodeId);
+    this.hf?.end(episodeId);
   }
 
   /** Batches sampled so far: how many, their rows, the largest. */

@@ -16,7 +16,7 @@ import { evalReport, evalRows, renderEvalHtml } from '../bench/eval.ts';
 import { applyRuler, JudgeError, rollout, TrajectoryWriter, type ChatModel, type RulerOptions, type Task, type Trajectory } from '../env/index.ts';
 import { SUITE_NAMES } from '../env/suites/index.ts';
 import { API_FLAGS, API_HELP, apiOptionsFrom, intFlag, numFlag, UsageError } from './args.ts';
-import { checkResume, cliEnvironment, RUN_FLAGS, runSettings, selectTasks } from './rollout.ts';
+import { applyModelFlag, checkResume, cliEnvironment, RUN_FLAGS, runSettings, selectTasks } from './rollout.ts';
 import { ProgressBar, table } from './ui.ts';
 
 export const EVAL_HELP = `mcp-gym eval: a policy on a task suite or a task file, k samples per task
@@ -24,6 +24,8 @@ export const EVAL_HELP = `mcp-gym eval: a policy on a task suite or a task file,
   --suite S[,S2...] | --tasks F   bundled suites (${SUITE_NAMES.join(', ')}, all), or a .json/.jsonl task file
                                   (its servers may be any stdio command or URL: third-party servers work)
   --policy P              expert (default), random[:seed], onnx:<model dir>, openai:<model>, anthropic:<model>
+  --model DIR             a model directory sampled in-process (the embedded model's or a Hugging Face
+                          checkpoint's: Qwen3, Qwen2, Llama; exported to ONNX in DIR/onnx when needed)
   -k, --k K               samples per task (default 4)
   --split eval|train|all  (default eval)   --limit N (first N tasks of each suite)   --max-difficulty D
   --eval-tasks N          generated eval tasks per suite (default 40)   --seed S
@@ -92,6 +94,7 @@ export async function evalCommand(argv: string[]): Promise<void> {
   if (!values.resume && existsSync(file) && statSync(file).size > 0) {
     throw new UsageError(`${file} already holds trajectories: pass --resume to continue that evaluation, or choose another --out`);
   }
+  applyModelFlag(values, argv);
   const settings = runSettings(values, k, reward);
   const runFile = join(outDir, 'run.json');
   if (values.resume) checkResume(outDir, settings);

@@ -43,6 +43,9 @@ Commands:
                         --eval-tasks N          generate N eval tasks per suite (default 40)
                         --policy P              expert (default), random[:seed], onnx:<model dir>,
                                                 openai:<model> (--base-url URL), anthropic:<model>
+                        --model DIR             a model directory sampled in-process: the embedded
+                                                model's or a Hugging Face checkpoint's (Qwen3, Qwen2,
+                                                Llama; exported to ONNX in DIR/onnx when needed)
                         --group G               rollouts per task (default 1)
                         --concurrency C         episodes at once (default 8)
                         --out DIR               where trajectories.jsonl and summary.json go
@@ -60,7 +63,9 @@ Commands:
                         (mcp-gym eval --help for all options)
   repair <file>       Take damaged lines out of a trajectories JSONL file (a reader stops at them)
                         --drop                  drop them (default: move them to <file>.bad)
-  sft                 Train the embedded model from scratch on expert demonstrations, export it
+  sft                 Train the embedded model from scratch on expert demonstrations, export it;
+                      or fine-tune a Hugging Face checkpoint on them (--model DIR, copied to --out;
+                      --lora-rank R [--lora-alpha A] for LoRA; its chat template renders the demos)
                         --suite S | --tasks F   where the demonstrations come from (default calculator)
                         --max-difficulty D      only tasks up to difficulty D (default: 1 for a suite, all of a --tasks file)
                         --system-tools          list the tool names in a system turn

@@ -9,6 +9,7 @@ import { Environment, exportOpenAI, loadTasks, repairJsonlLines, rollout, summar
 import { describeSuites, generateSuite, SUITE_NAMES } from '../env/suites/index.ts';
 import { ProgressBar, table } from './ui.ts';
 import { API_FLAGS, apiOptionsFrom, UsageError, intFlag } from './args.ts';
+import { ensureHfOnnx } from '../trainers/hf-onnx.ts';
 
 export async function suitesCommand(): Promise<void> {
   const rows: (string | number)[][] = [['suite', 'train', 'eval', 'servers', 'families']];
@@ -155,6 +156,7 @@ export const RUN_FLAGS = {
   tasks: { type: 'string' },
   split: { type: 'string' },
   policy: { type: 'string', default: 'expert' },
+  model: { type: 'string' },
   concurrency: { type: 'string', default: '8' },
   out: { type: 'string' },
   resume: { type: 'boolean', default: false },
@@ -168,6 +170,24 @@ export const RUN_FLAGS = {
   'timeout-ms': { type: 'string' },
   stdio: { type: 'boolean', default: false },
 } as const;
+
+/**
+ * `--model <dir>`: the model directory sampled in-process (`--policy onnx:<dir>`): the embedded
+ * model's, or a Hugging Face checkpoint's, exported to ONNX first when it has no current export.
+ * Sets `values.policy`, so that the run's settings record it.
+ */
+export function applyModelFlag(values: { policy?: string; model?: string }, argv: string[], log: (line: string) => void = (l) => process.stderr.write(`${l}\n`)): void {
+  if (values.model === undefined) return;
+  if (argv.some((a) => a === '--policy' || a.startsWith('--policy='))) throw new UsageError('give --model <dir> or --policy, not both (--model <dir> is --policy onnx:<dir>)');
+  const dir = resolve(values.model);
+  if (!existsSync(join(dir, 'config.json'))) throw new UsageError(`--model: no model directory at ${dir} (no config.json)`);
+  try {
+    ensureHfOnnx(dir, log);
+  } catch (err) {
+    throw new UsageError(`--model: ${(err as Error).message}`);
+  }
+  values.policy = `onnx:${dir}`;
+}
 
 /**
  * The environment of rollout and eval: bundled servers in-process or (`--stdio`) as processes, a
@@ -213,6 +233,7 @@ export async function rolloutCommand(argv: string[]): Promise<void> {
   if (!values.resume && held) {
     throw new UsageError(`${file} already holds trajectories: pass --resume to continue that run, or choose another --out`);
   }
+  applyModelFlag(values, argv);
   const settings = runSettings(values, group, reward);
   const runFile = join(outDir, 'run.json');
   if (values.resume) checkResume(outDir, settings);

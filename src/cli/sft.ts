@@ -1,8 +1,9 @@
-/** `mcp-gym sft`: the SFT cold start of the embedded model. */
+/** `mcp-gym sft`: the SFT cold start of the embedded model (from scratch) or of a Hugging Face checkpoint (--model). */
 import { parseArgs } from 'node:util';
 import { OnnxPolicy } from '../agents/index.ts';
 import { Environment, rollout, summarize } from '../env/index.ts';
 import { runSft } from '../trainers/sft.ts';
+import { isHfModelDir } from '../trainers/learner-client.ts';
 import { intFlag, UsageError } from './args.ts';
 import { selectTasks } from './rollout.ts';
 
@@ -17,6 +18,9 @@ export async function sftCommand(argv: string[]): Promise<void> {
       tasks: { type: 'string' },
       demos: { type: 'string', default: String(SFT_DEFAULTS.demos) },
       out: { type: 'string' },
+      model: { type: 'string' },
+      'lora-rank': { type: 'string' },
+      'lora-alpha': { type: 'string' },
       steps: { type: 'string', default: String(SFT_DEFAULTS.steps) },
       batch: { type: 'string', default: String(SFT_DEFAULTS.batch) },
       lr: { type: 'string', default: String(SFT_DEFAULTS.lr) },
@@ -31,6 +35,9 @@ export async function sftCommand(argv: string[]): Promise<void> {
     },
   });
   if (!values.out) throw new UsageError('sft needs --out <model dir>');
+  if (values.model !== undefined && !isHfModelDir(values.model)) throw new UsageError(`--model: ${values.model} is not a Hugging Face checkpoint directory (config.json with model_type); the embedded model is trained from scratch without --model`);
+  if (values['lora-rank'] !== undefined && values.model === undefined) throw new UsageError('--lora-rank is for a Hugging Face checkpoint (--model <dir>)');
+  const loraRank = values['lora-rank'] === undefined ? 0 : intFlag(values['lora-rank'], '--lora-rank', 0);
   const lr = Number(values.lr);
   if (!(lr > 0)) throw new UsageError(`--lr must be a positive number, got '${values.lr}'`);
   const demos = intFlag(values.demos, '--demos', 400);
@@ -50,6 +57,8 @@ export async function sftCommand(argv: string[]): Promise<void> {
   if (dModel % heads !== 0) throw new UsageError(`--d-model (${dModel}) must be a multiple of --heads (${heads})`);
   const result = await runSft({
     tasks,
+    ...(values.model !== undefined ? { model: values.model } : {}),
+    ...(loraRank > 0 ? { lora: { r: loraRank, alpha: values['lora-alpha'] === undefined ? 2 * loraRank : Number(values['lora-alpha']) } } : {}),
     demos,
     out: values.out,
     steps: intFlag(values.steps, '--steps', 400),
@@ -57,7 +66,7 @@ export async function sftCommand(argv: string[]): Promise<void> {
     lr,
     seed: intFlag(values.seed, '--seed', 0),
     systemTools: values['system-tools'],
-    architecture: { d_model: dModel, n_layers: intFlag(values.layers, '--layers', 4), n_heads: heads, d_ff: 4 * dModel, max_seq_len: intFlag(values.ctx, '--ctx', 512) },
+    architecture: values.model !== undefined ? (argv.includes('--ctx') ? { max_seq_len: intFlag(values.ctx, '--ctx', 512) } : {}) : { d_model: dModel, n_layers: intFlag(values.layers, '--layers', 4), n_heads: heads, d_ff: 4 * dModel, max_seq_len: intFlag(values.ctx, '--ctx', 512) },
     onLog: (l) => console.log(l),
   });
   console.log(`SFT done in ${result.seconds.toFixed(1)} s; model in ${values.out}`);

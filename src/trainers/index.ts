@@ -7,7 +7,8 @@ export { TrainConfigSchema, PRESETS, PRESET_NAMES, resolveConfig, learnerConfig,
 export type { TrainConfig, TrainConfigInput } from './config.ts';
 export { LearnerConfigSchema, TrainBatchSchema, TrainMetricsSchema, LEARNER_COMMANDS, PROTOCOL_VERSION, protocolJsonSchema, protocolJsonText } from './protocol.ts';
 export type { LearnerConfig, LearnerConfigInput, LearnerCommand, LearnerArgs, LearnerResult, TrainMetrics } from './protocol.ts';
-export { LearnerClient, HttpLearnerClient, LearnerError, learnerPython, LEARNER_DIR } from './learner-client.ts';
+export { LearnerClient, HttpLearnerClient, LearnerError, learnerPython, isHfModelDir, LEARNER_DIR } from './learner-client.ts';
+export { ensureHfOnnx, hfOnnxStale } from './hf-onnx.ts';
 export type { LearnerOptions, LearnerConnection } from './learner-client.ts';
 export { LearnerSession } from './session.ts';
 export type { LearnerSessionOptions } from './session.ts';

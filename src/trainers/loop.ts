@@ -21,6 +21,7 @@ import { hfLoadOptions, learnerConfig, policyTokenBudget, resolveConfig, type Tr
 import { isHfModelDir, type LearnerConnection } from './learner-client.ts';
 import { RunDir, type EvalResult } from './run-dir.ts';
 import { LearnerSession } from './session.ts';
+import { ensureHfOnnx } from './hf-onnx.ts';
 
 export type { EvalResult } from './run-dir.ts';
 
@@ -294,6 +295,9 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
   let judging: Awaited<ReturnType<typeof rulerJudge>> | undefined;
   try {
     judging = await rulerJudge(c, run.dir, o.judge);
+    // In-process sampling of a Hugging Face checkpoint needs its ONNX export (the learner keeps it
+    // current after each step); a resumed run's is updated by exportWeights below.
+    if (c.policy === 'onnx' && isHfModelDir(run.modelDir)) ensureHfOnnx(run.modelDir, log);
     session = await LearnerSession.open({ modelDir: run.modelDir, runDir: run.dir, url: c.learner, token: c.learner_token, threads: c.threads, device: c.device === 'auto' ? undefined : c.device, hf: hfLoadOptions(c), checkpoint: run.state.checkpoint, log });
     // A resumed run samples from its checkpoint's weights: the model directory may hold weights
     // exported after that checkpoint (by the steps a kill undid).

@@ -5,9 +5,10 @@
  * written atomically and only together with its checkpoint, so it always describes one.
  */
 import { cpSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { join, resolve, sep } from 'node:path';
 import { JsonlWriter, type Trajectory } from '../env/index.ts';
 import { writeReport } from './report.ts';
+import { isHfModelDir } from './learner-client.ts';
 
 export interface EvalResult {
   step: number;
@@ -46,7 +47,7 @@ function readRows(file: string): Record<string, unknown>[] {
 }
 
 /** What makes a run the run it is: resuming with any of these changed would mix two runs in one directory. */
-export const RUN_IDENTITY = ['preset', 'model', 'suite', 'tasks', 'eval_tasks', 'max_difficulty', 'reward', 'group', 'tasks_per_step', 'loss', 'advantage', 'per_turn', 'seed', 'temperature', 'top_k', 'top_p', 'max_new_tokens', 'ruler', 'judge', 'ruler_weight', 'ruler_verifier_weight', 'ruler_rubric', 'policy'] as const;
+export const RUN_IDENTITY = ['preset', 'model', 'suite', 'tasks', 'eval_tasks', 'max_difficulty', 'reward', 'group', 'tasks_per_step', 'loss', 'advantage', 'per_turn', 'seed', 'temperature', 'top_k', 'top_p', 'max_new_tokens', 'ruler', 'judge', 'ruler_weight', 'ruler_verifier_weight', 'ruler_rubric', 'policy', 'lora_rank', 'lora_alpha', 'lora_dropout', 'lora_targets', 'dtype'] as const;
 
 /** The differences between a run's recorded config and the one it is resumed with, as `field: was X, now Y`. */
 export function identityChanges(was: Record<string, unknown>, now: Record<string, unknown>): string[] {
@@ -93,7 +94,9 @@ export class RunDir {
       if (existsSync(this.stateFile)) throw new Error(`${this.dir} already holds a run: pass --resume to continue it, or choose another run directory`);
       if (!existsSync(join(o.model, 'config.json'))) throw new Error(`model: no model directory at ${o.model} (make one with: mcp-gym sft --out ${o.model})`);
       rmSync(this.modelDir, { recursive: true, force: true });
-      cpSync(o.model, this.modelDir, { recursive: true, filter: (src) => !src.endsWith('sft-data.jsonl') });
+      // A Hugging Face checkpoint's ONNX export is made again from the copy (ensureHfOnnx), never trusted from the source.
+      const hfExport = join(o.model, 'onnx');
+      cpSync(o.model, this.modelDir, { recursive: true, filter: (src) => !src.endsWith('sft-data.jsonl') && !(isHfModelDir(o.model) && (src === hfExport || src.startsWith(hfExport + sep))) });
       writeJsonAtomic(join(this.dir, 'config.json'), o.config);
     }
     this.metricsOut = new JsonlWriter(join(this.dir, 'metrics.jsonl'), { sync: false });

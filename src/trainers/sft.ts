@@ -3,15 +3,23 @@
  * tokenised with the loss on the assistant's tokens only, a model trained from scratch by the
  * learner and exported for the rollout side.
  */
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { ChatTemplate, ExpertPolicy } from '../agents/index.ts';
 import { Environment, rollout, type Task, type Trajectory } from '../env/index.ts';
 import { seededRandom } from '../../lib/index.ts';
-import { LearnerClient } from './learner-client.ts';
+import { isHfModelDir, LearnerClient } from './learner-client.ts';
+import { HfTurns, hfDemoExample, toChatMessages, toToolSpecs } from '../agents/hf-turns.ts';
 
 export interface SftOptions {
   tasks: Task[];
+  /**
+   * A Hugging Face checkpoint to fine-tune (copied to `out`; its chat template renders the
+   * demonstrations); without it a new embedded model is trained from scratch.
+   */
+  model?: string;
+  /** LoRA on the Hugging Face model (else full fine-tuning). */
+  lora?: { r: number; alpha?: number; dropout?: number; target_modules?: string | string[] };
   demos: number;
   out: string;
   architecture?: Record<string, number | boolean>;
@@ -69,6 +77,7 @@ export async function runSft(o: SftOptions): Promise<SftResult> {
   const byId = new Map(demos.trajectories.map((t) => [t.task_id, t]));
   const trajectories = chosen.map((t) => byId.get(t.id)!).filter(Boolean);
 
+  if (o.model !== undefined) return runHfSft(o, out, trajectories, t0);
   const maxLen = Number(o.architecture?.max_seq_len ?? 1024);
   const template = new ChatTemplate({ maxToolResultBytes: o.maxToolResultBytes ?? 256, systemTools: o.systemTools ?? false });
   const { examples, dropped } = demoExamples(trajectories, template, maxLen);
@@ -93,6 +102,53 @@ export async function runSft(o: SftOptions): Promise<SftResult> {
     log(`trained: loss ${Number(trained.loss_first).toFixed(3)} -> ${Number(trained.loss_last).toFixed(3)}, ${Math.round(Number(trained.tokens_per_s))} tokens/s`);
     const exported = await learner.request('export', { model_dir: out, full: true });
     return { demos: examples.length, dropped, tokens, masked_tokens: masked, learner: trained, export: exported, seconds: (performance.now() - t0) / 1000 };
+  } finally {
+    await learner.close();
+  }
+}
+
+/** The demonstrations rendered by a Hugging Face checkpoint's own chat template (hfDemoExample). */
+export function hfDemoExamples(trajectories: Trajectory[], turns: HfTurns, maxLen: number) {
+  const examples: { ids: number[]; mask: number[] }[] = [];
+  let dropped = 0;
+  let unrenderable = 0;
+  for (const t of trajectories) {
+    if (!t.success) continue;
+    const ex = hfDemoExample(turns, toChatMessages(t.messages), toToolSpecs(t.tools ?? []));
+    if (!ex) unrenderable++;
+    else if (ex.ids.length > maxLen) dropped++;
+    else examples.push(ex);
+  }
+  return { examples, dropped, unrenderable };
+}
+
+/** SFT of a Hugging Face checkpoint: copied to `out`, fine-tuned (fully or with LoRA), written back and exported to ONNX. */
+async function runHfSft(o: SftOptions, out: string, trajectories: Trajectory[], t0: number): Promise<SftResult> {
+  const log = o.onLog ?? (() => {});
+  const src = resolve(o.model!);
+  if (!isHfModelDir(src)) throw new Error(`model: ${src} is not a Hugging Face checkpoint (config.json with model_type)`);
+  if (src !== out) {
+    // The checkpoint's files (not an earlier export or adapter: the learner writes those anew).
+    cpSync(src, out, { recursive: true, filter: (f) => f === src || !/[/\\](onnx|adapter)([/\\]|$)/.test(f.slice(src.length)) });
+  }
+  const hfConfig = JSON.parse(readFileSync(join(out, 'config.json'), 'utf8')) as { max_position_embeddings?: number };
+  const maxLen = Number(o.architecture?.max_seq_len ?? Math.min(hfConfig.max_position_embeddings ?? 4096, 4096));
+  const turns = HfTurns.load(out);
+  const { examples, dropped, unrenderable } = hfDemoExamples(trajectories, turns, maxLen);
+  if (examples.length === 0) throw new Error(`sft: none of the ${trajectories.length} demonstrations could be rendered by ${src}'s chat template within ${maxLen} tokens`);
+  const data = join(out, 'sft-data.jsonl');
+  writeFileSync(data, examples.map((e) => JSON.stringify(e)).join('\n') + '\n');
+  const tokens = examples.reduce((s, e) => s + e.ids.length, 0);
+  const masked = examples.reduce((s, e) => s + e.mask.reduce((a, b) => a + b, 0), 0);
+  log(`${examples.length} demonstrations in ${turns.family} format (${dropped} longer than ${maxLen} tokens dropped${unrenderable ? `, ${unrenderable} the template cannot render` : ''}), ${tokens} tokens, ${masked} with loss`);
+  const learner = LearnerClient.start({ threads: o.threads, forwardStderr: false, hf: true });
+  try {
+    await learner.request('load', { model_dir: out, device: 'cpu', ...(o.lora ? { lora: o.lora } : {}) });
+    log(`training ${o.lora ? `LoRA r=${o.lora.r}` : 'all weights'}: ${o.steps} steps of ${o.batchSize}, lr ${o.lr}`);
+    const trained = await learner.request('sft', { data, steps: o.steps, batch_size: o.batchSize, lr: o.lr, seed: o.seed, warmup: Math.max(1, Math.round(o.steps * 0.05)) });
+    log(`trained: loss ${Number(trained.loss_first).toFixed(3)} -> ${Number(trained.loss_last).toFixed(3)}, ${Math.round(Number(trained.tokens_per_s))} tokens/s`);
+    const exported = await learner.request('export', { model_dir: out, full: true });
+    return { demos: examples.length, dropped: dropped + unrenderable, tokens, masked_tokens: masked, learner: trained, export: exported, seconds: (performance.now() - t0) / 1000 };
   } finally {
     await learner.close();
   }

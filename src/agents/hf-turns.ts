@@ -1,0 +1,157 @@
+/**
+ * The turns of a Hugging Face checkpoint's episodes, on the rollout side: the model's own chat
+ * template (with the tool list) renders the prompt, each sampled turn is appended as sampled, and
+ * what the environment adds (tool results, the next generation prompt) is the template's rendering
+ * of the longer conversation minus the text so far (HfSequence). No turn is decoded and encoded
+ * again, so the token sequence the learner trains on is the one the model sampled from.
+ *
+ * A template that would render the sampled turn itself otherwise (Qwen3 drops an empty think
+ * block from turns before the last, tool-call JSON comes back with the template's spacing, Llama
+ * 3.1 trims contents) does not break the sequence: the turn stays as sampled and the environment's
+ * piece is what the template renders after it (HfSequence.continue's keepSampled); the model goes
+ * on from its own tokens, as it would in one long generation. Only a template that rewrites the
+ * history before the sampled turn (Qwen3 drops reasoning once a new user message comes; the
+ * environment here sends none) or cannot render the conversation ends the append: the turn is
+ * marked `tokenDrift` (the trajectory is then never trained on) and the episode goes on from the
+ * template's rendering of the whole conversation.
+ */
+import type { Observation, PolicyAction, ProposedCall } from '../env/index.ts';
+import { ChatTemplateRenderer, turnEndToken, type ChatMessage, type ToolSpec } from './hf/chat-template.ts';
+import { HfSequence } from './hf/sequence.ts';
+import { HfTokenizer } from './hf/tokenizer.ts';
+import { parseToolCalls } from './hf/tool-calls.ts';
+
+export interface HfTurnsOptions {
+  /** More chat-template variables for every rendering (e.g. `enable_thinking: false` for Qwen3). */
+  context?: Record<string, unknown>;
+  /** The date templates print (Llama 3.1's "Today Date"); default: now. Fix it for reproducible runs. */
+  now?: Date;
+}
+
+/** The prompt of a turn: the tokens the environment adds before it, and why the sequence was restarted, if it was. */
+export interface TurnPrompt {
+  env: number[];
+  drift?: string;
+}
+
+/** The environment's messages as chat-template messages. */
+export function toChatMessages(messages: Observation['messages']): ChatMessage[] {
+  return messages.map((m): ChatMessage => {
+    if (m.role === 'tool') return { role: 'tool', content: m.content, ...(m.tool_call_id ? { tool_call_id: m.tool_call_id } : {}), ...(m.name ? { name: m.name } : {}) };
+    if (m.role === 'assistant') return { role: 'assistant', content: m.content, ...(m.tool_calls?.length ? { tool_calls: m.tool_calls } : {}) };
+    return { role: m.role, content: m.content };
+  });
+}
+
+/** Tools as the chat template lists them (OpenAI's function format). */
+export function toToolSpecs(tools: { name: string; description?: string; inputSchema?: Record<string, unknown>; parameters?: Record<string, unknown> }[]): ToolSpec[] {
+  return tools.map((t) => ({ type: 'function', function: { name: t.name, ...(t.description ? { description: t.description } : {}), parameters: t.inputSchema ?? t.parameters ?? { type: 'object' } } }));
+}
+
+/**
+ * A demonstration as the model's own template renders it, with the loss on the assistant's turns
+ * only: the sequence is built as a rollout builds it (HfSequence: the prompt, each assistant turn
+ * appended as the template writes it when the turn is the conversation's last, the environment's
+ * pieces after it), so what SFT teaches is what sampling continues from. Undefined when the
+ * template cannot render it.
+ */
+export function hfDemoExample(turns: Pick<HfTurns, 'tokenizer' | 'renderer'>, messages: ChatMessage[], tools: ToolSpec[]): { ids: number[]; mask: number[] } | undefined {
+  const seq = new HfSequence(turns.tokenizer, turns.renderer);
+  let i = messages.findIndex((m) => m.role === 'assistant');
+  if (i <= 0) return undefined;
+  const opts = (gen: boolean) => ({ ...(tools.length ? { tools } : {}), addGenerationPrompt: gen });
+  seq.start(messages.slice(0, i), tools);
+  const end = turnEndToken(turns.renderer.family)!;
+  for (;;) {
+    let text: string;
+    try {
+      const before = turns.renderer.render(messages.slice(0, i), opts(true));
+      const after = turns.renderer.render(messages.slice(0, i + 1), opts(false));
+      if (!after.startsWith(before)) return undefined;
+      const turn = after.slice(before.length);
+      const stop = turn.indexOf(end);
+      if (stop < 0) return undefined;
+      text = turn.slice(0, stop + end.length);
+    } catch {
+      return undefined;
+    }
+    seq.appendSampled(turns.tokenizer.encode(text), messages[i]);
+    let j = i + 1;
+    while (j < messages.length && messages[j]!.role !== 'assistant') j++;
+    if (j >= messages.length) break;
+    if (!seq.continue(messages.slice(i + 1, j), { keepSampled: true }).ok) return undefined;
+    i = j;
+  }
+  return { ids: [...seq.ids], mask: [...seq.mask] };
+}
+
+export class HfTurns {
+  private readonly episodes = new Map<string, { seq: HfSequence; carry: number[] }>();
+
+  constructor(
+    readonly tokenizer: HfTokenizer,
+    readonly renderer: ChatTemplateRenderer,
+    private readonly options: HfTurnsOptions = {},
+  ) {
+    if (renderer.family === 'unknown') throw new Error('HfTurns: the chat template has no known tool-call format (Qwen/Hermes <tool_call> or Llama 3.x JSON calls)');
+  }
+
+  /** The tokenizer and chat template of a checkpoint directory. */
+  static load(dir: string, options: HfTurnsOptions = {}): HfTurns {
+    const tokenizer = HfTokenizer.load(dir);
+    const renderer = ChatTemplateRenderer.fromTokenizer(tokenizer, { ...(options.now ? { now: options.now } : {}), ...(options.context ? { context: options.context } : {}) });
+    return new HfTurns(tokenizer, renderer, options);
+  }
+
+  get family(): ChatTemplateRenderer['family'] {
+    return this.renderer.family;
+  }
+
+  /** The ids that end a sampled turn. */
+  get stopIds(): number[] {
+    return this.tokenizer.eosTokenIds;
+  }
+
+  /** The tokens to append before the episode's next turn (the whole prompt on its first turn). */
+  prompt(obs: Observation): TurnPrompt {
+    const key = obs.episodeId;
+    const ep = this.episodes.get(key);
+    const start = (why?: string): TurnPrompt => {
+      const seq = new HfSequence(this.tokenizer, this.renderer, this.options.context ? { context: this.options.context } : {});
+      const env = seq.start(toChatMessages(obs.messages), toToolSpecs(obs.tools));
+      this.episodes.set(key, { seq, carry: [] });
+      return why ? { env, drift: why } : { env };
+    };
+    if (!ep || obs.turn === 0) return start();
+    const r = ep.seq.continue(toChatMessages(obs.newMessages), { keepSampled: true });
+    if (r.ok) {
+      const env = [...ep.carry, ...r.ids];
+      ep.carry = [];
+      return { env };
+    }
+    const why = r.reason === 'prefix-mismatch'
+      ? `the chat template renders the earlier turns differently from what was sampled (at character ${r.at}: expected ${JSON.stringify(r.expected)}, the sequence has ${JSON.stringify(r.actual)}); the episode continues from the template's rendering`
+      : `the chat template cannot render the conversation (${r.error}); the episode continues from the rendering of its messages`;
+    return start(why);
+  }
+
+  /** Appends a sampled turn to its episode and reads its text and tool calls. */
+  sampled(obs: Observation, tokens: number[]): Pick<PolicyAction, 'content' | 'toolCalls' | 'parseError'> {
+    const ep = this.episodes.get(obs.episodeId);
+    if (!ep) throw new Error(`HfTurns: episode ${obs.episodeId} has no prompt`);
+    // A turn cut off before its end token gets one (not sampled): it leads the next turn's env tokens.
+    ep.carry = ep.seq.appendSampled(tokens);
+    const parsed = parseToolCalls(this.tokenizer.decode(tokens), this.renderer.family);
+    const calls: ProposedCall[] = parsed.calls.map((c) => ({ name: c.name, arguments: c.arguments }));
+    return { content: parsed.content, ...(calls.length ? { toolCalls: calls } : {}), ...(parsed.error ? { parseError: parsed.error } : {}) };
+  }
+
+  /** The episode's whole token sequence so far. */
+  ids(episodeId: string): readonly number[] | undefined {
+    return this.episodes.get(episodeId)?.seq.ids;
+  }
+
+  end(episodeId: string): void {
+    this.episodes.delete(episodeId);
+  }
+}
