@@ -19,6 +19,11 @@ Every side prints one JSON line; the last line is the comparison:
 MFU uses the naive script's formula (tokens · (8 · params + 16 · L · seq · d) against a measured bf16
 matmul ceiling). Without transformers (or with --model gpt) the model is the embedded GPT, and
 without CUDA or without the naive script the naive step is the same code run inline here.
+
+On CUDA the learner is timed twice: eager, then with its decoder layers compiled (torch.compile); the
+comparison uses the faster. With --budget-s (bench/gpu.sh runs this under a timeout) the compiled pass is
+skipped when less than --compile-cost-s is left, and when it runs, the eager comparison is printed first
+("partial": true), so a run stopped during compilation still has a comparison line.
 """
 
 from __future__ import annotations
@@ -230,6 +235,32 @@ def naive_script(path, a):
 # ---------------------------------------------------------------------------------------------
 
 
+def comparison(ours, eager, compiled, naive, mode, peak, partial=False):
+    """The last line: the learner's best measurement against the naive step."""
+    n_tps = naive.get("tokens_per_s") if naive else None
+    n_loss = naive.get("loss") if naive else None
+    out = dict(ours)
+    out.update({
+        "naive_impl": naive.get("impl") if naive else None, "naive_source": mode if naive else None,
+        "naive_tokens_per_s": n_tps, "naive_mfu": naive.get("mfu") if naive else None,
+        "naive_peak_mem_gib": naive.get("peak_mem_gib") if naive else None, "naive_loss": n_loss,
+        "naive_error": naive.get("error") if naive else None,
+        "speedup": round(ours["tokens_per_s"] / n_tps, 3) if n_tps else None,
+        "speedup_eager": round(eager["tokens_per_s"] / n_tps, 3) if n_tps else None,
+        "tokens_per_s_eager": eager["tokens_per_s"],
+        "tokens_per_s_compiled": compiled.get("tokens_per_s") if compiled else None,
+        "compile_error": compiled.get("error") if compiled else None,
+        # the loss after the same number of steps as the naive run: the eager measurement's
+        "loss": eager["loss"], "loss_after_compiled_run": compiled.get("loss") if compiled else None,
+        "loss_rel_diff": (abs(eager["loss"] - n_loss) / max(1e-12, abs(n_loss))
+                          if (n_loss is not None and eager["loss"] is not None) else None),
+        "compiled": compiled is not None and ours is compiled,
+        "matmul_ceiling_tflops": round(peak / 1e12, 3),
+        "partial": partial,  # true: printed before the compiled pass (a later line supersedes it)
+    })
+    return out
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shape", default="qwen2-0.5b", help="tiny, llama-125m, qwen2-0.5b, qwen2-1.5b")
@@ -251,7 +282,13 @@ def main():
                    help="also time the learner with its decoder layers compiled (torch.compile); auto: on CUDA "
                         "with torch >= 2, after the eager measurement (a failure is reported, not fatal)")
     p.add_argument("--threads", type=int, help="CPU threads")
+    p.add_argument("--budget-s", type=float, default=0.0,
+                   help="wall-clock budget of the whole run (0: none): the compiled pass is skipped when less than "
+                        "--compile-cost-s is left after the eager one (bench/gpu.sh runs this under a timeout)")
+    p.add_argument("--compile-cost-s", type=float, default=150.0,
+                   help="what the compiled pass is expected to take at most (compilation + the timed steps)")
     a = p.parse_args()
+    t_start = time.perf_counter()
     device = torch.device(a.device)
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -342,40 +379,32 @@ def main():
 
     ours = eager = measure("")
     compiled = None
+    skipped = None
     want_compile = a.compile_model == "on" or (a.compile_model == "auto" and device.type == "cuda")
     if want_compile and kind == "hf-llama" and hasattr(torch, "compile"):
-        try:  # the same trainer, its policy's and its reference's decoder layers compiled
-            for m in (policy, trainer.reference.module.model):
-                for layer in m.get_decoder().layers:
-                    layer.forward = torch.compile(layer.forward)
-            t0 = time.perf_counter()
-            compiled = measure("+compiled-layers")
-            compiled["wall_s_with_compile"] = round(time.perf_counter() - t0, 1)
-            if compiled["tokens_per_s"] > eager["tokens_per_s"]:
-                ours = compiled
-        except Exception as e:  # reported, not fatal
-            log(f"torch.compile of the layers failed: {type(e).__name__}: {e}")
-            compiled = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
-    n_tps = naive.get("tokens_per_s") if naive else None
-    n_loss = naive.get("loss") if naive else None
-    out = dict(ours)
-    out.update({
-        "naive_impl": naive.get("impl") if naive else None, "naive_source": mode if naive else None,
-        "naive_tokens_per_s": n_tps, "naive_mfu": naive.get("mfu") if naive else None,
-        "naive_peak_mem_gib": naive.get("peak_mem_gib") if naive else None, "naive_loss": n_loss,
-        "naive_error": naive.get("error") if naive else None,
-        "speedup": round(ours["tokens_per_s"] / n_tps, 3) if n_tps else None,
-        "speedup_eager": round(eager["tokens_per_s"] / n_tps, 3) if n_tps else None,
-        "tokens_per_s_eager": eager["tokens_per_s"],
-        "tokens_per_s_compiled": compiled.get("tokens_per_s") if compiled else None,
-        "compile_error": compiled.get("error") if compiled else None,
-        # the loss after the same number of steps as the naive run: the eager measurement's
-        "loss": eager["loss"], "loss_after_compiled_run": compiled.get("loss") if compiled else None,
-        "loss_rel_diff": (abs(eager["loss"] - n_loss) / max(1e-12, abs(n_loss))
-                          if (n_loss is not None and eager["loss"] is not None) else None),
-        "compiled": ours is compiled,
-        "matmul_ceiling_tflops": round(peak / 1e12, 3),
-    })
+        left = a.budget_s - (time.perf_counter() - t_start) if a.budget_s > 0 else float("inf")
+        if left < a.compile_cost_s:
+            skipped = (f"budget: {left:.0f} s left of --budget-s {a.budget_s:g}, "
+                       f"the compiled pass needs ~{a.compile_cost_s:g}")
+            log("compiled pass skipped (" + skipped + ")")
+        else:
+            # the eager comparison first: a run stopped during compilation still has it
+            print(json.dumps(comparison(eager, eager, None, naive, mode, peak, partial=True)), flush=True)
+            try:  # the same trainer, its policy's and its reference's decoder layers compiled
+                for m in (policy, trainer.reference.module.model):
+                    for layer in m.get_decoder().layers:
+                        layer.forward = torch.compile(layer.forward)
+                t0 = time.perf_counter()
+                compiled = measure("+compiled-layers")
+                compiled["wall_s_with_compile"] = round(time.perf_counter() - t0, 1)
+                if compiled["tokens_per_s"] > eager["tokens_per_s"]:
+                    ours = compiled
+            except Exception as e:  # reported, not fatal
+                log(f"torch.compile of the layers failed: {type(e).__name__}: {e}")
+                compiled = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+    out = comparison(ours, eager, compiled, naive, mode, peak)
+    out["compile_skipped"] = skipped
+    out["wall_s"] = round(time.perf_counter() - t_start, 1)
     print(json.dumps(out), flush=True)
     return 0
 
