@@ -156,14 +156,14 @@ export const LEARNER_COMMANDS = {
     result: z.looseObject({ version: z.number().int(), params: num, device: z.string(), threads: num, world_size: num }),
   },
   sft: {
-    summary: 'supervised training of the loaded embedded model on a JSONL file of {ids, mask}',
+    summary: 'supervised training of the loaded model (embedded GPT or Hugging Face, full or LoRA) on a JSONL file of {ids, mask}',
     request: z
       .object({
         data: Dir.describe('path of a JSONL file: one {"ids": [...], "mask": [...]} per line'),
         epochs: z.number().int().min(1).optional().describe('default 1'),
         steps: z.number().int().min(1).optional().describe('overrides epochs'),
         batch_size: z.number().int().min(1).optional().describe('default 32'),
-        lr: z.number().gt(0).optional().describe('default 3e-3'),
+        lr: z.number().gt(0).optional().describe('default 3e-3 (embedded GPT), 1e-5 (Hugging Face, full), 1e-4 (Hugging Face, LoRA)'),
         warmup: z.number().min(0).optional().describe('steps if >= 1, a fraction of the steps if < 1 (default 0.05)'),
         seed: z.number().int().optional(),
         weight_decay: z.number().min(0).optional().describe('default 0.01'),
