@@ -41,6 +41,8 @@ export type { Policy, Observation, PolicyAction, ProposedCall, Trajectory, Traje
 export { ExpertPolicy, RandomPolicy } from './agents/index.ts';
 /** The embedded model (ONNX, sampled in Node with token ids and logprobs): what training trains. */
 export { OnnxPolicy } from './agents/index.ts';
+/** A Hugging Face checkpoint's turns on the rollout side: its tokenizer and chat template, append-only token sequences, tool calls per family. */
+export { HfTurns, HfTokenizer, ChatTemplateRenderer, HfSequence } from './agents/index.ts';
 /** A policy from its command-line name: `expert`, `random[:seed]`, `onnx:<model dir>`, `openai:<model>`, `anthropic:<model>`. */
 export { makePolicy } from './agents/index.ts';
 /** Any OpenAI-compatible server (vLLM, SGLang, llama.cpp, serve-policy, OpenAI): tools, token ids and logprobs when served, retries, usage. */
@@ -78,6 +80,8 @@ export { LearnerSession, LearnerError } from './trainers/index.ts';
 export { TrainConfigSchema, PRESETS, resolveConfig, LEARNER_COMMANDS } from './trainers/index.ts';
 /** The SFT cold start: expert demonstrations → a model trained from scratch → ONNX. */
 export { runSft } from './trainers/index.ts';
+/** Hugging Face checkpoints: whether a directory is one, and its ONNX export for in-process sampling (made with the learner's venv). */
+export { isHfModelDir, ensureHfOnnx } from './trainers/index.ts';
 export type { TrainOptions, TrainResult, EvalResult, TrainConfig, TrainConfigInput, TrainBatch, KeptGroup, Collected, CollectOptions, BuiltBatch, LearnerSessionOptions } from './trainers/index.ts';
 
 // ---- Files of the package ---------------------------------------------------------------------

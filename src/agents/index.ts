@@ -68,4 +68,6 @@ export async function makeChatModel(spec: string, options: ApiPolicyOptions = {}
 }
 /** Hugging Face checkpoints on the rollout side: tokenizer, the model's own chat template, tool calls, append-only sequences. */
 export { HfTokenizer, ChatTemplateRenderer, detectFamily, parseToolCalls, HfSequence } from './hf/index.ts';
+export { HfTurns, hfDemoExample, toChatMessages, toToolSpecs } from './hf-turns.ts';
+export type { HfTurnsOptions, TurnPrompt } from './hf-turns.ts';
 export type { ContinueResult, TemplateFamily, ParsedToolCalls } from './hf/index.ts';

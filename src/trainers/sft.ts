@@ -5,11 +5,10 @@
  */
 import { cpSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { ChatTemplate, ExpertPolicy } from '../agents/index.ts';
+import { ChatTemplate, ExpertPolicy, HfTurns, hfDemoExample, toChatMessages, toToolSpecs } from '../agents/index.ts';
 import { Environment, rollout, type Task, type Trajectory } from '../env/index.ts';
 import { seededRandom } from '../../lib/index.ts';
 import { isHfModelDir, LearnerClient } from './learner-client.ts';
-import { HfTurns, hfDemoExample, toChatMessages, toToolSpecs } from '../agents/hf-turns.ts';
 
 export interface SftOptions {
   tasks: Task[];
