@@ -9,6 +9,7 @@ import { ChatTemplate, ExpertPolicy, HfTurns, hfDemoExample, toChatMessages, toT
 import { Environment, rollout, type Task, type Trajectory } from '../env/index.ts';
 import { seededRandom } from '../../lib/index.ts';
 import { isHfModelDir, LearnerClient } from './learner-client.ts';
+import { ensureHfOnnx } from './hf-onnx.ts';
 
 export interface SftOptions {
   tasks: Task[];
@@ -147,6 +148,8 @@ async function runHfSft(o: SftOptions, out: string, trajectories: Trajectory[], 
     const trained = await learner.request('sft', { data, steps: o.steps, batch_size: o.batchSize, lr: o.lr, seed: o.seed, warmup: Math.max(1, Math.round(o.steps * 0.05)) });
     log(`trained: loss ${Number(trained.loss_first).toFixed(3)} -> ${Number(trained.loss_last).toFixed(3)}, ${Math.round(Number(trained.tokens_per_s))} tokens/s`);
     const exported = await learner.request('export', { model_dir: out, full: true });
+    // The copy has no ONNX export yet (the learner only keeps an existing one current): make it, for sampling.
+    ensureHfOnnx(out, log);
     return { demos: examples.length, dropped: dropped + unrenderable, tokens, masked_tokens: masked, learner: trained, export: exported, seconds: (performance.now() - t0) / 1000 };
   } finally {
     await learner.close();

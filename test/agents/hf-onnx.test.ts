@@ -192,8 +192,10 @@ describe.skipIf(!HAVE_PY)(`Hugging Face models in onnxruntime-node (learner Pyth
       const batch = await model.generate(prompts, { ...SAMPLING, maxNewTokens: 12, rng: seededRandom(2), rows: prompts.map((_, i) => ({ rng: seededRandom(20 + i) })) });
       batch.forEach((b, i) => sampled[f].push({ prompt: prompts[i]!, g: b }));
 
-      // GPT-only consumers refuse HF models with a clear message.
-      await expect(OnnxPolicy.load(dir)).rejects.toThrow(/Hugging Face .* model/);
+      // OnnxPolicy samples it with the checkpoint's own template (hf-policy.test.ts); serve-policy refuses it.
+      const policy = await OnnxPolicy.load(dir);
+      expect(policy.hf?.family).toBe(f === 'llama' ? 'llama3' : 'qwen');
+      await policy.close();
       await expect(startPolicyServer({ modelDir: dir })).rejects.toThrow(/Hugging Face .* serves the embedded GPT only/);
     });
 
