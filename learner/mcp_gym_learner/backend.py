@@ -8,12 +8,29 @@ it with `require`, which refuses the others with a message that says why.
 
 from __future__ import annotations
 
-from typing import Any, Dict, FrozenSet, Optional
+from typing import Any, Dict, FrozenSet, List, Optional
 
 import torch
 
 from .policy import Adapter
 from .protocol import RequestError
+
+
+def check_sequences(seqs: List[Any], starts: List[Any], vocab_size: int, max_seq_len: Optional[int]) -> None:
+    """The `logprobs` command's sequences and starts, checked with messages that name the entry."""
+    V, S = vocab_size, max_seq_len
+    for b, s in enumerate(seqs):
+        if len(s) < 1 or (S is not None and len(s) > S):
+            raise RequestError(f"sequences[{b}]: length {len(s)} is not in [1, max_seq_len {S}]")
+        for i, t in enumerate(s):
+            if type(t) is not int or not 0 <= t < V:
+                raise RequestError(f"sequences[{b}][{i}]: token id {t!r} is out of range [0, {V})")
+    if len(starts) != len(seqs):
+        raise RequestError(f"starts: must be a list of {len(seqs)} integers (one per sequence)")
+    for b, st in enumerate(starts):
+        if not st <= len(seqs[b]):
+            raise RequestError(f"starts[{b}]: must be an integer in [1, {len(seqs[b])}] "
+                               f"(the first scored token; token 0 has no context), got {st!r}")
 
 
 class Backend:

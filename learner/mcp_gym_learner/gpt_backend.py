@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
-from .backend import Backend
+from .backend import Backend, check_sequences
 from .config import WEIGHTS_FILE, ConfigError, new_config, normalize_architecture, read_config, write_config
 from .protocol import RequestError
 
@@ -146,18 +146,7 @@ class GPTBackend(Backend):
     def logprobs(self, a: Dict[str, Any]) -> Dict[str, Any]:
         V, S = self.model.architecture["vocab_size"], self.model.architecture["max_seq_len"]
         seqs, starts = a["sequences"], a["starts"]
-        for b, s in enumerate(seqs):
-            if not 1 <= len(s) <= S:
-                raise RequestError(f"sequences[{b}]: length {len(s)} is not in [1, max_seq_len {S}]")
-            for i, t in enumerate(s):
-                if type(t) is not int or not 0 <= t < V:
-                    raise RequestError(f"sequences[{b}][{i}]: token id {t!r} is out of range [0, {V})")
-        if len(starts) != len(seqs):
-            raise RequestError(f"starts: must be a list of {len(seqs)} integers (one per sequence)")
-        for b, st in enumerate(starts):
-            if not st <= len(seqs[b]):
-                raise RequestError(f"starts[{b}]: must be an integer in [1, {len(seqs[b])}] "
-                                   f"(the first scored token; token 0 has no context), got {st!r}")
+        check_sequences(seqs, starts, V, S)
 
         from .logprobs import sequence_logprobs
 

