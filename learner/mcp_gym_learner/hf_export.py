@@ -309,7 +309,11 @@ class HfSlotDecoder(nn.Module):
         last = _rms(x[:, -1, :], w["model.norm.weight"], eps)
         head = w.get("lm_head.weight", w["model.embed_tokens.weight"])
         logits = F.linear(last, head, w.get("lm_head.bias"))
-        return logits, torch.stack(new_k), torch.stack(new_v)
+        # The next-token distribution at temperature 1, computed by the runtime's vectorised softmax: the
+        # sampler then draws a token with one cumulative walk instead of an exponential per vocabulary entry
+        # (151k of them per row and step for Qwen), which had made sampling half of a decode step.
+        probs = torch.softmax(logits, dim=-1)
+        return logits, torch.stack(new_k), torch.stack(new_v), probs
 
     def dummy_inputs(self, B: int = 2, T: int = 3, C: int = 4):
         V = self.spec["vocab_size"]
@@ -436,6 +440,8 @@ def _write_data(path: str, manifest: List[Dict[str, Any]], state: Dict[str, torc
 
 def _trace(dec: HfSlotDecoder, path: str) -> None:
     inputs, outputs, axes = io_names(dec.L)
+    outputs = outputs + ["probs"]
+    axes = {**axes, "probs": {0: "B"}}
     kwargs: Dict[str, Any] = dict(input_names=inputs, output_names=outputs, dynamic_axes=axes,
                                   opset_version=ONNX_OPSET, do_constant_folding=False, export_params=True)
     params = inspect.signature(torch.onnx.export).parameters

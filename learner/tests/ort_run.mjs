@@ -36,7 +36,19 @@ function store(out, Tn, slot) {
 let out = await session.run(feeds(c.input_ids, c.position_ids, c.attention_mask, T, 0));
 store(out, T, 0);
 for (let b = 0; b < B; b++) for (let t = 0; t < T; t++) slotMask[b * C + t] = c.attention_mask[b * T + t];
-const result = { inputs: session.inputNames, outputs: session.outputNames, prefill: Array.from(out.logits.data), steps: [], new_dims: [out.new_keys.dims] };
+const result = { inputs: session.inputNames, outputs: session.outputNames, prefill: Array.from(out.logits.data), steps: [], new_dims: [out.new_keys.dims], probs_error: 0 };
+// A graph with a `probs` output (the Hugging Face exports): its largest distance from softmax(logits), over every run.
+function checkProbs(o) {
+  if (!o.probs) return;
+  const lg = o.logits.data, pr = o.probs.data, Vv = lg.length / B;
+  for (let b = 0; b < B; b++) {
+    let max = -Infinity, sum = 0;
+    for (let i = 0; i < Vv; i++) max = Math.max(max, lg[b * Vv + i]);
+    for (let i = 0; i < Vv; i++) sum += Math.exp(lg[b * Vv + i] - max);
+    for (let i = 0; i < Vv; i++) result.probs_error = Math.max(result.probs_error, Math.abs(pr[b * Vv + i] - Math.exp(lg[b * Vv + i] - max) / sum));
+  }
+}
+checkProbs(out);
 for (let s = 0; s < c.steps.length; s++) {
   const step = c.steps[s];
   const mask = [];
@@ -45,6 +57,7 @@ for (let s = 0; s < c.steps.length; s++) {
   store(out, 1, T + s);
   for (let b = 0; b < B; b++) slotMask[b * C + T + s] = 1;
   result.steps[s] = Array.from(out.logits.data);
+  checkProbs(out);
   result.new_dims.push(out.new_keys.dims);
 }
 fs.writeFileSync(outPath, JSON.stringify(result));

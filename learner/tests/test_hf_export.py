@@ -89,7 +89,8 @@ def _ort(model_dir, tmp_path, ids, mask, pos, T):
     out = json.loads(op.read_text())
     assert out["inputs"] == ["input_ids", "position_ids", "attention_mask"] + \
         [f"past_key_{i}" for i in range(L)] + [f"past_value_{i}" for i in range(L)]
-    assert out["outputs"] == ["logits", "new_keys", "new_values"]
+    assert out["outputs"] == ["logits", "new_keys", "new_values", "probs"]
+    assert out["probs_error"] < 1e-6  # probs is softmax(logits)
     assert out["new_dims"][0] == [L, B, Hkv, T, Dh] and out["new_dims"][-1] == [L, B, Hkv, 1, Dh]
     pre = torch.tensor(out["prefill"]).reshape(B, 1, V)
     dec = torch.stack([torch.tensor(s).reshape(B, V) for s in out["steps"]], 1)
@@ -122,13 +123,13 @@ def test_slot_decoder_in_torch_matches_transformers(case):
     want = _reference(m, ids, mask, pos)
     L, Hkv, Dh = dec.L, dec.Hkv, dec.Dh
     with torch.no_grad():
-        lg, nk, nv = dec(ids[:, :5], pos[:, :5], mask[:, :5].float(),
+        lg, nk, nv, _ = dec(ids[:, :5], pos[:, :5], mask[:, :5].float(),
                          *[torch.zeros(2, Hkv, Dh, 0)] * L, *[torch.zeros(2, Hkv, 0, Dh)] * L)
         assert (lg - want[:, 4]).abs().max() < 1e-5
         K = [nk[i].transpose(-2, -1) for i in range(L)]
         Vs = [nv[i] for i in range(L)]
         for t in range(5, 8):
-            lg, nk, nv = dec(ids[:, t:t + 1], pos[:, t:t + 1], torch.ones(2, t + 1), *K, *Vs)
+            lg, nk, nv, _ = dec(ids[:, t:t + 1], pos[:, t:t + 1], torch.ones(2, t + 1), *K, *Vs)
             assert (lg - want[:, t]).abs().max() < 1e-5
             K = [torch.cat([K[i], nk[i].transpose(-2, -1)], -1) for i in range(L)]
             Vs = [torch.cat([Vs[i], nv[i]], -2) for i in range(L)]

@@ -17,7 +17,7 @@ import { z } from 'zod';
 import { fnv1a, seededRandom, type RandomFn } from '../../lib/index.ts';
 import type { Observation, Policy, PolicyAction } from '../env/index.ts';
 import { readModelConfig, type ModelConfig } from './model-config.ts';
-import { sampleToken, type SamplingOptions } from './sampling.ts';
+import { sampleFromProbs, sampleToken, type SamplingOptions } from './sampling.ts';
 import { ChatTemplate, parseAssistantTokens, T } from './template.ts';
 import { HfTurns, type HfTurnsOptions } from './hf-turns.ts';
 
@@ -106,6 +106,9 @@ interface LaneRow {
  * (per layer keys [slots, H, Dh, C], values [slots, H, C, Dh]), a mask [slots, C] that is 1 where
  * a slot holds a token, and each row's next logits [slots, V].
  */
+/** What a lane's rows sample from: the logits, or the probabilities a Hugging Face graph also returns. */
+type Scores = 'logits' | 'probs';
+
 interface Lane {
   session: ort.InferenceSession;
   B: number;
@@ -114,7 +117,9 @@ interface Lane {
   K: Float32Array[];
   V: Float32Array[];
   mask: Float32Array;
+  /** Each row's next-token scores: logits, or (`scores: 'probs'`) the graph's softmax at temperature 1. */
   logits: Float32Array;
+  scores: Scores;
   /** The running rows by cache row, and in the order they joined (the order rows are sampled in). */
   rows: LaneRow[];
   order: LaneRow[];
@@ -361,7 +366,7 @@ export class OnnxModel {
     return this.run(this.session, ids, positions, mask, B, Tn, C, keys, values);
   }
 
-  private async run(session: ort.InferenceSession, ids: BigInt64Array, positions: BigInt64Array, mask: Float32Array, B: number, Tn: number, C: number, keys: Float32Array[], values: Float32Array[]) {
+  private async run(session: ort.InferenceSession, ids: BigInt64Array, positions: BigInt64Array, mask: Float32Array, B: number, Tn: number, C: number, keys: Float32Array[], values: Float32Array[], scores: Scores = 'logits') {
     const { L, H, Dh } = this;
     const feeds: Record<string, ort.Tensor> = {
       input_ids: new ort.Tensor('int64', ids, [B, Tn]),
@@ -372,8 +377,9 @@ export class OnnxModel {
       feeds[`past_key_${l}`] = new ort.Tensor('float32', keys[l]!, [B, H, Dh, C]);
       feeds[`past_value_${l}`] = new ort.Tensor('float32', values[l]!, [B, H, C, Dh]);
     }
-    const out = await session.run(feeds);
-    return { logits: out.logits!.data as Float32Array, newK: out.new_keys!.data as Float32Array, newV: out.new_values!.data as Float32Array };
+    // Only the outputs used: the [B, V] scores the rows sample from, and the new keys and values.
+    const out = await session.run(feeds, [scores, 'new_keys', 'new_values']);
+    return { logits: out[scores]!.data as Float32Array, newK: out.new_keys!.data as Float32Array, newV: out.new_values!.data as Float32Array };
   }
 
   /**
@@ -408,7 +414,7 @@ export class OnnxModel {
           if ((j - i + 1) * this.rowBytes(c) > this.budget) break;
           C = c;
         }
-        const lane = this.newLane(session, j - i, C, prefix);
+        const lane = this.newLane(session, j - i, C, prefix, this.scoresFor(order.slice(i, j).map((r) => rows[r]!.sampling)));
         for (const r of order.slice(i, j)) await this.laneAdd(lane, { prompt: prompts[r]!, opts: rows[r]!, gen: out[r]!, slot: 0, next: 0 });
         await this.runLane(lane, this.stopTokens(o.stop), undefined, o.onStep);
         i = j;
@@ -507,11 +513,22 @@ export class OnnxModel {
     return { tokens, n, K, V };
   }
 
+  /**
+   * What rows with these sampling options sample from: the graph's probabilities when it returns
+   * them (Hugging Face exports) and every row samples the whole vocabulary at temperature 1 (a
+   * cumulative walk, no exponential per vocabulary entry), else the logits.
+   */
+  private scoresFor(options: SamplingOptions[]): Scores {
+    if (!this.session.outputNames.includes('probs')) return 'logits';
+    return options.every((o) => o.temperature === 1 && !(o.topK > 0 && o.topK < this.V) && !(o.topP < 1)) ? 'probs' : 'logits';
+  }
+
   /** A lane with room for `slots` rows of capacity C (both grow with laneReserve). */
-  private newLane(session: ort.InferenceSession, slots: number, C: number, prefix?: Prefix): Lane {
+  private newLane(session: ort.InferenceSession, slots: number, C: number, prefix?: Prefix, scores: Scores = 'logits'): Lane {
     const { L, H, Dh, V } = this;
     return {
       session,
+      scores,
       B: 0,
       slots,
       C,
@@ -568,7 +585,7 @@ export class OnnxModel {
     const none = Array.from({ length: L }, () => new Float32Array(0));
     const ids = BigInt64Array.from(p.slice(p0), (t) => BigInt(t));
     const pos = BigInt64Array.from({ length: n }, (_, t) => BigInt(p0 + t));
-    const r = await this.run(lane.session, ids, pos, new Float32Array(p0 + n).fill(1), 1, n, p0, prefix?.K ?? none, prefix?.V ?? none);
+    const r = await this.run(lane.session, ids, pos, new Float32Array(p0 + n).fill(1), 1, n, p0, prefix?.K ?? none, prefix?.V ?? none, lane.scores);
     const b = lane.B;
     const C = lane.C;
     lane.logits.set(r.logits, b * V);
@@ -622,7 +639,7 @@ export class OnnxModel {
           finished.push(row);
           continue;
         }
-        const { token, logprob } = sampleToken(lane.logits, row.slot * V, V, o.sampling, o.rng, scratch);
+        const { token, logprob } = lane.scores === 'probs' ? sampleFromProbs(lane.logits, row.slot * V, V, o.rng) : sampleToken(lane.logits, row.slot * V, V, o.sampling, o.rng, scratch);
         const g = row.gen;
         g.tokens.push(token);
         g.logprobs.push(logprob);
@@ -679,6 +696,7 @@ export class OnnxModel {
       C,
       lane.K.map((k) => k.subarray(0, B * H * Dh * C)),
       lane.V.map((v) => v.subarray(0, B * H * C * Dh)),
+      lane.scores,
     );
     for (let b = 0; b < B; b++) {
       const row = lane.rows[b]!;

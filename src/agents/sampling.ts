@@ -102,3 +102,23 @@ export function sampleToken(logits: ArrayLike<number>, offset: number, vocab: nu
   for (let i = 1; i < vocab; i++) if (scratch[i]! > scratch[best]!) best = i;
   return { token: best, logprob: scratch[best]! };
 }
+
+/**
+ * Samples from probabilities over the whole vocabulary (temperature 1, no top-k or top-p: what a
+ * Hugging Face export's `probs` output holds, the runtime's softmax of the logits): one walk of
+ * the cumulative sum (float64), as `sampleToken` walks its exponentials; the logprob is that of the
+ * sampled token, log(p / sum).
+ */
+export function sampleFromProbs(probs: ArrayLike<number>, offset: number, vocab: number, rng: RandomFn): { token: number; logprob: number } {
+  let sum = 0;
+  for (let i = 0; i < vocab; i++) sum += probs[offset + i]!;
+  let u = rng() * sum;
+  let best = 0;
+  for (let i = 0; i < vocab; i++) {
+    const p = probs[offset + i]!;
+    u -= p;
+    if (u <= 0 && p > 0) return { token: i, logprob: Math.log(p / sum) };
+    if (p > probs[offset + best]!) best = i;
+  }
+  return { token: best, logprob: Math.log(probs[offset + best]! / sum) };
+}
