@@ -14,7 +14,10 @@
  *   rewritten once another user message follows (and a turn sampled after the
  *   enable_thinking=false prompt loses its empty think block at the next rendering). Within one
  *   user query's tool loop, reasoning is kept and the sequence matches. HfSequence reports these
- *   as `prefix-mismatch`.
+ *   as `prefix-mismatch`; with `keepSampled` (what rollouts use, src/agents/hf-turns.ts) a rewrite of
+ *   the sampled turn itself is allowed: the turn stays as sampled and the environment's piece is the
+ *   rendering after its end token, while a rewrite of earlier history is still a mismatch, which
+ *   marks the turn `token_drift` (that trajectory is not trained on).
  * - Qwen3 ends a rendered conversation with `<|im_end|>\n`; the model samples up to `<|im_end|>`
  *   and the `\n` comes with the environment's next piece, so the whole-conversation comparison
  *   leaves out the final `\n`.
