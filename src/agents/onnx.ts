@@ -414,7 +414,7 @@ export class OnnxModel {
           if ((j - i + 1) * this.rowBytes(c) > this.budget) break;
           C = c;
         }
-        const lane = this.newLane(session, j - i, C, prefix, this.scoresFor(order.slice(i, j).map((r) => rows[r]!.sampling)));
+        const lane = this.newLane(session, j - i, C, prefix, this.scoresFor(session, order.slice(i, j).map((r) => rows[r]!.sampling)));
         for (const r of order.slice(i, j)) await this.laneAdd(lane, { prompt: prompts[r]!, opts: rows[r]!, gen: out[r]!, slot: 0, next: 0 });
         await this.runLane(lane, this.stopTokens(o.stop), undefined, o.onStep);
         i = j;
@@ -518,8 +518,8 @@ export class OnnxModel {
    * them (Hugging Face exports) and every row samples the whole vocabulary at temperature 1 (a
    * cumulative walk, no exponential per vocabulary entry), else the logits.
    */
-  private scoresFor(options: SamplingOptions[]): Scores {
-    if (!this.session.outputNames.includes('probs')) return 'logits';
+  private scoresFor(session: ort.InferenceSession, options: SamplingOptions[]): Scores {
+    if (!session.outputNames.includes('probs')) return 'logits';
     return options.every((o) => o.temperature === 1 && !(o.topK > 0 && o.topK < this.V) && !(o.topP < 1)) ? 'probs' : 'logits';
   }
 

@@ -95,8 +95,8 @@ export class RunDir {
       if (!existsSync(join(o.model, 'config.json'))) throw new Error(`model: no model directory at ${o.model} (make one with: mcp-gym sft --out ${o.model})`);
       rmSync(this.modelDir, { recursive: true, force: true });
       // A Hugging Face checkpoint's ONNX export is made again from the copy (ensureHfOnnx), never trusted from the source.
-      const hfExport = join(o.model, 'onnx');
-      cpSync(o.model, this.modelDir, { recursive: true, filter: (src) => !src.endsWith('sft-data.jsonl') && !(isHfModelDir(o.model) && (src === hfExport || src.startsWith(hfExport + sep))) });
+      const hfExport = isHfModelDir(o.model) ? join(o.model, 'onnx') : undefined;
+      cpSync(o.model, this.modelDir, { recursive: true, filter: (src) => !src.endsWith('sft-data.jsonl') && !(hfExport && (src === hfExport || src.startsWith(hfExport + sep))) });
       writeJsonAtomic(join(this.dir, 'config.json'), o.config);
     }
     this.metricsOut = new JsonlWriter(join(this.dir, 'metrics.jsonl'), { sync: false });
