@@ -109,6 +109,9 @@ export function resolveConfig(overrides: Partial<TrainConfigInput>, file?: strin
   if (hfOnly.length && existsSync(join(r.data.model, 'config.json')) && !isHfModelDir(r.data.model)) {
     throw new Error(`${file ? `${file}: ` : ''}${hfOnly[0]}: for Hugging Face models only; ${r.data.model} is an embedded GPT model (mcp-gym's format), trained in full: leave out ${hfOnly.join(', ')}`);
   }
+  if (r.data.learner && isHfModelDir(r.data.model)) {
+    throw new Error(`${file ? `${file}: ` : ''}learner: a remote learner (${r.data.learner}) trains the embedded model only; ${r.data.model} is a Hugging Face checkpoint: run this command where the checkpoint and a GPU are (the learner then starts locally with the venv), or leave out learner`);
+  }
   if (r.data.ruler !== 'off' && !r.data.judge) {
     throw new Error(`${file ? `${file}: ` : ''}ruler: '${r.data.ruler}'${preset === 'ruler' ? ' (the ruler preset)' : ''} needs a judge: set judge (--judge openai:<model> or anthropic:<model>), or ruler: 'off'`);
   }

@@ -222,6 +222,10 @@ describe('the config of Hugging Face training', () => {
     expect(hfLoadOptions(resolveConfig({ model: modelDir, policy: `openai:${SERVED}`, base_url: replay.url, lora_rank: 4, lora_alpha: 4 })).lora).toEqual({ r: 4, alpha: 4, dropout: 0, target_modules: 'all-linear' });
   });
 
+  it('refuses a remote learner for a Hugging Face checkpoint, naming both', () => {
+    expect(() => resolveConfig({ model: modelDir, learner: 'http://127.0.0.1:9/' })).toThrow(/learner: a remote learner \(http:\/\/127\.0\.0\.1:9\/\) trains the embedded model only; .* is a Hugging Face checkpoint/);
+  });
+
   it('refuses LoRA fields for the embedded GPT model', () => {
     expect(() => resolveConfig({ model: BUNDLED_MODEL_DIR, lora_rank: 4 })).toThrow(/lora_rank: for Hugging Face models only; .* is an embedded GPT model \(mcp-gym's format\), trained in full: leave out lora_rank/);
     expect(() => resolveConfig({ model: BUNDLED_MODEL_DIR, dtype: 'bfloat16', gradient_checkpointing: true })).toThrow(/dtype: for Hugging Face models only; .*leave out dtype, gradient_checkpointing/);
