@@ -3,7 +3,7 @@
  * empty project with no network (the npm cache only), then use it from plain JavaScript and run
  * its command.
  *
- * Everything happens in a temp dir: the repository is copied there (without node_modules, dist/ and
+ * Everything happens in a temp dir: the repository is copied there (without node_modules, .venv, dist/ and
  * run outputs; node_modules is linked) and packed from the copy, so the build never touches the
  * repository's dist/, which other test files run the CLI from at the same time.
  *
@@ -104,7 +104,7 @@ console.log('RESULT ' + JSON.stringify({
 
 const TIMEOUT = 240_000;
 /** What a fresh clone would not have: never copied into the temp dir. */
-const SKIP = new Set(['node_modules', 'dist', '.git', 'runs', '.tmp', 'coverage', '__pycache__', '.pytest_cache']);
+const SKIP = new Set(['node_modules', 'dist', '.git', 'runs', '.tmp', '.venv', 'coverage', '__pycache__', '.pytest_cache']);
 
 interface RunResult {
   code: number;
