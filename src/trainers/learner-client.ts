@@ -25,9 +25,12 @@ export function learnerPython(o: { hf?: boolean } = {}): string {
     if (process.env.MCP_GYM_HF_PYTHON) return process.env.MCP_GYM_HF_PYTHON;
     const venv = join(PACKAGE_ROOT, '.venv', 'bin', 'python');
     if (!existsSync(venv)) {
-      throw new LearnerError(
-        `a Hugging Face model needs the learner's venv (${venv}: missing); create it with \`node ${join(PACKAGE_ROOT, 'scripts', 'ensure.mjs')}\` (about 2 minutes, 5.7 GB), or set MCP_GYM_HF_PYTHON to a Python with the packages of learner/requirements.lock`,
-      );
+      // A clone has scripts/ensure.mjs; an installed package has the lock file only.
+      const ensure = join(PACKAGE_ROOT, 'scripts', 'ensure.mjs');
+      const how = existsSync(ensure)
+        ? `\`node ${ensure}\``
+        : `\`python3 -m venv ${join(PACKAGE_ROOT, '.venv')} && ${venv} -m pip install -r ${join(LEARNER_DIR, 'requirements.lock')}\``;
+      throw new LearnerError(`a Hugging Face model needs the learner's venv (${venv}: missing); create it with ${how} (about 2 minutes, 5.7 GB), or set MCP_GYM_HF_PYTHON to a Python with the packages of learner/requirements.lock`);
     }
     return venv;
   }
