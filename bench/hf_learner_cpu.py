@@ -30,6 +30,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "learner"))
 
 import torch  # noqa: E402
 
+from learner_gpu import naive_batch  # noqa: E402  (the naive step's batch: no loss on the first quarter)
+
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -42,7 +44,7 @@ def main() -> int:
     a = p.parse_args()
 
     from mcp_gym_learner.hf_backend import HFBackend
-    from mcp_gym_learner.rl import Batch, RLConfig, RLTrainer
+    from mcp_gym_learner.rl import RLConfig, RLTrainer
     from mcp_gym_learner.runtime import configure_threads, tune_malloc
 
     tune_malloc()  # as the learner process does
@@ -58,14 +60,7 @@ def main() -> int:
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, V, (a.batch, a.seq), generator=g)
     adv = torch.randn(a.batch, 1, generator=g, dtype=torch.float64)
-    start = a.seq // 4 + 1
-    pos = torch.arange(start, a.seq)
-    batch = Batch(ids=[ids[b] for b in range(a.batch)], pos=[pos] * a.batch,
-                  tgt=[ids[b, start:] for b in range(a.batch)],
-                  old=[torch.zeros(len(pos), dtype=torch.float64)] * a.batch,
-                  adv=[adv[b].expand(len(pos)).clone() for b in range(a.batch)],
-                  group_ids=[f"g{b // 4}" for b in range(a.batch)], lengths=[a.seq] * a.batch,
-                  scored=[len(pos)] * a.batch)
+    batch = naive_batch(ids, adv.reshape(-1), a.seq)
     cfg = RLConfig(loss="grpo", clip_low=0.2, clip_high=0.2, beta=0.04, entropy_coef=0.0, epochs=1,
                    minibatch_size=0, micro_batch_size=a.batch, max_grad_norm=0.0, lr=1e-6, weight_decay=0.01,
                    total_steps=0, warmup_steps=0)

@@ -38,7 +38,7 @@ sys.dont_write_bytecode = True  # no bench/__pycache__ from importing the siblin
 import torch  # noqa: E402
 
 import hf_logprob_check as hlc  # noqa: E402  (the random checkpoint, the learner's load)
-from learner_gpu import timer  # noqa: E402  (CUDA events on CUDA, perf_counter on the CPU; median)
+from learner_gpu import naive_batch, timer  # noqa: E402  (CUDA events on CUDA, perf_counter on the CPU; median)
 
 
 def main():
@@ -87,20 +87,13 @@ def main():
     base0 = {n: t.detach().clone() for n, t in named if not t.requires_grad}
     lora0 = {n: t.detach().clone() for n, t in named if t.requires_grad}
 
-    from mcp_gym_learner.rl import Batch, RLConfig
+    from mcp_gym_learner.rl import RLConfig
 
     V = backend.adapter.vocab_size
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, V, (a.batch, a.seq), generator=g)
     adv = torch.randn(a.batch, generator=g).double()
-    start = a.seq // 4 + 1  # learner_gpu.py's (the naive step's) mask: no loss on the first quarter
-    pos = torch.arange(start, a.seq)
-    batch = Batch(ids=[ids[b] for b in range(a.batch)], pos=[pos] * a.batch,
-                  tgt=[ids[b, start:] for b in range(a.batch)],
-                  old=[torch.zeros(len(pos), dtype=torch.float64)] * a.batch,
-                  adv=[adv[b].expand(len(pos)).clone() for b in range(a.batch)],
-                  group_ids=[f"g{b // 4}" for b in range(a.batch)], lengths=[a.seq] * a.batch,
-                  scored=[len(pos)] * a.batch)
+    batch = naive_batch(ids, adv, a.seq)  # learner_gpu.py's (the naive step's) mask: no loss on the first quarter
     cfg = RLConfig(loss="grpo", clip_low=a.epsilon, clip_high=a.epsilon, beta=a.beta, entropy_coef=0.0, epochs=1,
                    minibatch_size=0, micro_batch_size=a.micro_batch or a.batch, max_grad_norm=0.0, lr=a.lr,
                    weight_decay=0.01, total_steps=0, warmup_steps=0)

@@ -235,6 +235,20 @@ def naive_script(path, a):
 # ---------------------------------------------------------------------------------------------
 
 
+def naive_batch(ids, adv, seq):
+    """The naive step's batch as the learner takes it (rl.Batch): every row of `ids` [batch, seq] scored
+    after its first quarter (no loss there), one advantage per row (`adv` [batch]), groups of 4."""
+    from mcp_gym_learner.rl import Batch
+
+    B = ids.shape[0]
+    start = seq // 4 + 1
+    pos = torch.arange(start, seq)
+    return Batch(ids=[ids[b] for b in range(B)], pos=[pos] * B, tgt=[ids[b, start:] for b in range(B)],
+                 old=[torch.zeros(len(pos), dtype=torch.float64)] * B,
+                 adv=[adv[b].double().expand(len(pos)).clone() for b in range(B)],
+                 group_ids=[f"g{b // 4}" for b in range(B)], lengths=[seq] * B, scored=[len(pos)] * B)
+
+
 def comparison(ours, eager, compiled, naive, mode, peak, partial=False):
     """The last line: the learner's best measurement against the naive step."""
     n_tps = naive.get("tokens_per_s") if naive else None
@@ -339,15 +353,7 @@ def main():
     with torch.no_grad():  # the naive step's reference: a second random model, not a copy of the policy
         trainer.reference.module.model.load_state_dict(reference.state_dict())
     del reference
-    start = a.seq // 4 + 1  # the naive mask: no loss on the first quarter
-    ids_cpu, adv_cpu = ids.cpu(), adv.cpu().double()
-    pos = torch.arange(start, a.seq)
-    batch = Batch(ids=[ids_cpu[b] for b in range(a.batch)], pos=[pos] * a.batch,
-                  tgt=[ids_cpu[b, start:] for b in range(a.batch)],
-                  old=[torch.zeros(len(pos), dtype=torch.float64)] * a.batch,
-                  adv=[adv_cpu[b].expand(len(pos)).clone() for b in range(a.batch)],
-                  group_ids=[f"g{b // 4}" for b in range(a.batch)], lengths=[a.seq] * a.batch,
-                  scored=[len(pos)] * a.batch)
+    batch = naive_batch(ids.cpu(), adv.cpu().reshape(-1), a.seq)  # the naive mask: no loss on the first quarter
     cfg = RLConfig(loss="grpo", clip_low=a.epsilon, clip_high=a.epsilon, beta=a.beta, entropy_coef=0.0, epochs=1,
                    minibatch_size=0, micro_batch_size=a.micro_batch or a.batch, max_grad_norm=0.0, lr=1e-6,
                    weight_decay=0.01, total_steps=0, warmup_steps=0)
