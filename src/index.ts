@@ -72,6 +72,8 @@ export type { RulerOptions, RulerScores } from './env/index.ts';
 export { train } from './trainers/index.ts';
 /** Piece 1: a step's groups: rollouts, reward shaping, DAPO's dynamic sampling. */
 export { collectGroups, TaskSampler } from './trainers/index.ts';
+/** Asynchronous training: the pipeline that collects the next steps' batches while the learner trains, and staleness. */
+export { StepPipeline, splitStale } from './trainers/index.ts';
 /** Piece 2: advantages (GRPO, Dr. GRPO, per turn) and the TrainBatch, a pure function. */
 export { buildTrainBatch, groupAdvantages } from './trainers/index.ts';
 /** Piece 3: the learner (local process or remote URL): train, export weights, checkpoints, restarts. */

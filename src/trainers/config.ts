@@ -43,6 +43,7 @@ export const TrainConfigSchema = z
     eval_every: z.number().int().min(0).default(10).describe('evaluate on held-out tasks every K steps (0: only before and after)'),
     eval_limit: z.number().int().min(0).default(0).describe('held-out tasks evaluated: the first N (0: all of them)'),
     eval_samples: z.number().int().min(1).default(2).describe('rollouts of each held-out task'),
+    max_staleness: z.number().int().min(0).max(8).default(1).describe('asynchronous training: the rollouts of the next steps are collected while the learner trains, sampled by weights at most this many steps older than those trained from (groups staler than that are dropped); 0: the synchronous loop'),
     checkpoint_every: z.number().int().min(1).default(1).describe('a learner checkpoint (and state.json) every N steps; a learner that dies costs the steps since'),
     bundled_servers: z.enum(['inprocess', 'stdio']).default('inprocess').describe('how the bundled tool servers run: in this process (fastest) or as stdio child processes'),
     policy: z.string().regex(/^(onnx|openai:.+)$/, "onnx, or openai:<model> (a server: --base-url)").default('onnx').describe('what samples the rollouts: onnx (the model in-process) or openai:<model> (an OpenAI-compatible server that returns token ids and loads new weights, e.g. mcp-gym serve-policy; needs base_url)'),

@@ -20,7 +20,9 @@ export { collectGroups, TaskSampler, shapeOverlong, withoutSignal } from './coll
 export type { CollectOptions, Collected } from './collect.ts';
 export { RunDir, RUN_IDENTITY, identityChanges, recordedConfig } from './run-dir.ts';
 export type { RunState } from './run-dir.ts';
-export { train, trainingTasks, wilson } from './loop.ts';
+export { train, trainingTasks, wilson, passK } from './loop.ts';
+export { StepPipeline, VersionSteps, stalenessOf, splitStale } from './pipeline.ts';
+export type { StalenessSplit } from './pipeline.ts';
 export type { TrainOptions, TrainResult, EvalResult } from './loop.ts';
 export { renderReport, writeReport, lineChart } from './report.ts';
 export { runSft } from './sft.ts';

@@ -12,7 +12,8 @@ import { cpSync, existsSync, rmSync } from 'node:fs';
 import { basename, join, resolve } from 'node:path';
 import { OnnxPolicy, OpenAIPolicy } from '../agents/index.ts';
 import { ServerEndpointError } from '../agents/openai.ts';
-import { Environment, loadTasks, rollout, type ChatModel, type EnvironmentOptions, type Policy, type RewardFn, type Task } from '../env/index.ts';
+import { Environment, loadTasks, rollout, type ChatModel, type EnvironmentOptions, type Policy, type RewardFn, type Task, type Trajectory } from '../env/index.ts';
+import { passAtK, passHatK } from '../bench/agent.ts';
 import { generateSuite } from '../env/suites/index.ts';
 import { mean, std } from './advantages.ts';
 import { buildTrainBatch, type BuiltBatch } from './batch.ts';
@@ -21,6 +22,7 @@ import { hfLoadOptions, learnerConfig, policyTokenBudget, resolveConfig, type Tr
 import { isHfModelDir, type LearnerConnection } from './learner-client.ts';
 import { RunDir, type EvalResult } from './run-dir.ts';
 import { LearnerSession } from './session.ts';
+import { splitStale, StepPipeline, VersionSteps } from './pipeline.ts';
 import { ensureHfOnnx } from './hf-onnx.ts';
 
 export type { EvalResult } from './run-dir.ts';
@@ -67,6 +69,30 @@ export function wilson(successes: number, n: number, z = 1.96): [number, number]
   const c = (p + (z * z) / (2 * n)) / d;
   const h = (z * Math.sqrt((p * (1 - p)) / n + (z * z) / (4 * n * n))) / d;
   return [Math.max(0, c - h), Math.min(1, c + h)];
+}
+
+/**
+ * pass@k and pass^k (tau-bench's reliability: all k samples succeed) for k = 1..K over the tasks of
+ * an evaluation with K samples per task, the unbiased estimators averaged over tasks; a task with
+ * fewer than k finished samples counts with the ones it has.
+ */
+export function passK(trajectories: Trajectory[], K: number): Pick<EvalResult, 'pass_at_k' | 'pass_hat_k'> {
+  const byTask = new Map<string, { n: number; c: number }>();
+  for (const t of trajectories) {
+    const s = byTask.get(t.task_id) ?? { n: 0, c: 0 };
+    s.n++;
+    if (t.success) s.c++;
+    byTask.set(t.task_id, s);
+  }
+  const tasks = [...byTask.values()];
+  if (tasks.length === 0 || K < 1) return {};
+  const pass_at_k: Record<string, number> = {};
+  const pass_hat_k: Record<string, number> = {};
+  for (let k = 1; k <= K; k++) {
+    pass_at_k[k] = mean(tasks.map((x) => passAtK(x.n, x.c, Math.min(k, x.n))));
+    pass_hat_k[k] = mean(tasks.map((x) => passHatK(x.n, x.c, Math.min(k, x.n))));
+  }
+  return { pass_at_k, pass_hat_k };
 }
 
 /** A step's row of metrics.jsonl: the learner's metrics, then the loop's (which win where both use a name). */
@@ -211,7 +237,9 @@ async function rolloutPolicy(c: TrainConfig, modelDir: string, o: { step: number
     const ours = new RegExp(`^${runName.replace(/[.]/g, '\\.')}-v(\\d+)$`);
     const adapterDir = resolve(modelDir, 'adapter');
     const copies = resolve(o.runDir, 'adapters');
-    let loaded: string | undefined;
+    // The adapters loaded, oldest first: the newest samples; with asynchronous training the
+    // max_staleness before it stay loaded for the requests still in flight that name them.
+    const loaded: string[] = [];
     const unload = async (name: string) => {
       await p.unloadLoraAdapter(name).catch((err: unknown) => {
         throw servedPolicyError(c, `unloading the LoRA adapter ${name} (POST /v1/unload_lora_adapter)`, err);
@@ -221,10 +249,10 @@ async function rolloutPolicy(c: TrainConfig, modelDir: string, o: { step: number
       const missing = ['adapter_config.json', 'adapter_model.safetensors'].filter((f) => !existsSync(join(adapterDir, f)));
       if (missing.length) throw new Error(`policy ${c.policy}: the learner wrote no LoRA adapter to push to the server: ${adapterDir} lacks ${missing.join(', ')}`);
       const name = `${runName}-v${version}`;
-      if (name === loaded) {
+      if (loaded.includes(name)) {
         // The same step's weights again (the run rolled back to it): vLLM refuses a name twice.
         await unload(name);
-        loaded = undefined;
+        loaded.splice(loaded.indexOf(name), 1);
         p.useModel(base, 0);
       }
       const copy = join(copies, name);
@@ -233,14 +261,16 @@ async function rolloutPolicy(c: TrainConfig, modelDir: string, o: { step: number
       await p.loadLoraAdapter(name, copy).catch((err: unknown) => {
         throw servedPolicyError(c, `loading the LoRA adapter ${name} from ${copy} (POST /v1/load_lora_adapter)`, err);
       });
-      const previous = loaded;
       p.useModel(name, version);
-      loaded = name;
-      if (previous) {
-        await unload(previous);
-        rmSync(join(copies, previous), { recursive: true, force: true });
+      loaded.push(name);
+      const retired: string[] = [];
+      while (loaded.length > c.max_staleness + 1) {
+        const old = loaded.shift()!;
+        await unload(old);
+        rmSync(join(copies, old), { recursive: true, force: true });
+        retired.push(old);
       }
-      o.log(`policy: the server samples from the LoRA adapter ${name}${previous ? ` (${previous} unloaded)` : ''}`);
+      o.log(`policy: the server samples from the LoRA adapter ${name}${retired.length ? ` (${retired.join(', ')} unloaded)` : ''}`);
     };
     // Adapters of this run that an earlier process left loaded (a kill, then --resume).
     const listed = await p.models().catch((err: unknown) => {
@@ -293,6 +323,7 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
   let session: LearnerSession | undefined;
   let policy: RolloutPolicy | undefined;
   let judging: Awaited<ReturnType<typeof rulerJudge>> | undefined;
+  let stopPipeline: (() => Promise<void>) | undefined;
   try {
     judging = await rulerJudge(c, run.dir, o.judge);
     // In-process sampling of a Hugging Face checkpoint needs its ONNX export (the learner keeps it
@@ -313,7 +344,7 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
     const evaluate = async (step: number): Promise<EvalResult> => {
       const r = await rollout(env, pol, held, { group: c.eval_samples, concurrency: c.concurrency, iteration: `eval.${step}` });
       const ok = r.trajectories.filter((t) => t.success).length;
-      const e: EvalResult = { step, success: ok / r.trajectories.length, ci95: wilson(ok, r.trajectories.length), episodes: r.trajectories.length, mean_reward: mean(r.trajectories.map((t) => t.reward)) };
+      const e: EvalResult = { step, success: ok / r.trajectories.length, ci95: wilson(ok, r.trajectories.length), episodes: r.trajectories.length, mean_reward: mean(r.trajectories.map((t) => t.reward)), ...passK(r.trajectories, c.eval_samples) };
       run.writeEval(e, r.trajectories);
       return e;
     };
@@ -335,22 +366,46 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
       });
     }
 
-    let t0 = performance.now() - run.state.train_seconds * 1000;
-    let deathsThisStep = 0;
-    let stopped = false;
-    while (run.state.step < c.steps) {
-      if (o.signal?.aborted) break;
-      const step = run.state.step + 1;
+    // The pipeline (pipeline.ts): the batches of the next steps are collected while the learner
+    // trains, at most max_staleness steps ahead (0: the synchronous loop). Each batch records the
+    // sampler's draws after it, which its step's checkpoint stores (resume draws the same tasks).
+    interface Produced {
+      got: Collected;
+      drawsAfter: number;
+    }
+    const versions = new VersionSteps();
+    versions.note(p.version(), run.state.step);
+    const judge = judging.judge;
+    const produce = async (step: number, signal: AbortSignal): Promise<Produced> => {
       await o.beforeRollout?.(step);
       const got = await collectGroups({
         env, policy: pol, sampler, step, tasksPerStep: c.tasks_per_step, group: c.group, concurrency: c.concurrency,
         dynamicSampling: c.dynamic_sampling, dynamicSamplingOn: c.dynamic_sampling_on, maxResampleRounds: c.max_resample_rounds,
-        overlong: { max: c.overlong_max, cache: c.overlong_cache }, judge: judging.judge, signal: o.signal,
+        overlong: { max: c.overlong_max, cache: c.overlong_cache }, judge, signal,
       });
+      return { got, drawsAfter: sampler.draws };
+    };
+    const startPipeline = () => new StepPipeline<Produced>(run.state.step + 1, c.steps, c.max_staleness, produce, o.signal);
+    let pipe = startPipeline();
+    stopPipeline = () => pipe.stop();
+
+    let t0 = performance.now() - run.state.train_seconds * 1000;
+    let deathsThisStep = 0;
+    let stopped = false;
+    let stepStart = performance.now();
+    while (run.state.step < c.steps) {
       if (o.signal?.aborted) break;
+      const step = run.state.step + 1;
+      const tw = performance.now();
+      const item = await pipe.next(step);
+      if (!item || o.signal?.aborted) break;
+      const waited = (performance.now() - tw) / 1000;
+      const { got } = item;
       if (got.judgeError) log(`step ${step}: the judge failed on ${got.droppedJudge} group(s), dropped; first: ${got.judgeError}`);
       run.writeTrajectories(got.trajectories);
-      const built = buildTrainBatch(got.kept, { advantage: c.advantage, perTurn: c.per_turn, maxLen: p.maxLen });
+      const stale = splitStale(got.kept, step, c.max_staleness, versions);
+      if (stale.dropped) log(`step ${step}: ${stale.dropped} group(s) sampled more than max_staleness ${c.max_staleness} steps ago, dropped`);
+      const built = buildTrainBatch(stale.kept, { advantage: c.advantage, perTurn: c.per_turn, maxLen: p.maxLen });
 
       const tl = performance.now();
       const checkpointDue = step % c.checkpoint_every === 0 || step === c.steps;
@@ -362,34 +417,59 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
           await s.exportWeights();
         }
         if (checkpointDue) {
-          Object.assign(run.state, { step, rng_draws: sampler.draws, train_seconds: (performance.now() - t0) / 1000 });
+          Object.assign(run.state, { step, rng_draws: item.drawsAfter, train_seconds: (performance.now() - t0) / 1000 });
           await checkpoint(step); // state.json always describes its checkpoint: both are written here, together
         }
       } catch (err) {
         // The learner died mid-step: it restarts from the last checkpoint, the run rolls back to
-        // that checkpoint's step (what was done since is the work lost) and goes on from there.
+        // that checkpoint's step (what was done since, and the batches collected ahead, are the
+        // work lost) and goes on from there.
         if (++deathsThisStep > 2 || !(await s.recover(err, `step ${step}`))) throw err;
+        await pipe.stop();
         run.rollback();
         await s.exportWeights();
         await p.reload(run.state.step, true);
+        versions.note(p.version(), run.state.step);
         sampler.seek(run.state.rng_draws);
         t0 = performance.now() - run.state.train_seconds * 1000;
+        pipe = startPipeline();
+        stepStart = performance.now();
         continue;
       }
       deathsThisStep = 0;
       const learnerSeconds = (performance.now() - tl) / 1000;
+      // The sampler picks up the new weights between batches: turns in flight keep the version that sampled them.
       await p.reload(step, built.batch.ids.length > 0);
+      versions.note(p.version(), step);
+      const stepSeconds = (performance.now() - stepStart) / 1000;
 
       run.state.step = step;
       const m = stepMetrics(step, lm, got, built, { reward: env.reward.name, learnerSeconds, restarts: s.restarts, version: Number(p.version() ?? 0) });
-      if (c.eval_every > 0 && step % c.eval_every === 0 && step < c.steps) m.eval_success = (await evaluate(step)).success;
+      Object.assign(m, {
+        max_staleness: c.max_staleness,
+        staleness_hist: stale.histogram,
+        staleness_mean: stale.mean,
+        staleness_max: stale.max,
+        stale_groups_dropped: stale.dropped,
+        step_seconds: stepSeconds,
+        learner_wait_seconds: waited,
+        learner_idle_fraction: stepSeconds > 0 ? Math.min(1, Math.max(0, (stepSeconds - learnerSeconds) / stepSeconds)) : 0,
+      });
+      if (c.eval_every > 0 && step % c.eval_every === 0 && step < c.steps) {
+        const e = await evaluate(step);
+        m.eval_success = e.success;
+        if (e.pass_hat_k) m.eval_pass_hat_k = e.pass_hat_k[String(c.eval_samples)];
+      }
       run.state.train_seconds = (performance.now() - t0) / 1000;
-      run.state.rng_draws = sampler.draws;
+      run.state.rng_draws = item.drawsAfter;
       if (checkpointDue) run.commit(); // with this step's evaluation
       run.writeMetrics(m);
       o.onStep?.(m);
       run.refreshReport(title, { config: c, step: run.state.step });
+      stepStart = performance.now();
+      pipe.finished(step);
     }
+    await pipe.stop();
     stopped = run.state.step < c.steps;
     if (stopped) {
       // Ctrl-C: a checkpoint of what is done, so that `resume` continues from here.
@@ -410,6 +490,7 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
     run.refreshReport(title, { before: result.before, after: result.after, train_seconds: result.train_seconds, steps: result.steps, config: c });
     return result;
   } finally {
+    await stopPipeline?.().catch(() => {});
     run.close();
     await env.close();
     await policy?.close();

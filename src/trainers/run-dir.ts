@@ -16,6 +16,9 @@ export interface EvalResult {
   ci95: [number, number];
   episodes: number;
   mean_reward: number;
+  /** pass@k and pass^k for k = 1..eval_samples (keys "1".."K"), averaged over the held-out tasks. */
+  pass_at_k?: Record<string, number>;
+  pass_hat_k?: Record<string, number>;
 }
 
 export interface RunState {

@@ -8,7 +8,7 @@ import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { resolveConfig, train, type LearnerClient, type TrainConfigInput } from '../../src/trainers/index.ts';
+import { resolveConfig, TaskSampler, train, trainingTasks, type LearnerClient, type TrainConfigInput } from '../../src/trainers/index.ts';
 
 const ROOT = join(import.meta.dirname, '..', '..');
 const MODEL = join(ROOT, 'models', 'calc-tiny');
@@ -58,11 +58,11 @@ describe('the training loop under faults', () => {
     const runDir = tmp('server');
     let killedPid = 0;
     const result = await train({
-      // 16 episodes, 8 at a time: the first 8 are done after ~0.5 s, the next 8 in their calls.
+      // 16 episodes, 8 at a time; the pipeline (max_staleness 1) starts step 2's rollouts while the learner trains step 1.
       config: small({ bundled_servers: 'stdio', concurrency: 8 }),
       runDir,
-      // Every tool call takes 400 ms, so that the kill lands while calls are in flight.
-      environment: { serverOptions: { delayMs: 400 } },
+      // Every tool call takes 1.5 s, so that the kill (0.75 s into step 2's rollouts) lands while the first 8 episodes' calls are in flight.
+      environment: { serverOptions: { delayMs: 1500 } },
       beforeRollout: (step) => {
         if (step !== 2) return;
         setTimeout(() => {
@@ -88,6 +88,61 @@ describe('the training loop under faults', () => {
     const errors = traj.filter((t) => t.finish === 'error');
     expect(errors.length).toBe(m[1]!.failed_episodes);
     expect(errors.every((t) => /tool server failed/.test(t.error ?? ''))).toBe(true);
+  }, 240_000);
+
+  it('max_staleness 0 is the synchronous loop: a seeded run is repeated exactly, every turn sampled by the weights of the step before', async () => {
+    const once = async (name: string) => {
+      const runDir = tmp(name);
+      await train({ config: small({ max_staleness: 0 }), runDir });
+      return {
+        traj: rows(join(runDir, 'trajectories.jsonl')) as unknown as { group_id: string; turns: { tokens: number[]; policy_version: number }[] }[],
+        metrics: rows(join(runDir, 'metrics.jsonl')),
+        evals: rows(join(runDir, 'eval.jsonl')),
+      };
+    };
+    const a = await once('sync-a');
+    const b = await once('sync-b');
+    expect(a.traj.length).toBe(3 * 16);
+    expect(b.traj.map((t) => t.turns.map((u) => u.tokens))).toEqual(a.traj.map((t) => t.turns.map((u) => u.tokens)));
+    const learned = (m: Record<string, number>) => [m.loss, m.pg_loss, m.grad_norm, m.reward_mean, m.policy_version];
+    expect(b.metrics.map(learned)).toEqual(a.metrics.map(learned));
+    expect(b.evals.map((e) => e.success)).toEqual(a.evals.map((e) => e.success));
+    // Step k samples with the weights exported after step k - 1 (policy_version counts the exports).
+    const v0 = a.metrics[0]!.policy_version! - 1;
+    for (const t of a.traj) {
+      const step = Number(/@train\.(\d+)\./.exec(t.group_id)![1]);
+      for (const u of t.turns) expect(u.policy_version).toBe(v0 + step - 1);
+    }
+    for (const m of a.metrics) {
+      expect(m.staleness_max).toBe(0);
+      expect(m.staleness_hist).toEqual({ 0: 16 });
+    }
+  }, 240_000);
+
+  it('max_staleness 1: the next batch is collected while the learner trains; turns at most one step stale, the metrics say so', async () => {
+    const runDir = tmp('async');
+    const r = await train({ config: small({ max_staleness: 1, steps: 4 }), runDir });
+    expect(r.steps).toBe(4);
+    const m = rows(join(runDir, 'metrics.jsonl')) as unknown as { staleness_hist: Record<string, number>; [k: string]: number | Record<string, number> }[];
+    const n = (x: (typeof m)[number], k: string) => x[k] as number;
+    expect(m.map((x) => x.step)).toEqual([1, 2, 3, 4]);
+    for (const x of m) {
+      expect(n(x, 'max_staleness')).toBe(1);
+      expect(n(x, 'staleness_max')).toBeLessThanOrEqual(1);
+      expect(n(x, 'stale_groups_dropped')).toBe(0);
+      expect(n(x, 'learner_idle_fraction')).toBeGreaterThanOrEqual(0);
+      expect(n(x, 'learner_idle_fraction')).toBeLessThanOrEqual(1);
+      expect(Object.values(x.staleness_hist).reduce((a, b) => a + b, 0)).toBe(16);
+    }
+    expect(n(m[0]!, 'staleness_max')).toBe(0); // the first batch: the cold-start weights, nothing trained yet
+    // Batches after the first started while the learner trained: some of their turns come from the older weights.
+    expect(m.slice(1).reduce((n, x) => n + (x.staleness_hist[1] ?? 0), 0)).toBeGreaterThan(0);
+    const v0 = n(m[0]!, 'policy_version') - 1;
+    const traj = rows(join(runDir, 'trajectories.jsonl')) as unknown as { group_id: string; turns: { policy_version: number }[] }[];
+    for (const t of traj) {
+      const step = Number(/@train\.(\d+)\./.exec(t.group_id)![1]);
+      for (const u of t.turns) expect([v0 + step - 2, v0 + step - 1]).toContain(u.policy_version);
+    }
   }, 240_000);
 
   it('Ctrl-C stops the CLI cleanly with a checkpoint, and --resume continues to the end', async () => {
@@ -127,5 +182,16 @@ describe('the training loop under faults', () => {
     expect(checkpointStep(runDir)).toEqual({ state: 4, learner: 4 });
     // Each step's metrics once, in order, across the two processes.
     expect(rows(metricsFile).map((r) => r.step)).toEqual([1, 2, 3, 4]);
+    // The pipeline (max_staleness 1 by default) had drawn the next step's tasks when it stopped; the
+    // checkpoint recorded the draws of the steps trained, so every step trained the tasks an
+    // uninterrupted run draws: the sampler's sequence, 4 per step.
+    const c = small({ steps: 4 });
+    const sampler = new TaskSampler(trainingTasks(c).train, c.seed + 7);
+    const trained = rows(join(runDir, 'trajectories.jsonl')) as unknown as { task_id: string; group_id: string }[];
+    for (let step = 1; step <= 4; step++) {
+      const expected = new Set(Array.from({ length: 4 }, () => sampler.draw().id));
+      const got = new Set(trained.filter((t) => t.group_id.includes(`@train.${step}.`)).map((t) => t.task_id));
+      expect(got, `step ${step}`).toEqual(expected);
+    }
   }, 300_000);
 });

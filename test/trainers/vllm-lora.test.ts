@@ -116,6 +116,7 @@ describe('train --policy openai:<model> --base-url <vLLM> with LoRA', () => {
       config: {
         preset: 'grpo', model: modelDir, lora_rank: 4, policy: `openai:${SERVED}`, base_url: replay.url, api_key_env: KEY_ENV,
         steps: 2, tasks_per_step: 2, group: 2, eval_every: 0, eval_samples: 1, max_new_tokens: 64, lr: 1e-3, epochs: 1, device: 'cpu', threads: 4,
+        max_staleness: 0, // synchronous: each step's requests name exactly the adapter before it
       },
       runDir,
       trainTasks,
@@ -181,6 +182,37 @@ describe('train --policy openai:<model> --base-url <vLLM> with LoRA', () => {
     for (const f of filesUnder(runDir).filter((f) => !f.endsWith('.safetensors') && !f.endsWith('.pt'))) expect(readFileSync(join(runDir, f), 'utf8'), f).not.toContain(KEY);
   }, 600_000);
 
+  it('asynchronous (max_staleness 1): the adapter before the newest stays loaded for the requests in flight; turns are at most one step stale', async () => {
+    const runDir = join(tmp, 'lora-async');
+    const loadsBefore = replay.loads.length;
+    const requestsBefore = replay.requests.length;
+    const r = await train({
+      config: {
+        preset: 'grpo', model: modelDir, lora_rank: 4, policy: `openai:${SERVED}`, base_url: replay.url, api_key_env: KEY_ENV,
+        steps: 3, tasks_per_step: 2, group: 2, eval_every: 0, eval_samples: 1, max_new_tokens: 64, lr: 1e-3, epochs: 1, device: 'cpu', threads: 4,
+        max_staleness: 1,
+      },
+      runDir,
+      trainTasks,
+      evalTasks,
+    });
+    expect(r.steps).toBe(3);
+    expect(replay.loads.slice(loadsBefore).map((l) => l.name)).toEqual(['lora-async-v1', 'lora-async-v2', 'lora-async-v3']);
+    // Two adapters stay loaded (the newest and the one before it); older ones are unloaded with their copies.
+    expect(replay.loaded().filter((n) => n.startsWith('lora-async')).sort()).toEqual(['lora-async-v2', 'lora-async-v3']);
+    expect(readdirSync(join(runDir, 'adapters')).sort()).toEqual(['lora-async-v2', 'lora-async-v3']);
+    const trajs = readFileSync(join(runDir, 'trajectories.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Trajectory);
+    for (const t of trajs) {
+      const step = Number(/@train\.(\d+)\./.exec(t.group_id)![1]);
+      for (const turn of t.turns) expect([step - 2, step - 1]).toContain(turn.policy_version);
+    }
+    const rows = readFileSync(join(runDir, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>);
+    expect(rows.map((m) => m.staleness_max as number).every((x) => x <= 1)).toBe(true);
+    expect(rows.every((m) => m.stale_groups_dropped === 0)).toBe(true);
+    // No request named an adapter already unloaded (the replay answers those 404, as vLLM does).
+    expect(replay.requests.slice(requestsBefore).filter((q) => q.path.endsWith('/chat/completions') && q.status !== 200)).toEqual([]);
+  }, 600_000);
+
   it('a cold-start model that holds an adapter (the learner continues it): the server samples from it from the start, as v0', async () => {
     const runDir = join(tmp, 'cold');
     const loadsBefore = replay.loads.length;
@@ -198,7 +230,7 @@ describe('train --policy openai:<model> --base-url <vLLM> with LoRA', () => {
     const after = replay.completions.slice(load[0]!.afterCompletions);
     expect(after.length).toBeGreaterThan(0);
     expect(after.every((c) => c.model === 'cold-v0')).toBe(true);
-    expect(replay.loaded().sort()).toEqual(['cold-v0', 'lora-run-v2']);
+    expect(replay.loaded().filter((n) => !n.startsWith('lora-async')).sort()).toEqual(['cold-v0', 'lora-run-v2']);
   }, 600_000);
 
   it('a load the server refuses ends the run with the endpoint, the status and vLLM’s message', async () => {

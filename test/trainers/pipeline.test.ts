@@ -1,0 +1,131 @@
+/**
+ * The asynchronous pipeline's scheduling (StepPipeline) and staleness accounting (splitStale),
+ * with a producer whose batches take real time: when each batch may start relative to the
+ * consumer's steps, for max_staleness 0, 1 and 2; a stop; a producer's error.
+ */
+import { describe, expect, it } from 'vitest';
+import { splitStale, stalenessOf, StepPipeline, VersionSteps } from '../../src/trainers/pipeline.ts';
+import type { Trajectory } from '../../src/env/index.ts';
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** Runs `steps` steps: producing a batch takes `produceMs`, training one `trainMs`; returns the event log. */
+async function schedule(maxStaleness: number, steps: number, produceMs: number, trainMs: number) {
+  const events: string[] = [];
+  const pipe = new StepPipeline<number>(1, steps, maxStaleness, async (k) => {
+    events.push(`start ${k}`);
+    await sleep(produceMs);
+    events.push(`made ${k}`);
+    return k * 10;
+  });
+  const got: number[] = [];
+  for (let k = 1; k <= steps; k++) {
+    const v = await pipe.next(k);
+    got.push(v!);
+    events.push(`train ${k}`);
+    await sleep(trainMs);
+    events.push(`trained ${k}`);
+    pipe.finished(k);
+  }
+  await pipe.stop();
+  return { events, got };
+}
+
+const at = (events: string[], e: string) => {
+  const i = events.indexOf(e);
+  if (i < 0) throw new Error(`no event ${e} in ${events.join(', ')}`);
+  return i;
+};
+
+describe('StepPipeline', () => {
+  it('max_staleness 0 is the synchronous loop: a batch starts only after the step before it is finished', async () => {
+    const { events, got } = await schedule(0, 4, 15, 15);
+    expect(got).toEqual([10, 20, 30, 40]);
+    expect(events).toEqual(['start 1', 'made 1', 'train 1', 'trained 1', 'start 2', 'made 2', 'train 2', 'trained 2', 'start 3', 'made 3', 'train 3', 'trained 3', 'start 4', 'made 4', 'train 4', 'trained 4']);
+  });
+
+  it('max_staleness 1: the next batch is collected while the learner trains, never two ahead', async () => {
+    const { events, got } = await schedule(1, 5, 20, 30);
+    expect(got).toEqual([10, 20, 30, 40, 50]);
+    for (let k = 1; k < 5; k++) expect(at(events, `start ${k + 1}`)).toBeLessThan(at(events, `trained ${k}`)); // overlap
+    for (let k = 1; k + 2 <= 5; k++) expect(at(events, `start ${k + 2}`)).toBeGreaterThan(at(events, `trained ${k}`)); // bound
+  });
+
+  it('max_staleness 2: up to two batches ahead when training is the slow part', async () => {
+    const { events } = await schedule(2, 5, 5, 40);
+    expect(at(events, 'start 3')).toBeLessThan(at(events, 'trained 1'));
+    for (let k = 1; k + 3 <= 5; k++) expect(at(events, `start ${k + 3}`)).toBeGreaterThan(at(events, `trained ${k}`));
+  });
+
+  it('stop ends the batch in flight through its signal; next then answers undefined', async () => {
+    let sawAbort = false;
+    const pipe = new StepPipeline<number>(1, 10, 1, async (k, signal) => {
+      if (k === 1) return 1;
+      await new Promise<void>((r) => signal.addEventListener('abort', () => r(), { once: true }));
+      sawAbort = true;
+      return k;
+    });
+    expect(await pipe.next(1)).toBe(1);
+    await sleep(10);
+    await pipe.stop();
+    expect(sawAbort).toBe(true);
+    expect(await pipe.next(2)).toBeUndefined();
+  });
+
+  it("the run's own signal stops it too", async () => {
+    const ac = new AbortController();
+    const pipe = new StepPipeline<number>(3, 10, 0, async (k) => k, ac.signal);
+    expect(await pipe.next(3)).toBe(3);
+    ac.abort();
+    expect(await pipe.next(4)).toBeUndefined();
+    await pipe.stop();
+  });
+
+  it("a producer's error reaches the consumer at that step", async () => {
+    const pipe = new StepPipeline<number>(1, 5, 1, async (k) => {
+      if (k === 2) throw new Error('the tool server is gone');
+      return k;
+    });
+    expect(await pipe.next(1)).toBe(1);
+    await expect(pipe.next(2)).rejects.toThrow('the tool server is gone');
+    await pipe.stop();
+  });
+
+  it('refuses a negative or fractional max_staleness', () => {
+    expect(() => new StepPipeline(1, 2, -1, async () => 0)).toThrow(/max_staleness: must be an integer >= 0, got -1/);
+    expect(() => new StepPipeline(1, 2, 0.5, async () => 0)).toThrow(/max_staleness/);
+  });
+});
+
+const traj = (versions: (number | undefined)[]): Trajectory => ({ turns: versions.map((v) => (v === undefined ? {} : { policy_version: v })) }) as unknown as Trajectory;
+
+describe('staleness', () => {
+  it('a trajectory is as stale as its oldest turn, measured against the weights the step trains from', () => {
+    const v = new VersionSteps();
+    v.note(7, 0); // the cold-start weights, version 7
+    v.note(8, 1);
+    v.note(9, 2);
+    expect(stalenessOf(traj([9, 9]), 3, v)).toBe(0); // step 3 trains from step 2's weights (version 9)
+    expect(stalenessOf(traj([8, 9]), 3, v)).toBe(1); // a reload between its turns: the first turn counts
+    expect(stalenessOf(traj([7]), 3, v)).toBe(2);
+    expect(stalenessOf(traj([undefined]), 3, v)).toBe(0); // a policy that reports no version
+  });
+
+  it('drops groups staler than the limit, counts them, and histograms the rest', () => {
+    const v = new VersionSteps();
+    v.note('a', 0);
+    v.note('b', 1);
+    v.note('c', 2);
+    const groups = [
+      { group_id: 'g1', trajectories: [traj(['c' as never]), traj(['c' as never])] },
+      { group_id: 'g2', trajectories: [traj(['b' as never]), traj(['c' as never])] },
+      { group_id: 'g3', trajectories: [traj(['a' as never]), traj(['c' as never])] },
+    ];
+    const s = splitStale(groups, 3, 1, v);
+    expect(s.kept.map((g) => g.group_id)).toEqual(['g1', 'g2']);
+    expect(s.dropped).toBe(1);
+    expect(s.histogram).toEqual({ 0: 3, 1: 1 });
+    expect(s.mean).toBeCloseTo(0.25, 12);
+    expect(s.max).toBe(1);
+  });
+});
