@@ -41,15 +41,15 @@ export function lineChart(id: string, title: string, series: Series[], opts: { y
       return `<polyline class="series" data-series="${esc(s.name)}" data-n="${pts.length}" fill="none" stroke="${s.color}" stroke-width="1.8" points="${coords}"/>${dots}`;
     })
     .join('');
-  const legend = series.map((s, i) => `<text x="${m.l + 8 + i * 120}" y="16" font-size="11" fill="${s.color}">■ ${esc(s.name)}</text>`).join('');
+  const legend = `<div class="legend">${series.map((s) => `<span style="color:${s.color}">■ ${esc(s.name)}</span>`).join(' ')}</div>`;
   return `<figure class="chart" id="${id}"><figcaption>${esc(title)}</figcaption>
 <svg viewBox="0 0 ${W} ${H}" width="${W}" height="${H}" role="img" aria-label="${esc(title)}">
 <rect x="${m.l}" y="${m.t}" width="${W - m.l - m.r}" height="${H - m.t - m.b}" fill="#fafafa" stroke="#ddd"/>
 ${ticks.map((t) => `<text x="${m.l - 6}" y="${sy(t) + 4}" font-size="10" text-anchor="end">${Number(t.toFixed(3))}</text><line x1="${m.l}" x2="${W - m.r}" y1="${sy(t)}" y2="${sy(t)}" stroke="#eee"/>`).join('')}
 <text x="${W - m.r}" y="${H - 8}" font-size="10" text-anchor="end">step ${Number(x1.toFixed(1))}</text>
 <text x="${m.l}" y="${H - 8}" font-size="10">${Number(x0.toFixed(1))}</text>
-${legend}${lines}
-</svg></figure>`;
+${lines}
+</svg>${legend}</figure>`;
 }
 
 function trajectoryHtml(t: Trajectory, label: string): string {
@@ -66,10 +66,23 @@ function trajectoryHtml(t: Trajectory, label: string): string {
   return `<details class="traj ${t.success ? 'ok' : 'fail'}"><summary>${esc(label)}: ${esc(t.task_id)} — ${t.success ? 'solved' : 'failed'}, reward ${t.reward.toFixed(3)}, ${t.metrics.turns} turns, ${t.metrics.tool_calls} tool calls</summary>${msgs}</details>`;
 }
 
+/** The held-out evaluations' pass@1 (with its 95% interval as two dashed bounds) and pass^k for each k sampled. */
+function passChart(evals: ReportInput['evals']): string {
+  const K = Math.max(1, ...evals.map((e) => Object.keys(e.pass_hat_k ?? {}).length));
+  const colors = ['#d62728', '#9467bd', '#8c564b', '#e377c2', '#7f7f7f', '#bcbd22', '#17becf', '#1f77b4'];
+  const series: Series[] = [
+    { name: 'pass@1', points: evals.map((e) => [e.step, e.success] as [number, number]), color: '#2ca02c' },
+    { name: 'pass@1 95% low', points: evals.map((e) => [e.step, e.ci95[0]] as [number, number]), color: '#98df8a' },
+    { name: 'pass@1 95% high', points: evals.map((e) => [e.step, e.ci95[1]] as [number, number]), color: '#98df8a' },
+  ];
+  for (let k = 2; k <= K; k++) series.push({ name: `pass^${k}`, points: evals.filter((e) => e.pass_hat_k?.[k] !== undefined).map((e) => [e.step, e.pass_hat_k![k]!] as [number, number]), color: colors[(k - 2) % colors.length]! });
+  return lineChart('chart-pass', 'Held-out pass@1 and pass^k (every k of the samples succeed)', series, { yMin: 0, yMax: 1 });
+}
+
 export interface ReportInput {
   title: string;
   metrics: Record<string, unknown>[];
-  evals: { step: number; success: number; ci95: [number, number] }[];
+  evals: { step: number; success: number; ci95: [number, number]; pass_at_k?: Record<string, number>; pass_hat_k?: Record<string, number> }[];
   samples: { label: string; trajectory: Trajectory }[];
   summary?: Record<string, unknown>;
 }
@@ -91,6 +104,23 @@ export function renderReport(r: ReportInput): string {
     ),
     lineChart('chart-kl', 'KL to the reference', [{ name: 'kl', points: pts('kl'), color: '#9467bd' }]),
     lineChart('chart-entropy', 'Entropy (nats / token)', [{ name: 'entropy', points: pts('entropy'), color: '#8c564b' }]),
+    passChart(r.evals),
+    lineChart('chart-staleness', 'Staleness (steps between the sampling weights and the trained ones)', [
+      { name: 'mean', points: pts('staleness_mean'), color: '#1f77b4' },
+      { name: 'max', points: pts('staleness_max'), color: '#ff7f0e' },
+      { name: 'groups dropped (stale)', points: pts('stale_groups_dropped'), color: '#d62728' },
+    ], { yMin: 0 }),
+    lineChart('chart-corrections', 'Off-policy corrections (fractions of scored tokens; log-ratio learner − sampler)', [
+      { name: 'IS truncated', points: pts('is_truncated_fraction'), color: '#9467bd' },
+      { name: 'IS masked', points: pts('is_masked_fraction'), color: '#d62728' },
+      { name: 'PPO clipped', points: pts('clip_fraction'), color: '#2ca02c' },
+      { name: 'mean log-ratio', points: pts('sampler_log_ratio_mean'), color: '#8c564b' },
+    ]),
+    lineChart('chart-time', 'Seconds per step, and the learner idle fraction', [
+      { name: 'step seconds', points: pts('step_seconds'), color: '#1f77b4' },
+      { name: 'learner seconds', points: pts('learner_seconds'), color: '#ff7f0e' },
+      { name: 'idle fraction', points: pts('learner_idle_fraction'), color: '#7f7f7f' },
+    ], { yMin: 0 }),
     lineChart('chart-length', 'Lengths', [
       { name: 'policy tokens / episode', points: pts('policy_tokens_mean'), color: '#ff7f0e' },
       { name: 'turns x 10', points: r.metrics.map((m) => [num(m.step), num(m.turns_mean) * 10] as [number, number]), color: '#17becf' },
@@ -102,7 +132,7 @@ export function renderReport(r: ReportInput): string {
 <style>body{font-family:system-ui,sans-serif;margin:24px;color:#222}h1{font-size:20px}.charts{display:flex;flex-wrap:wrap;gap:12px}
 figure{margin:0;border:1px solid #eee;padding:6px}figcaption{font-size:13px;font-weight:600}.traj{margin:6px 0;border:1px solid #ddd;padding:6px}
 .traj.ok summary{color:#2a7}.traj.fail summary{color:#c33}.msg{margin:3px 0 3px 12px;font-size:13px}.msg.tool{color:#555}.role{font-weight:600}
-code{background:#f4f4f4;padding:1px 3px}.summary{background:#f8f8f8;padding:8px;font-size:12px}</style></head>
+code{background:#f4f4f4;padding:1px 3px}.legend{font-size:11px;max-width:460px}.summary{background:#f8f8f8;padding:8px;font-size:12px}</style></head>
 <body><h1>${esc(r.title)}</h1>${summary}<div class="charts">${charts}</div>
 <h2>Sample trajectories</h2>${samples || '<p>none yet</p>'}
 <script>

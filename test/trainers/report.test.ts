@@ -26,12 +26,21 @@ describe.skipIf(!CHROMIUM)('report.html in headless Chromium', () => {
   it('draws every chart with its data, and renders the sample trajectories', () => {
     const dir = mkdtempSync(join(tmpdir(), 'mcp-gym-report-'));
     const file = join(dir, 'report.html');
-    const metrics = Array.from({ length: 7 }, (_, i) => ({ step: i + 1, reward_mean: 0.5 + i / 10, success_rate: 0.3 + i / 20, kl: i / 100, entropy: 1 - i / 20, policy_tokens_mean: 40 + i, turns_mean: 2 }));
-    writeReport(file, { title: 'test run', metrics, evals: [{ step: 0, success: 0.3, ci95: [0.2, 0.4] }, { step: 7, success: 0.6, ci95: [0.5, 0.7] }], samples: [{ label: 'eval', trajectory }] });
+    const metrics = Array.from({ length: 7 }, (_, i) => ({
+      step: i + 1, reward_mean: 0.5 + i / 10, success_rate: 0.3 + i / 20, kl: i / 100, entropy: 1 - i / 20, policy_tokens_mean: 40 + i, turns_mean: 2,
+      staleness_mean: i / 10, staleness_max: 1, stale_groups_dropped: 0, is_truncated_fraction: 0.01 * i, is_masked_fraction: 0, clip_fraction: 0.02, sampler_log_ratio_mean: -0.001 * i,
+      step_seconds: 3 + i / 10, learner_seconds: 2.5, learner_idle_fraction: 0.1,
+    }));
+    const pass = (p: number) => ({ pass_at_k: { 1: p, 2: p + 0.1, 3: p + 0.15, 4: p + 0.2 }, pass_hat_k: { 1: p, 2: p - 0.1, 3: p - 0.15, 4: p - 0.2 } });
+    writeReport(file, { title: 'test run', metrics, evals: [{ step: 0, success: 0.3, ci95: [0.2, 0.4], ...pass(0.3) }, { step: 5, success: 0.5, ci95: [0.4, 0.6], ...pass(0.5) }, { step: 7, success: 0.6, ci95: [0.5, 0.7], ...pass(0.6) }], samples: [{ label: 'eval', trajectory }] });
     const dom = execFileSync(CHROMIUM!, ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync', `--user-data-dir=${join(dir, 'profile')}`, '--virtual-time-budget=3000', '--dump-dom', `file://${file}`], { encoding: 'utf8', timeout: 60_000, stdio: ['ignore', 'pipe', 'ignore'] });
     expect(dom).toContain('data-ready="1"');
     const drawn = Object.fromEntries([...dom.matchAll(/<figure class="chart" id="([\w-]+)" data-drawn="(\d+)"/g)].map((m) => [m[1], Number(m[2])]));
-    expect(drawn).toEqual({ 'chart-reward': 7, 'chart-success': 9, 'chart-kl': 7, 'chart-entropy': 7, 'chart-length': 14 });
+    expect(drawn).toEqual({
+      'chart-reward': 7, 'chart-success': 10, 'chart-kl': 7, 'chart-entropy': 7, 'chart-length': 14,
+      'chart-pass': 18, // pass@1 and its two bounds, pass^2..pass^4: 6 series of 3 evaluations
+      'chart-staleness': 21, 'chart-corrections': 28, 'chart-time': 21,
+    });
     expect(dom).toContain('evaluate</b>(<code>{"expression":"2 + 3"}</code>)');
   });
 });
