@@ -1,10 +1,12 @@
 """One RL step of the GRPO family: the trainer behind `train` (PROTOCOL.md, "Training").
 
-One `train` call = one step of the run: the reference logprobs once (when beta > 0), then `epochs`
-passes over the batch, each cut into minibatches (one optimizer step each), each cut into micro-batches
-(gradient accumulation). Every loss is normalised by the counts of the whole minibatch (losses.py), so
-the micro-batching and the DDP sharding change nothing but rounding. AdamW and the learning-rate
-schedule (linear warm-up, then cosine to min_lr_ratio · lr at total_steps) persist across calls.
+One `train` call = one step of the run: the reference logprobs once (when beta > 0), the learner's old
+logprobs once (with an off-policy correction, when the call makes more than one optimizer step; with one
+step they are the first forward's own logprobs, detached), then `epochs` passes over the batch, each cut
+into minibatches (one optimizer step each), each cut into micro-batches (gradient accumulation). Every
+loss is normalised by the counts of the whole minibatch (losses.py), so the micro-batching and the DDP
+sharding change nothing but rounding. AdamW and the learning-rate schedule (linear warm-up, then cosine
+to min_lr_ratio · lr at total_steps) persist across calls.
 
 The batch and the config arrive validated (batch.py, rl_config.py). A step that fails part-way (a
 non-finite gradient, an exception) is rolled back when the model and the optimizer state are small
@@ -19,12 +21,12 @@ import contextlib
 import copy
 import math
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
 
 from .batch import Batch, micro_batches, micro_inputs, minibatches
-from .losses import loss_terms, token_weights
+from .losses import ImportanceWeights, importance_weights, loss_terms, token_weights
 from .metrics import StepSums, summary
 from .policy import Adapter, LogprobModule
 from .reference import Reference
@@ -119,77 +121,129 @@ class RLTrainer:
     def _micro(self, shard: Sequence[int], batch: Batch, cfg: RLConfig) -> List[List[int]]:
         return micro_batches(shard, batch, cfg.micro_batch_size)
 
-    def _reference_logprobs(self, batch: Batch, cfg: RLConfig) -> List[torch.Tensor]:
-        """The reference's logprobs of every scored token (rank r computes the sequences i with i % W == r,
-        then one all-reduce shares them)."""
+    def _share_scored(self, batch: Batch, micros: Sequence[Sequence[int]],
+                      compute: Callable[[Sequence[int]], torch.Tensor], share: bool = True) -> List[torch.Tensor]:
+        """Per-token values of every scored token: this rank computes the sequences of `micros` (one call of
+        `compute` per micro-batch, no gradient); with `share` (every rank must call it then) one all-reduce
+        of the flat vector (zeros elsewhere) gives every rank all of them."""
         B = len(batch)
         offsets = [0]
         for n in batch.scored:
             offsets.append(offsets[-1] + n)
-        mine = [i for i in range(B) if i % self.world == self.rank]
         dtype = torch.float64 if next(self.model.parameters()).dtype == torch.float64 else torch.float32
         flat = torch.zeros(offsets[-1], dtype=dtype, device=self.device)
-        for mb in self._micro(mine, batch, cfg):
-            inputs, sel, targets, _, _ = micro_inputs(batch, mb, self.adapter, self.device)
-            with self._autocast():
-                lp = self.reference.logprobs(inputs, sel, targets, cfg.temperature, cfg.logit_chunk)
-            o = 0
-            for i in mb:
-                n = batch.scored[i]
-                flat[offsets[i]: offsets[i] + n] = lp[o: o + n].to(dtype)
-                o += n
-        if self.dist:
+        with torch.no_grad():
+            for mb in micros:
+                lp = compute(mb)
+                o = 0
+                for i in mb:
+                    n = batch.scored[i]
+                    flat[offsets[i]: offsets[i] + n] = lp[o: o + n].to(dtype)
+                    o += n
+        if share and self.dist:
             self.dist.all_reduce(flat)
         return [flat[offsets[i]: offsets[i + 1]] for i in range(B)]
 
+    def _reference_logprobs(self, batch: Batch, cfg: RLConfig) -> List[torch.Tensor]:
+        """The reference's logprobs of every scored token (rank r computes the sequences i with i % W == r,
+        then one all-reduce shares them)."""
+        mine = [i for i in range(len(batch)) if i % self.world == self.rank]
+
+        def compute(mb):
+            inputs, sel, targets, _, _ = micro_inputs(batch, mb, self.adapter, self.device)
+            with self._autocast():
+                return self.reference.logprobs(inputs, sel, targets, cfg.temperature, cfg.logit_chunk)
+
+        return self._share_scored(batch, self._micro(mine, batch, cfg), compute)
+
+    def _first_epoch_micros(self, batch: Batch, cfg: RLConfig) -> List[List[int]]:
+        """This rank's micro-batches of the first epoch, in order (all its minibatches)."""
+        return [m for mb in minibatches(len(batch), cfg.minibatch_size, cfg.seed, self.step, 0)
+                for m in self._micro(mb[self.rank::self.world], batch, cfg)]
+
+    def _policy_logprobs(self, batch: Batch, cfg: RLConfig, share: bool = True) -> List[torch.Tensor]:
+        """The current weights' processed logprobs (temperature, top-k, top-p) of the scored tokens, computed
+        as the first epoch of `train` computes them (the same micro-batches, the same forward, train mode):
+        o_t, the learner's old logprobs. share: every rank gets every sequence (one all-reduce)."""
+        was = self.model.training
+        self.model.train()
+
+        def compute(mb):
+            inputs, sel, targets, _, _ = micro_inputs(batch, mb, self.adapter, self.device)
+            with self._autocast():
+                lp, _, _ = self.module(inputs, sel, targets, cfg.temperature, cfg.top_k, cfg.top_p,
+                                       cfg.logit_chunk, True)
+            return lp
+
+        try:
+            return self._share_scored(batch, self._first_epoch_micros(batch, cfg), compute, share)
+        finally:
+            self.model.train(was)
+
+    @staticmethod
+    def one_optimizer_step(cfg: RLConfig, n_seqs: int) -> bool:
+        """The call makes one optimizer step (one epoch, one minibatch): the first forward of each micro-batch
+        comes before any step, so its own logprobs (detached) are the learner's old logprobs o_t."""
+        return cfg.epochs == 1 and (cfg.minibatch_size == 0 or cfg.minibatch_size >= n_seqs)
+
+    def _learner_old(self, batch: Batch, cfg: RLConfig) -> Optional[List[torch.Tensor]]:
+        """o_t by a pass before the first optimizer step when the loss needs it and no forward gives it free."""
+        if cfg.is_correction == "none" or self.one_optimizer_step(cfg, len(batch)):
+            return None
+        return self._policy_logprobs(batch, cfg)
+
     def _forward(self, batch: Batch, mb: Sequence[int], cfg: RLConfig, ref: Optional[List[torch.Tensor]],
-                 n_seqs: int, n_tokens: int, engine=None):
+                 n_seqs: int, n_tokens: int, engine=None, learner_old: Optional[List[torch.Tensor]] = None,
+                 importance: bool = False):
+        """The loss terms of micro-batch `mb`, and its off-policy statistics (ImportanceWeights) when there is
+        a correction or `importance` asks for them (else None). learner_old: o_t from the pre-pass, or None:
+        o_t = this forward's own logprobs (detached)."""
         inputs, sel, targets, seq_index, seq_tokens = micro_inputs(batch, mb, self.adapter, self.device)
         with self._autocast():
             lp, lp_t, ent = (engine or self.engine)(inputs, sel, targets, cfg.temperature, cfg.top_k, cfg.top_p,
                                                     cfg.logit_chunk, True)
         dev = lp.device
-        old = torch.cat([batch.old[i] for i in mb]).to(dev)
+        old = torch.cat([batch.old[i] for i in mb]).to(dev)  # s_t: the sampler's
         adv = torch.cat([batch.adv[i] for i in mb]).to(dev)
         r = torch.cat([ref[i] for i in mb]).to(dev) if ref is not None else None
         w = token_weights(cfg.loss, seq_index, seq_tokens, n_seqs, n_tokens, cfg.dr_grpo_constant, lp.dtype)
-        return loss_terms(cfg.loss, lp, lp_t, ent, old, adv, r, w, seq_index, seq_tokens, cfg.clip_low,
-                          cfg.clip_high, cfg.beta, cfg.entropy_coef), lp
+        iw: Optional[ImportanceWeights] = None
+        if cfg.is_correction != "none" or importance:
+            o = torch.cat([learner_old[i] for i in mb]).to(dev) if learner_old is not None else lp.detach()
+            iw = importance_weights(cfg.is_correction, o, old, seq_index, seq_tokens, cfg.is_min, cfg.is_cap)
+            if cfg.is_correction != "none":
+                old = o  # the PPO ratio against the learner's old policy
+        terms = loss_terms(cfg.loss, lp, lp_t, ent, old, adv, r, w, seq_index, seq_tokens, cfg.clip_low,
+                           cfg.clip_high, cfg.beta, cfg.entropy_coef,
+                           is_weight=iw.weight if iw is not None else None, dual_clip=cfg.dual_clip)
+        return terms, iw
 
     # -- public --
 
     def score(self, batch: Batch, cfg: RLConfig) -> List[torch.Tensor]:
         """The current policy's processed logprobs of each sequence's scored tokens, computed exactly as the
-        first epoch of `train` computes them (same micro-batches): on-policy old logprobs."""
-        out: List[Optional[torch.Tensor]] = [None] * len(batch)
-        was = self.model.training
-        self.model.train()
-        try:
-            with torch.no_grad():
-                for mb in minibatches(len(batch), cfg.minibatch_size, cfg.seed, self.step, 0):
-                    for micro in self._micro(mb[self.rank::self.world], batch, cfg):
-                        inputs, sel, targets, _, _ = micro_inputs(batch, micro, self.adapter, self.device)
-                        with self._autocast():
-                            lp, _, _ = self.module(inputs, sel, targets, cfg.temperature, cfg.top_k, cfg.top_p,
-                                                   cfg.logit_chunk, False)
-                        o = 0
-                        for i in micro:
-                            out[i] = lp[o: o + batch.scored[i]].detach().cpu()
-                            o += batch.scored[i]
-        finally:
-            self.model.train(was)
-        return out  # type: ignore[return-value]
+        first epoch of `train` computes them (same micro-batches): on-policy old logprobs. Under DDP, this
+        rank's sequences only (the others None)."""
+        lps = self._policy_logprobs(batch, cfg, share=False)
+        mine = {i for m in self._first_epoch_micros(batch, cfg) for i in m}
+        return [lps[i].detach().cpu() if i in mine else None for i in range(len(batch))]  # type: ignore[misc]
 
-    def gradients(self, batch: Batch, cfg: RLConfig, minibatch: Optional[Sequence[int]] = None) -> Dict[str, float]:
+    def gradients(self, batch: Batch, cfg: RLConfig, minibatch: Optional[Sequence[int]] = None,
+                  learner_old: Optional[List[torch.Tensor]] = None) -> Dict[str, float]:
         """Accumulate into .grad the gradient of one minibatch's loss (default: the whole batch), no step;
-        returns the normalised loss parts. Single process (tests and tools)."""
+        returns the normalised loss parts. learner_old: the o_t to use (per sequence; default: as `train`
+        gets them at the start of a call: its pre-pass, or each forward's own logprobs when the config makes
+        one optimizer step). Single process (tests and tools)."""
         check_config(cfg)
         mb = list(range(len(batch))) if minibatch is None else list(minibatch)
         ref = self._reference_logprobs(batch, cfg) if cfg.beta > 0 else None
+        if learner_old is None:
+            learner_old = self._learner_old(batch, cfg)
         n_tokens = sum(batch.scored[i] for i in mb)
         sums = {"loss": 0.0, "pg": 0.0, "kl": 0.0, "ent": 0.0}
         for micro in self._micro(mb[self.rank::self.world], batch, cfg):
-            terms, _ = self._forward(batch, micro, cfg, ref, len(mb), n_tokens, engine=self.module)
+            terms, _ = self._forward(batch, micro, cfg, ref, len(mb), n_tokens, engine=self.module,
+                                     learner_old=learner_old)
             terms.loss.backward()
             sums["loss"] += float(terms.loss.detach())
             sums["pg"] += float(terms.pg)
@@ -267,6 +321,9 @@ class RLTrainer:
             g["lr"] = lr * (cfg.vector_lr_scale if i == 1 else 1.0)  # group 1: the 1-D parameters
         self.model.train()
         ref = self._reference_logprobs(batch, cfg) if cfg.beta > 0 else None
+        learner_old = self._learner_old(batch, cfg)  # before any optimizer step of the call
+        # the off-policy statistics: with a correction, or when o_t comes free (one optimizer step)
+        track = cfg.is_correction != "none" or self.one_optimizer_step(cfg, B)
         params = self.params()
         records: List[Dict[str, torch.Tensor]] = []
         for epoch in range(cfg.epochs):
@@ -282,11 +339,12 @@ class RLTrainer:
                     sync = j == len(micro) - 1
                     ctx = self.engine.no_sync() if (self.dist and not sync) else contextlib.nullcontext()
                     with ctx:
-                        terms, _ = self._forward(batch, m, cfg, ref, len(mb), n_tokens)
+                        terms, iw = self._forward(batch, m, cfg, ref, len(mb), n_tokens, learner_old=learner_old,
+                                                  importance=track and epoch == 0)
                         scale = 0.0 if dummy else float(self.world)
                         (terms.loss * scale).backward()
-                    if not dummy:
-                        sums.add(terms)
+                    if not dummy:  # the off-policy statistics once: the first epoch covers every sequence once
+                        sums.add(terms, iw if (track and epoch == 0) else None)
                 if self.dist:
                     sums.all_reduce(self.dist)
                 gn = self._clip_grad_norm(params, cfg.max_grad_norm)
@@ -302,5 +360,6 @@ class RLTrainer:
             self.reference.reset()
             self.optimizer = None
         self.last_config = cfg.to_json()
-        return {**summary(records, cfg.beta), "lr": lr, "tokens": batch.tokens, "scored_tokens": sum(batch.scored),
-                "sequences": B, "groups": len(set(batch.group_ids)), "ref_reset": reset, "world_size": self.world}
+        losses = summary(records, cfg.beta, sampler=track, is_correction=cfg.is_correction, dual_clip=cfg.dual_clip)
+        return {**losses, "lr": lr, "tokens": batch.tokens, "scored_tokens": sum(batch.scored), "sequences": B,
+                "groups": len(set(batch.group_ids)), "ref_reset": reset, "world_size": self.world}

@@ -3,7 +3,8 @@ those of `train`'s `config` in protocol.schema.json (src/trainers/protocol.ts's 
 
 RLConfig is a frozen dataclass built from the schema's properties (a field without a default there,
 like `dr_grpo_constant` or `logit_chunk`, defaults to None). parse_config validates a request's config
-against the schema, then applies the one rule the schema cannot say: dr_grpo needs its constant.
+against the schema, then applies the rules between fields the schema cannot say (check_config): dr_grpo
+needs its constant, dual_clip is 0 or above 1 and not used with cispo, is_min is below is_cap.
 """
 
 from __future__ import annotations
@@ -38,6 +39,15 @@ def check_config(cfg: Any) -> None:
     """The rules between fields, which the schema does not express."""
     if cfg.loss == "dr_grpo" and cfg.dr_grpo_constant is None:
         raise RequestError(DR_GRPO_CONSTANT_REQUIRED)
+    if cfg.dual_clip != 0 and not cfg.dual_clip > 1:
+        raise RequestError(f"config.dual_clip: must be 0 (off) or > 1 (verl's clip_ratio_c, typically 3), "
+                           f"got {cfg.dual_clip}")
+    if cfg.dual_clip != 0 and cfg.loss == "cispo":
+        raise RequestError("config.dual_clip: not used by loss cispo (its ratio is capped above only and "
+                           "detached); set 0")
+    if not cfg.is_min < cfg.is_cap:
+        raise RequestError(f"config.is_min: must be below config.is_cap, got is_min {cfg.is_min} and is_cap "
+                           f"{cfg.is_cap}")
 
 
 def parse_config(obj: Optional[Dict[str, Any]], name: str = "config") -> Any:
