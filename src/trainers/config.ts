@@ -13,6 +13,9 @@ import { BUNDLED_MODEL_DIR } from '../paths.ts';
 import { isHfModelDir } from './learner-client.ts';
 import { LearnerConfigSchema, type LearnerConfigInput } from './protocol.ts';
 
+/** The learner's off-policy corrections (its is_correction field). */
+const IS_CORRECTIONS = LearnerConfigSchema.shape.is_correction.unwrap().options;
+
 /** The learner's fields that the run sets itself (not configurable on their own). */
 const { total_steps: _total, dr_grpo_constant: _constant, ...learnerFields } = LearnerConfigSchema.shape;
 
@@ -68,6 +71,10 @@ export const TrainConfigSchema = z
     ruler_verifier_weight: z.number().default(0).describe('RULER: the weight of the reward before the judge (the config\'s reward) in the reward'),
     ruler_rubric: z.string().min(1).optional().describe('RULER: the judge\'s grading standards (default: a goal reached beats one not reached; efficiency; tool errors count against)'),
     ...learnerFields,
+    is_correction: z
+      .enum(['auto', ...IS_CORRECTIONS])
+      .default('auto')
+      .describe('off-policy correction of the sampler\'s lag (the learner\'s old logprobs against the sampler\'s): token_truncate, token_mask, sequence_truncate, sequence_mask (TRL\'s modes, bounds is_min..is_cap) or none; auto: token_truncate with max_staleness > 0, else none'),
   })
   .strict();
 
@@ -158,6 +165,7 @@ export function learnerConfig(c: TrainConfig, o: { totalSteps: number; policyTok
     const v = (c as Record<string, unknown>)[k];
     if (v !== undefined) out[k] = v;
   }
+  out.is_correction = c.is_correction === 'auto' ? (c.max_staleness > 0 ? 'token_truncate' : 'none') : c.is_correction;
   out.total_steps = Math.max(1, o.totalSteps);
   if (c.loss === 'dr_grpo') out.dr_grpo_constant = o.policyTokenBudget;
   return LearnerConfigSchema.parse(out);

@@ -54,7 +54,9 @@ const evenShare: RewardFn = (e) => {
   return { reward: r, parts: { even_share: r } };
 };
 
-const BASE = { preset: 'art', suite: 'calculator', tasks_per_step: 2, group: 4, eval_limit: 4, eval_samples: 1, eval_every: 0, max_new_tokens: 32, epochs: 1, device: 'cpu', threads: 2 } as const;
+// Synchronous (max_staleness 0): each step's turns are sampled by the weights it trains from, so the
+// learner's recomputed logprobs must equal the sampler's (ratios 1) and versions follow the steps.
+const BASE = { preset: 'art', suite: 'calculator', tasks_per_step: 2, group: 4, eval_limit: 4, eval_samples: 1, eval_every: 0, max_new_tokens: 32, epochs: 1, device: 'cpu', threads: 2, max_staleness: 0 } as const;
 
 let src = '';
 let srcSha = '';
