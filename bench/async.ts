@@ -1,0 +1,116 @@
+/**
+ * Asynchronous training against the synchronous loop: the same preset, tasks, seed and number of
+ * trained samples (steps × tasks_per_step × group), run with max_staleness 0 (the baseline), 1
+ * and 2, one after the other, in one process. For each: wall-clock per training step (evaluations
+ * excluded), the learner's idle fraction (the share of the step's wall time the learner was not
+ * training: waiting for rollouts, reloading), held-out success before and after with 95%
+ * intervals, pass^k, and the mean staleness and the correction metrics.
+ *
+ *   npx tsx bench/async.ts [--steps 40] [--staleness 0,1,2] [--seed 0] [--eval-samples 4] [--threads N]
+ *                          [--is-correction auto] [--set field=value ...]
+ *
+ * The config is the main job's (src/cli/train.ts MAIN_JOB) with eval_every 0 and the steps given.
+ * Last line: one JSON object with each run's figures and the speed-up of each against the first.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { MAIN_JOB } from '../src/cli/train.ts';
+import { train, type TrainConfigInput } from '../src/trainers/index.ts';
+
+const { values } = parseArgs({
+  options: {
+    steps: { type: 'string', default: '40' },
+    staleness: { type: 'string', default: '0,1,2' },
+    seed: { type: 'string', default: '0' },
+    'eval-samples': { type: 'string', default: '4' },
+    threads: { type: 'string' },
+    'is-correction': { type: 'string' },
+    set: { type: 'string', multiple: true, default: [] },
+    keep: { type: 'boolean', default: false },
+  },
+});
+
+const extra: Record<string, unknown> = {};
+for (const kv of values.set as string[]) {
+  const i = kv.indexOf('=');
+  if (i < 1) throw new Error(`--set ${kv}: expected field=value`);
+  const v = kv.slice(i + 1);
+  extra[kv.slice(0, i)] = v === 'true' ? true : v === 'false' ? false : Number.isFinite(Number(v)) ? Number(v) : v;
+}
+const modes = String(values.staleness).split(',').map(Number);
+const base: Partial<TrainConfigInput> = {
+  ...MAIN_JOB,
+  steps: Number(values.steps),
+  eval_every: 0,
+  eval_samples: Number(values['eval-samples']),
+  seed: Number(values.seed),
+  ...(values.threads ? { threads: Number(values.threads) } : {}),
+  ...(values['is-correction'] ? { is_correction: values['is-correction'] as TrainConfigInput['is_correction'] } : {}),
+  ...extra,
+};
+
+interface Row {
+  max_staleness: number;
+  steps: number;
+  samples: number;
+  train_seconds: number;
+  step_seconds: number;
+  learner_seconds: number;
+  learner_idle_fraction: number;
+  staleness_mean: number;
+  stale_groups_dropped: number;
+  is_truncated_fraction: number | null;
+  before: number;
+  after: number;
+  after_ci95: [number, number];
+  pass_hat_k_after: number | null;
+}
+
+const pct = (x: number) => `${(100 * x).toFixed(1)}%`;
+const rows: Row[] = [];
+console.log(`async bench: ${base.preset} on ${base.suite} (difficulty <= ${base.max_difficulty}), ${base.steps} steps of ${base.tasks_per_step} tasks x ${base.group}, seed ${base.seed}; max_staleness ${modes.join(', ')}${Object.keys(extra).length ? `; ${JSON.stringify(extra)}` : ''}`);
+for (const S of modes) {
+  const dir = mkdtempSync(join(tmpdir(), `mcp-gym-bench-async-${S}-`));
+  const metrics: Record<string, unknown>[] = [];
+  const r = await train({ config: { ...base, max_staleness: S }, runDir: join(dir, 'run'), onStep: (m) => metrics.push(m) });
+  const sum = (k: string) => metrics.reduce((s, m) => s + Number(m[k] ?? 0), 0);
+  const meanOf = (k: string) => {
+    const xs = metrics.map((m) => m[k]).filter((v): v is number => typeof v === 'number');
+    return xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : null;
+  };
+  const stepSeconds = sum('step_seconds');
+  const learnerSeconds = sum('learner_seconds');
+  const K = String(base.eval_samples);
+  const row: Row = {
+    max_staleness: S,
+    steps: r.steps,
+    samples: r.steps * Number(base.tasks_per_step) * Number(base.group),
+    train_seconds: r.train_seconds,
+    step_seconds: stepSeconds / Math.max(1, metrics.length),
+    learner_seconds: learnerSeconds / Math.max(1, metrics.length),
+    learner_idle_fraction: stepSeconds > 0 ? 1 - learnerSeconds / stepSeconds : 0,
+    staleness_mean: meanOf('staleness_mean') ?? 0,
+    stale_groups_dropped: sum('stale_groups_dropped'),
+    is_truncated_fraction: meanOf('is_truncated_fraction'),
+    before: r.before.success,
+    after: r.after.success,
+    after_ci95: r.after.ci95,
+    pass_hat_k_after: r.after.pass_hat_k?.[K] ?? null,
+  };
+  rows.push(row);
+  console.log(
+    `max_staleness ${S}: ${row.step_seconds.toFixed(2)} s/step (learner ${row.learner_seconds.toFixed(2)} s, idle ${pct(row.learner_idle_fraction)}), ` +
+      `staleness ${row.staleness_mean.toFixed(2)}, held-out ${pct(row.before)} -> ${pct(row.after)} [${pct(row.after_ci95[0])}, ${pct(row.after_ci95[1])}], pass^${K} ${row.pass_hat_k_after === null ? '-' : pct(row.pass_hat_k_after)}, train ${row.train_seconds.toFixed(1)} s`,
+  );
+  if (!values.keep) rmSync(dir, { recursive: true, force: true });
+  else console.log(`  run kept in ${join(dir, 'run')}`);
+}
+const baseRow = rows[0]!;
+console.log('');
+console.log('max_staleness | s/step | learner idle | speed-up vs first | held-out after | vs first (points)');
+for (const r of rows) {
+  console.log(`${String(r.max_staleness).padEnd(13)} | ${r.step_seconds.toFixed(2).padStart(6)} | ${pct(r.learner_idle_fraction).padStart(12)} | ${(baseRow.step_seconds / r.step_seconds).toFixed(2).padStart(16)}x | ${pct(r.after).padStart(14)} | ${(100 * (r.after - baseRow.after)).toFixed(1).padStart(6)}`);
+}
+console.log(JSON.stringify({ config: { ...base, model: undefined }, runs: rows, speedup: Object.fromEntries(rows.map((r) => [r.max_staleness, baseRow.step_seconds / r.step_seconds])) }));
