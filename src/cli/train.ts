@@ -102,13 +102,15 @@ export async function runTraining(argv: string[], defaults: Partial<TrainConfigI
     bar.done();
     const pct = (x: number) => `${(100 * x).toFixed(1)}%`;
     const ci = (c: [number, number]) => `[${pct(c[0])}, ${pct(c[1])}]`;
-    console.log(`held-out success before: ${pct(result.before.success)} ${ci(result.before.ci95)} (${result.before.episodes} episodes)`);
-    console.log(`held-out success after:  ${pct(result.after.success)} ${ci(result.after.ci95)} (${result.after.episodes} episodes)`);
+    const K = String(config.eval_samples);
+    const hat = (e: TrainResult['before']) => (K !== '1' && e.pass_hat_k?.[K] !== undefined ? `, pass^${K} ${pct(e.pass_hat_k[K])}` : '');
+    console.log(`held-out success before: ${pct(result.before.success)} ${ci(result.before.ci95)} (${result.before.episodes} episodes)${hat(result.before)}`);
+    console.log(`held-out success after:  ${pct(result.after.success)} ${ci(result.after.ci95)} (${result.after.episodes} episodes)${hat(result.after)}`);
     console.log(`report: ${result.report}`);
     console.log(
       JSON.stringify({
-        before: { success: result.before.success, ci95: result.before.ci95 },
-        after: { success: result.after.success, ci95: result.after.ci95 },
+        before: { success: result.before.success, ci95: result.before.ci95, ...(result.before.pass_hat_k ? { pass_hat_k: result.before.pass_hat_k } : {}) },
+        after: { success: result.after.success, ci95: result.after.ci95, ...(result.after.pass_hat_k ? { pass_hat_k: result.after.pass_hat_k } : {}) },
         train_seconds: Math.round(result.train_seconds * 10) / 10,
         report: result.report,
         ...(result.stopped ? { stopped_at_step: result.steps } : {}),
