@@ -1,10 +1,12 @@
 /**
  * The asynchronous pipeline's scheduling (StepPipeline) and staleness accounting (splitStale),
  * with a producer whose batches take real time: when each batch may start relative to the
- * consumer's steps, for max_staleness 0, 1 and 2; a stop; a producer's error.
+ * consumer's steps, for max_staleness 0, 1 and 2; a stop; a producer's error. And the held-out
+ * evaluation's pass@k / pass^k.
  */
 import { describe, expect, it } from 'vitest';
 import { splitStale, stalenessOf, StepPipeline, VersionSteps } from '../../src/trainers/pipeline.ts';
+import { passK } from '../../src/trainers/loop.ts';
 import type { Trajectory } from '../../src/env/index.ts';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -127,5 +129,29 @@ describe('staleness', () => {
     expect(s.histogram).toEqual({ 0: 3, 1: 1 });
     expect(s.mean).toBeCloseTo(0.25, 12);
     expect(s.max).toBe(1);
+  });
+});
+
+describe('held-out pass@k and pass^k (passK)', () => {
+  const ep = (task: string, success: boolean) => ({ task_id: task, success }) as unknown as Trajectory;
+  it('averages the unbiased estimators over tasks: pass^4 needs all four samples of a task', () => {
+    const ts = [
+      ...[true, true, true, true].map((s) => ep('a', s)), // 4 of 4
+      ...[true, true, true, false].map((s) => ep('b', s)), // 3 of 4
+      ...[false, false, false, false].map((s) => ep('c', s)), // 0 of 4
+      ...[true, false, false, false].map((s) => ep('d', s)), // 1 of 4
+    ];
+    const r = passK(ts, 4);
+    expect(r.pass_at_k!['1']).toBeCloseTo((1 + 0.75 + 0 + 0.25) / 4, 12);
+    expect(r.pass_hat_k!['1']).toBeCloseTo(r.pass_at_k!['1']!, 12);
+    // pass^2 = C(c,2)/C(4,2): a 6/6, b 3/6, c 0, d 0
+    expect(r.pass_hat_k!['2']).toBeCloseTo((1 + 0.5) / 4, 12);
+    expect(r.pass_hat_k!['4']).toBeCloseTo(1 / 4, 12); // only a
+    expect(r.pass_at_k!['4']).toBeCloseTo(3 / 4, 12); // a, b, d
+  });
+
+  it('a task with fewer finished samples counts with those it has', () => {
+    const r = passK([ep('a', true), ep('a', true), ep('b', true), ep('b', true), ep('b', false)], 3);
+    expect(r.pass_hat_k!['3']).toBeCloseTo((1 + 0) / 2, 12); // a: 2 of 2 (k capped at 2); b: 2 of 3 → 0
   });
 });
