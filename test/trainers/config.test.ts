@@ -11,6 +11,15 @@ describe('presets and config', () => {
     expect(resolveConfig({ preset: 'rlvr' })).toMatchObject({ reward: 'rlvr', loss: 'grpo' });
     expect(resolveConfig({ preset: 'art' })).toMatchObject({ reward: 'art', loss: 'grpo', beta: 0.04 });
     expect(Object.keys(PRESETS).sort()).toEqual(['art', 'dapo', 'dr_grpo', 'grpo', 'gspo', 'rlvr', 'ruler']);
+    // The off-policy correction follows the pipeline unless given: token-level TIS when asynchronous.
+    const lc = (o: Parameters<typeof resolveConfig>[0]) => learnerConfig(resolveConfig(o), { totalSteps: 1, policyTokenBudget: 1 }).is_correction;
+    expect(resolveConfig({}).max_staleness).toBe(1);
+    expect(lc({})).toBe('token_truncate');
+    expect(lc({ max_staleness: 0 })).toBe('none');
+    expect(lc({ max_staleness: 0, is_correction: 'sequence_mask' })).toBe('sequence_mask');
+    expect(lc({ max_staleness: 2, is_correction: 'none' })).toBe('none');
+    expect(() => resolveConfig({ max_staleness: -1 })).toThrow(/max_staleness: /);
+    expect(() => resolveConfig({ is_correction: 'tis' as never })).toThrow(/is_correction: /);
     // Flags override the preset; errors name the field.
     expect(resolveConfig({ preset: 'dapo', clip_high: 0.3 }).clip_high).toBe(0.3);
     expect(() => resolveConfig({ preset: 'grpo', group: 1 })).toThrow(/group: Too small/);
