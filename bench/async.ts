@@ -7,7 +7,10 @@
  * intervals, pass^k, and the mean staleness and the correction metrics.
  *
  *   npx tsx bench/async.ts [--steps 40] [--staleness 0,1,2] [--seed 0] [--eval-samples 4] [--threads N]
- *                          [--is-correction auto] [--set field=value ...]
+ *                          [--is-correction auto] [--tool-delay-ms 0] [--set field=value ...]
+ *
+ * --tool-delay-ms makes every call to the bundled tool servers take that long (a server with
+ * latency, a remote one: the rollouts then wait more than they compute).
  *
  * The config is the main job's (src/cli/train.ts MAIN_JOB) with eval_every 0 and the steps given.
  * Last line: one JSON object with each run's figures and the speed-up of each against the first.
@@ -27,6 +30,7 @@ const { values } = parseArgs({
     'eval-samples': { type: 'string', default: '4' },
     threads: { type: 'string' },
     'is-correction': { type: 'string' },
+    'tool-delay-ms': { type: 'string', default: '0' },
     set: { type: 'string', multiple: true, default: [] },
     keep: { type: 'boolean', default: false },
   },
@@ -70,11 +74,12 @@ interface Row {
 
 const pct = (x: number) => `${(100 * x).toFixed(1)}%`;
 const rows: Row[] = [];
-console.log(`async bench: ${base.preset} on ${base.suite} (difficulty <= ${base.max_difficulty}), ${base.steps} steps of ${base.tasks_per_step} tasks x ${base.group}, seed ${base.seed}; max_staleness ${modes.join(', ')}${Object.keys(extra).length ? `; ${JSON.stringify(extra)}` : ''}`);
+console.log(`async bench: ${base.preset} on ${base.suite} (difficulty <= ${base.max_difficulty}), ${base.steps} steps of ${base.tasks_per_step} tasks x ${base.group}, seed ${base.seed}; max_staleness ${modes.join(', ')}${Number(values['tool-delay-ms']) > 0 ? `; tool calls take ${values['tool-delay-ms']} ms` : ''}${Object.keys(extra).length ? `; ${JSON.stringify(extra)}` : ''}`);
 for (const S of modes) {
   const dir = mkdtempSync(join(tmpdir(), `mcp-gym-bench-async-${S}-`));
   const metrics: Record<string, unknown>[] = [];
-  const r = await train({ config: { ...base, max_staleness: S }, runDir: join(dir, 'run'), onStep: (m) => metrics.push(m) });
+  const delayMs = Number(values['tool-delay-ms']);
+  const r = await train({ config: { ...base, max_staleness: S }, runDir: join(dir, 'run'), onStep: (m) => metrics.push(m), ...(delayMs > 0 ? { environment: { serverOptions: { delayMs } } } : {}) });
   const sum = (k: string) => metrics.reduce((s, m) => s + Number(m[k] ?? 0), 0);
   const meanOf = (k: string) => {
     const xs = metrics.map((m) => m[k]).filter((v): v is number => typeof v === 'number');
@@ -113,4 +118,4 @@ console.log('max_staleness | s/step | learner idle | speed-up vs first | held-ou
 for (const r of rows) {
   console.log(`${String(r.max_staleness).padEnd(13)} | ${r.step_seconds.toFixed(2).padStart(6)} | ${pct(r.learner_idle_fraction).padStart(12)} | ${(baseRow.step_seconds / r.step_seconds).toFixed(2).padStart(16)}x | ${pct(r.after).padStart(14)} | ${(100 * (r.after - baseRow.after)).toFixed(1).padStart(6)}`);
 }
-console.log(JSON.stringify({ config: { ...base, model: undefined }, runs: rows, speedup: Object.fromEntries(rows.map((r) => [r.max_staleness, baseRow.step_seconds / r.step_seconds])) }));
+console.log(JSON.stringify({ config: { ...base, model: undefined }, tool_delay_ms: Number(values['tool-delay-ms']), runs: rows, speedup: Object.fromEntries(rows.map((r) => [r.max_staleness, baseRow.step_seconds / r.step_seconds])) }));

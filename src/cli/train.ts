@@ -27,24 +27,30 @@ ${flagsHelp(TRAIN_FLAGS)}
 `;
 
 /**
- * The main job. On-policy (one epoch, one optimizer step per batch) without the KL term: on the
- * CPU this is what moved held-out success (31.5% -> 54.3% in one run of 60 steps), where two PPO
- * epochs at lr 1e-4 with beta 0.04 moved it by about 1 point in 24 steps.
+ * The main job. One epoch per batch without the KL term, the batch of 192 episodes cut into
+ * minibatches of 48 (four AdamW steps per batch), 90 steps, synchronous (max_staleness 0: on 2
+ * cores the learner is compute-bound on both cores, and overlapping it with the rollouts made a
+ * step slower, not faster: bench/RESULTS.md, "Asynchronous training"). What moved held-out success
+ * on the CPU (seed 0, 400 held-out episodes): 60 steps with one optimizer step per batch at lr
+ * 5e-4: 36.0% -> 52.7%; at lr 1e-3: 65.0% (2e-3 collapsed); minibatches of 96 / 48 / 24 at lr
+ * 5e-4: 60.5% / 67.7% / 67.7%; minibatches of 48 for 90 steps: 75.2% (seed 1: 30.0% -> 62.7%).
  */
 export const MAIN_JOB: Partial<TrainConfigInput> = {
   preset: 'art',
   suite: 'calculator',
   max_difficulty: 1,
   model: BUNDLED_MODEL_DIR,
-  steps: 60,
+  steps: 90,
   tasks_per_step: 24,
   group: 8,
   epochs: 1,
+  minibatch_size: 48,
   beta: 0,
   lr: 5e-4,
   warmup_steps: 5,
-  eval_every: 20,
+  eval_every: 30,
   eval_samples: 4,
+  max_staleness: 0,
 };
 
 function parseTrainArgs(argv: string[], defaults: Partial<TrainConfigInput>) {
