@@ -4,6 +4,8 @@ import json
 import os
 import random
 import select
+import signal
+import socket
 import subprocess
 import sys
 
@@ -110,3 +112,49 @@ class Client:
         if self.p.poll() is None:
             self.p.kill()
         self.p.wait()
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ddp_and_one_process(tmp_path, model_dir, cases, timeout=120):
+    """The `cases` (mcp_gym_learner.ddp_check's) run by torchrun with 2 processes (gloo, CPU, one thread
+    each), then in this process: (the 2-process result {world_size, states, metrics}, (states, metrics,
+    world_size) of the 1-process run)."""
+    with open(tmp_path / "cases.json", "w") as f:
+        json.dump(cases, f)
+    out = str(tmp_path / "ddp.pt")
+    env = dict(os.environ, PYTHONPATH=LEARNER, OMP_NUM_THREADS="1")
+    # mcp_gym_learner.torchrun is torchrun (Debian's torch 1.13 torchrun cannot start workers on Python 3.11)
+    cmd = [sys.executable, "-m", "mcp_gym_learner.torchrun", "--nproc_per_node", "2", "--master_port",
+           str(_free_port()), "-m", "mcp_gym_learner.ddp_check", "--model-dir", model_dir, "--cases",
+           str(tmp_path / "cases.json"), "--out", out]
+    p = subprocess.Popen(cmd, cwd=str(tmp_path), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        _, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)  # the launcher and its workers
+        p.communicate()
+        raise
+    assert p.returncode == 0, err[-3000:]
+    ddp = torch.load(out)
+    assert ddp["world_size"] == 2
+
+    from mcp_gym_learner.ddp_check import run
+
+    return ddp, run(model_dir, cases)
+
+
+def soft_model(seed=0, dtype=torch.float64):
+    """A tiny GPT with smaller embeddings than tiny_model's, so that the distributions are not one-hot and
+    the entropy matters (the RL tests' float64 model)."""
+    from _helpers import tiny_model
+
+    m = tiny_model(seed).to(dtype)
+    with torch.no_grad():
+        m.tok_emb.weight.mul_(0.25)
+    return m

@@ -5,10 +5,6 @@ the refusals of the config, DDP. The losses themselves against float64 reference
 import copy
 import json
 import os
-import signal
-import socket
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -21,8 +17,7 @@ from mcp_gym_learner.rl import RLTrainer
 from mcp_gym_learner.rl_config import RLConfig, parse_config
 from mcp_gym_learner.service import LearnerService
 
-from _helpers import tiny_model
-from _rl_helpers import LEARNER, TINY, perturb_, sampled_batch
+from _rl_helpers import TINY, ddp_and_one_process, perturb_, sampled_batch, soft_model
 
 V = 264
 OFF_METRICS = ("sampler_log_ratio_mean", "sampler_log_ratio_abs_max", "is_weight_mean", "is_truncated_fraction",
@@ -30,10 +25,7 @@ OFF_METRICS = ("sampler_log_ratio_mean", "sampler_log_ratio_abs_max", "is_weight
 
 
 def _model(seed=0, dtype=torch.float64):
-    m = tiny_model(seed).to(dtype)
-    with torch.no_grad():
-        m.tok_emb.weight.mul_(0.25)
-    return m
+    return soft_model(seed, dtype)
 
 
 def _state(m):
@@ -204,12 +196,6 @@ def test_train_command_answers_the_metrics_and_they_fit_the_schema(tmp_path):
 # DDP (torchrun, gloo): the pre-pass shares o_t across ranks, the metrics are summed over them
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _skewed(raw, scale, seed=0):
     import random
 
@@ -244,28 +230,7 @@ def test_ddp_two_processes_match_one_process_with_corrections(tmp_path):
         {"batch": _skewed(sampled_batch(sampler, B=5, seed=4), 0.5),
          "config": {"loss": "grpo", "dual_clip": 2.5, "epochs": 1, "micro_batch_size": 4, "lr": 1e-3}},
     ]
-    with open(tmp_path / "cases.json", "w") as f:
-        json.dump(cases, f)
-    out = str(tmp_path / "ddp.pt")
-    env = dict(os.environ, PYTHONPATH=LEARNER, OMP_NUM_THREADS="1")
-    cmd = [sys.executable, "-m", "mcp_gym_learner.torchrun", "--nproc_per_node", "2", "--master_port",
-           str(_free_port()), "-m", "mcp_gym_learner.ddp_check", "--model-dir", model_dir, "--cases",
-           str(tmp_path / "cases.json"), "--out", out]
-    p = subprocess.Popen(cmd, cwd=str(tmp_path), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         start_new_session=True)
-    try:
-        _, err = p.communicate(timeout=180)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        p.communicate()
-        raise
-    assert p.returncode == 0, err[-3000:]
-    ddp = torch.load(out)
-    assert ddp["world_size"] == 2
-
-    from mcp_gym_learner.ddp_check import run
-
-    states, metrics, world = run(model_dir, cases)
+    ddp, (states, metrics, world) = ddp_and_one_process(tmp_path, model_dir, cases, timeout=180)
     assert world == 1
     init = torch.load(os.path.join(model_dir, "weights.pt"))
     for n, (a, b) in enumerate(zip(states, ddp["states"])):

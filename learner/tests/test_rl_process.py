@@ -15,7 +15,7 @@ import torch
 from mcp_gym_learner.model import GPT
 from mcp_gym_learner.service import LearnerService
 
-from _rl_helpers import LEARNER, TINY, Client, sampled_batch
+from _rl_helpers import LEARNER, TINY, Client, ddp_and_one_process, sampled_batch
 
 
 def _make_model(tmp_path, name="m", seed=1):
@@ -105,14 +105,6 @@ def test_checkpoint_load_refuses_a_foreign_checkpoint(tmp_path):
     assert all(torch.equal(before[k], v) for k, v in L.model.state_dict().items())
 
 
-def _free_port():
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_ddp_two_processes_gloo_match_one_process(tmp_path):
     """torchrun --nproc_per_node 2 (gloo, CPU): each rank takes its shard of every minibatch, DDP averages the
     gradients with the whole minibatch's normalisation: the weights equal the single-process run's within 1e-5."""
@@ -131,29 +123,7 @@ def test_ddp_two_processes_gloo_match_one_process(tmp_path):
         {"batch": sampled_batch(sampler, B=5, seed=4),
          "config": {"loss": "dr_grpo", "dr_grpo_constant": 24, "beta": 0.0, "micro_batch_size": 4, "lr": 1e-3}},
     ]
-    with open(tmp_path / "cases.json", "w") as f:
-        json.dump(cases, f)
-    out = str(tmp_path / "ddp.pt")
-    env = dict(os.environ, PYTHONPATH=LEARNER, OMP_NUM_THREADS="1")
-    # mcp_gym_learner.torchrun is torchrun (Debian's torch 1.13 torchrun cannot start workers on Python 3.11)
-    cmd = [sys.executable, "-m", "mcp_gym_learner.torchrun", "--nproc_per_node", "2", "--master_port",
-           str(_free_port()), "-m", "mcp_gym_learner.ddp_check", "--model-dir", model_dir, "--cases",
-           str(tmp_path / "cases.json"), "--out", out]
-    p = subprocess.Popen(cmd, cwd=str(tmp_path), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         start_new_session=True)
-    try:
-        _, err = p.communicate(timeout=120)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)  # the launcher and its workers
-        p.communicate()
-        raise
-    assert p.returncode == 0, err[-3000:]
-    ddp = torch.load(out)
-    assert ddp["world_size"] == 2
-
-    from mcp_gym_learner.ddp_check import run
-
-    states, metrics, world = run(model_dir, cases)
+    ddp, (states, metrics, world) = ddp_and_one_process(tmp_path, model_dir, cases)
     assert world == 1
     init = _weights(model_dir)
     for n, (a, b) in enumerate(zip(states, ddp["states"])):

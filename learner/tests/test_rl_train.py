@@ -16,18 +16,14 @@ from mcp_gym_learner.rl import RLTrainer, lr_at
 from mcp_gym_learner.rl_config import parse_config
 from mcp_gym_learner.service import LearnerService
 
-from _helpers import tiny_model
-from _rl_helpers import TINY, perturb_, sampled_batch
+from _rl_helpers import TINY, perturb_, sampled_batch, soft_model
 
 V = 264
 LOSSES = ["grpo", "dapo", "dr_grpo", "gspo"]
 
 
 def _model(seed=0, dtype=torch.float64):
-    m = tiny_model(seed).to(dtype)
-    with torch.no_grad():
-        m.tok_emb.weight.mul_(0.25)
-    return m
+    return soft_model(seed, dtype)
 
 
 def _config(d):
