@@ -24,7 +24,6 @@ export class StepPipeline<T> {
   /** Who waits for something to change: the producer (at its gate), the consumer (for a batch). */
   private readonly waiters = new Set<() => void>();
   private readonly producer: Promise<void>;
-  private producedTo: number;
   private ended = false;
 
   /**
@@ -40,7 +39,6 @@ export class StepPipeline<T> {
   ) {
     if (!Number.isInteger(maxStaleness) || maxStaleness < 0) throw new Error(`max_staleness: must be an integer >= 0, got ${maxStaleness}`);
     this.finishedStep = first - 1;
-    this.producedTo = first - 1;
     if (signal) {
       if (signal.aborted) this.ac.abort();
       else signal.addEventListener('abort', () => this.ac.abort(), { once: true });
@@ -48,15 +46,6 @@ export class StepPipeline<T> {
     setMaxListeners(100_000, this.ac.signal); // every episode and tool call in flight listens to it (and lets go when done)
     this.ac.signal.addEventListener('abort', () => this.poke(), { once: true });
     this.producer = this.run();
-  }
-
-  get signal(): AbortSignal {
-    return this.ac.signal;
-  }
-
-  /** How many batches are made or being made ahead of the consumer's next step. */
-  get ahead(): number {
-    return this.producedTo - this.finishedStep;
   }
 
   private poke(): void {
@@ -74,7 +63,6 @@ export class StepPipeline<T> {
       for (let k = this.first; k <= this.last; k++) {
         while (this.finishedStep < k - 1 - this.maxStaleness && !this.ac.signal.aborted) await this.sleep();
         if (this.ac.signal.aborted) return;
-        this.producedTo = k;
         try {
           const value = await this.produce(k, this.ac.signal);
           if (this.ac.signal.aborted) return;
