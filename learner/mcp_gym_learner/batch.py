@@ -1,7 +1,7 @@
 """The TrainBatch of a `train` call (docs/architecture.md, "Contracts"): parsed, checked, and cut.
 
-The schema (protocol.schema.json, train.batch) gives the batch's shape: five lists, their element
-types where that is cheap. The inner lists (token ids, masks, old logprobs, per-token advantages) are
+The schema (protocol.schema.json, train.batch) gives the batch's shape: five lists (six with the
+optional `rewards` of PPO with GAE), their element types where that is cheap. The inner lists (token ids, masks, old logprobs, per-token advantages) are
 deliberately shallow there; parse_batch checks them here, against the loaded model's vocabulary and
 context length, with the rules between the lists.
 """
@@ -31,6 +31,10 @@ class Batch:
     group_ids: List[str]
     lengths: List[int] = field(default_factory=list)
     scored: List[int] = field(default_factory=list)
+    # PPO with GAE (a batch with `rewards`): the reward of each scored token (float64) and whether it starts a
+    # turn (a run of mask 1 whose scored tokens are consecutive positions); None otherwise (gae.py)
+    rewards: Optional[List[torch.Tensor]] = None
+    turn_start: Optional[List[torch.Tensor]] = None
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -62,7 +66,12 @@ def parse_batch(obj: Any, vocab_size: int, max_seq_len: Optional[int], name: str
         if len(v) != B:
             raise RequestError(f"{name}.{k}: {len(v)} entries for {B} sequences")
     per_token = isinstance(adv[0], list)
+    rewards = obj.get("rewards")
+    if rewards is not None and len(rewards) != B:
+        raise RequestError(f"{name}.rewards: {len(rewards)} entries for {B} sequences")
     out = Batch([], [], [], [], [], [])
+    if rewards is not None:
+        out.rewards, out.turn_start = [], []
     for b in range(B):
         s = ids[b]
         where = f"{name}.ids[{b}]"
@@ -105,6 +114,8 @@ def parse_batch(obj: Any, vocab_size: int, max_seq_len: Optional[int], name: str
             av = torch.tensor([float(a[i]) for i in pos], dtype=torch.float64)
         else:
             av = torch.full((len(pos),), float(a), dtype=torch.float64)
+        if rewards is not None:
+            _gae_rewards(out, rewards[b], a, pos, m, n, b, name)
         t = torch.tensor(s, dtype=torch.long)
         p = torch.tensor(pos, dtype=torch.long)
         out.ids.append(t)
@@ -116,6 +127,26 @@ def parse_batch(obj: Any, vocab_size: int, max_seq_len: Optional[int], name: str
         out.lengths.append(n)
         out.scored.append(len(pos))
     return out
+
+
+def _gae_rewards(out: Batch, r: Any, a: Any, pos: List[int], m: List[int], n: int, b: int, name: str) -> None:
+    """The rewards of sequence b (PPO with GAE): a list aligned with ids, nonzero only on scored tokens, with
+    advantages 0 (the learner computes them); appends its scored tokens' rewards and turn starts to `out`."""
+    if not isinstance(r, list) or len(r) != n:
+        raise RequestError(f"{name}.rewards[{b}]: must be a list of {n} numbers (one per token, aligned with ids)")
+    i = _first_bad(r, _is_num)
+    if i >= 0:
+        raise RequestError(f"{name}.rewards[{b}][{i}]: must be a finite number, got {r[i]!r}")
+    for i, v in enumerate(r):
+        if v != 0 and (i == 0 or m[i] != 1):
+            raise RequestError(f"{name}.rewards[{b}][{i}]: {v} on a token that is not scored (mask 0, or the "
+                               "first token): rewards go on policy tokens (a turn's last)")
+    if any(v != 0 for v in (a if isinstance(a, list) else [a])):
+        raise RequestError(f"{name}.advantages[{b}]: must be 0 with batch.rewards (the learner computes the "
+                           "advantages by GAE)")
+    out.rewards.append(torch.tensor([float(r[i]) for i in pos], dtype=torch.float64))
+    out.turn_start.append(torch.tensor([k == 0 or pos[k] != pos[k - 1] + 1 for k in range(len(pos))],
+                                       dtype=torch.bool))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Checkpoints of RL training (PROTOCOL.md, "Checkpoints"): `checkpoint_save` and `checkpoint_load`.
 
 `dir/trainer.pt` (torch.save) holds the model's state_dict, AdamW's state, the schedule's step and
-last config, the step, the reference and the torch / CUDA / Python / NumPy RNG states; `dir/meta.json`
+last config, the step, the reference, the value head of PPO with GAE (or None) and the torch / CUDA / Python /
+NumPy RNG states; `dir/meta.json`
 describes it. Both are written into `dir.tmp-<pid>`, fsynced, then renamed to `dir`: a kill leaves the
 previous checkpoint or the new one. Loading checks that the checkpoint fits the loaded model before it
 changes anything.
@@ -68,6 +69,9 @@ def trainer_state(trainer: RLTrainer) -> Dict[str, Any]:
         "optimizer": trainer.optimizer.state_dict() if trainer.optimizer is not None else None,
         "scheduler": {"step": trainer.step, "config": trainer.last_config},
         "reference": trainer.reference.state_dict(),
+        # PPO with GAE: the value head (not part of the model: exports never see it); None without one
+        "value_head": ({k: v.detach().cpu().clone() for k, v in trainer.value_head.state_dict().items()}
+                       if trainer.value_head is not None else None),
         "rng": _rng_state(),
         "world_size": trainer.world,
     }
@@ -89,6 +93,13 @@ def check_trainer_state(trainer: RLTrainer, st: Any) -> None:
             raise ConfigError(f"dir: the checkpoint's {k} is {list(got[k].shape)}, the loaded model's "
                               f"{list(v.shape)}")
     trainer.reference.check_state(st.get("reference"))
+    head = st.get("value_head")
+    if head is not None:
+        dim = trainer.value_dim()
+        w = head.get("weight") if isinstance(head, dict) else None
+        if w is None or tuple(w.shape) != (1, dim) or tuple(head.get("bias", torch.zeros(0)).shape) != (1,):
+            raise ConfigError(f"dir: the checkpoint's value head is {list(w.shape) if w is not None else '?'}, the "
+                              f"loaded model's hidden states need [1, {dim}]")
 
 
 def restore_trainer(trainer: RLTrainer, st: Dict[str, Any]) -> None:
@@ -99,6 +110,13 @@ def restore_trainer(trainer: RLTrainer, st: Dict[str, Any]) -> None:
     with torch.no_grad():
         trainer.model.load_state_dict(st["model"])
     trainer.reference.load_state_dict(st["reference"])
+    # the value head as saved: restored, or none (a checkpoint without one: the next GAE call makes a fresh one,
+    # logged); before the optimizer, whose groups include it
+    trainer.value_head = None
+    if st.get("value_head") is not None:
+        trainer.ensure_value_head()
+        with torch.no_grad():
+            trainer.value_head.load_state_dict(st["value_head"])
     trainer.step = int(st["step"])
     trainer.last_config = cfg.to_json() if saved else None
     trainer.optimizer = None

@@ -6,7 +6,8 @@
 CASES.json: [{"batch": TrainBatch, "config": {...}, "steps": n?}, ...]. For each case every rank loads the
 model afresh (`load`), runs `train` `steps` times (default 1) on the batch (DDP: each rank takes its shard of
 every minibatch, the gradients are averaged by DDP, the loss normalised by the whole minibatch), and rank 0
-collects the weights and the metrics. OUT.pt: {"states": [state_dict per case], "metrics": [[...] per case],
+collects the weights and the metrics. OUT.pt: {"states": [state_dict per case (with a GAE value head: its
+"value_head.*" too)], "metrics": [[...] per case],
 "world_size": n}. Run without torchrun it is the single-process reference (tests/test_rl_process.py compares them).
 """
 
@@ -33,7 +34,11 @@ def run(model_dir: str, cases, threads: int = 1, device: str = "cpu"):
             if not r["ok"]:
                 raise SystemExit(f"case {n}: train: {r['error']}")
             ms.append(r["result"]["metrics"])
-        states.append({k: v.detach().cpu().clone() for k, v in learner.model.state_dict().items()})
+        state = {k: v.detach().cpu().clone() for k, v in learner.model.state_dict().items()}
+        head = learner.trainer.value_head  # PPO with GAE: the value head too (prefixed, beside the model's)
+        if head is not None:
+            state.update({f"value_head.{k}": v.detach().cpu().clone() for k, v in head.state_dict().items()})
+        states.append(state)
         metrics.append(ms)
     return states, metrics, current()[1]
 

@@ -71,6 +71,11 @@ class TokenTerms:
     clipped: torch.Tensor  # bool per token: the clipped branch is active (no gradient from pg)
     kl_old: torch.Tensor  # Σ w·k3(old, lp): KL to the old policy of the ratio (monitoring)
     dual_clipped: Optional[torch.Tensor] = None  # bool per token: the dual-clip bound is active (None: off)
+    # PPO with GAE (gae.py; None without): Σ u·L_V (detached, before value_coef; `loss` includes value_coef times
+    # it), the valued tokens whose clipped value branch is the larger, and the valued tokens
+    value: Optional[torch.Tensor] = None
+    value_clipped: Optional[torch.Tensor] = None
+    valued: Optional[torch.Tensor] = None
 
 
 @dataclass

@@ -19,12 +19,13 @@ from .losses import ImportanceWeights, TokenTerms
 
 # What a micro-batch adds to its step, by name.
 SUMMED = ("loss", "pg_loss", "kl", "entropy", "kl_old", "ratio_count", "clipped", "ratio_sum", "dual_clipped",
-          "sampler_count", "sampler_log_ratio_sum", "is_weight_sum", "is_truncated", "is_masked")
+          "sampler_count", "sampler_log_ratio_sum", "is_weight_sum", "is_truncated", "is_masked",
+          "value_loss", "value_clipped", "value_count")
 # Means over the optimizer steps of the call.
-STEP_MEANS = ("loss", "pg_loss", "kl", "entropy", "kl_old", "grad_norm")
+STEP_MEANS = ("loss", "pg_loss", "kl", "entropy", "kl_old", "grad_norm", "value_loss")
 # Totals over the optimizer steps of the call.
 TOTALS = ("ratio_count", "clipped", "ratio_sum", "dual_clipped", "sampler_count", "sampler_log_ratio_sum",
-          "is_weight_sum", "is_truncated", "is_masked")
+          "is_weight_sum", "is_truncated", "is_masked", "value_clipped", "value_count")
 
 
 class StepSums:
@@ -47,6 +48,8 @@ class StepSums:
                  "clipped": terms.clipped.sum(), "ratio_sum": r.sum()}
         if terms.dual_clipped is not None:
             parts["dual_clipped"] = terms.dual_clipped.sum()
+        if terms.value is not None:
+            parts.update(value_loss=terms.value, value_clipped=terms.value_clipped, value_count=terms.valued)
         big = r.max().reshape(1)
         if importance is not None:
             d = importance.log_ratio.to(torch.float64)
@@ -83,12 +86,12 @@ class StepSums:
 
 
 def summary(steps: List[Dict[str, torch.Tensor]], beta: float, sampler: bool = False, is_correction: str = "none",
-            dual_clip: float = 0.0) -> Dict[str, Any]:
+            dual_clip: float = 0.0, gae: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """The loss metrics of a call from its optimizer steps' records (means over the steps of the aggregated
     losses and gradient norms; ratio statistics and the clip fractions over all scored tokens and epochs; the
     off-policy statistics over the scored tokens, once). sampler: the learner's old logprobs were known (the
     sampler_* metrics; else null); is_correction none: the is_* metrics are null; dual_clip 0: its fraction
-    is null."""
+    is null; gae: the call's GAE statistics (gae.py's ValueTargets.stats; None: no value metrics)."""
     col = {k: torch.stack([s[k] for s in steps]).cpu() for k in steps[0]}
     mean = {k: float(col[k].mean()) for k in STEP_MEANS}
     total = {k: float(col[k].sum()) for k in TOTALS}
@@ -98,7 +101,11 @@ def summary(steps: List[Dict[str, torch.Tensor]], beta: float, sampler: bool = F
     smax = float(col["sampler_log_ratio_abs_max"].max())
     known = sampler and ns > 0
     corrected = known and is_correction != "none"
+    nv = total["value_count"]
+    value = {} if gae is None else {
+        **gae, "value_loss": mean["value_loss"], "value_clip_fraction": total["value_clipped"] / nv if nv else 0.0}
     return {
+        **value,
         "loss": mean["loss"], "pg_loss": mean["pg_loss"], "kl": mean["kl"] if beta > 0 else None,
         "entropy": mean["entropy"], "kl_old": mean["kl_old"],
         "clip_fraction": total["clipped"] / n if n else 0.0,

@@ -183,7 +183,8 @@ def make_adapter(model) -> Adapter:
 
 
 class LogprobModule(nn.Module):
-    """forward(inputs, sel, targets, ...) -> (lp, lp_t, ent) over the selected rows of the hidden states."""
+    """forward(inputs, sel, targets, ...) -> (lp, lp_t, ent) over the selected rows of the hidden states;
+    return_hidden: (lp, lp_t, ent, hs), hs those rows (the value head's input, PPO with GAE)."""
 
     def __init__(self, model: nn.Module, adapter: Adapter):
         super().__init__()
@@ -192,8 +193,9 @@ class LogprobModule(nn.Module):
 
     def forward(self, inputs: Dict[str, torch.Tensor], sel: torch.Tensor, targets: torch.Tensor,
                 temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, chunk: Optional[int] = None,
-                need_entropy: bool = True):
+                need_entropy: bool = True, return_hidden: bool = False):
         h = self.adapter.hidden(self.model, inputs)
         hs = h.index_select(0, sel)
         w, b = self.adapter.head(self.model)
-        return head_logprobs(hs, w, b, targets, temperature, top_k, top_p, chunk, need_entropy)
+        out = head_logprobs(hs, w, b, targets, temperature, top_k, top_p, chunk, need_entropy)
+        return (*out, hs) if return_hidden else out

@@ -13,6 +13,13 @@ non-finite gradient, an exception) is rolled back when the model and the optimiz
 enough to snapshot (`SNAPSHOT_MAX_ELEMENTS`: the trainable parameters, for LoRA the adapter only, and
 the optimizer state), so a batch is never half-applied. Checkpoints of this
 state: checkpoint.py.
+
+PPO with GAE (a batch with `rewards`, gae.py): a value head on the final hidden states is created on the first
+such call (zero), its values V_old of every scored token are computed once before the first optimizer step
+(with the learner's old logprobs when those need a pre-pass: one forward gives both), the advantages come from
+GAE over them, and every forward adds value_coef times the clipped value loss to the policy loss. The head is
+one more parameter group of the same AdamW (no weight decay), clipped with the model's gradient, rolled back
+with it; under DDP its gradient is all-reduced by hand (it is not inside the DDP module).
 """
 
 from __future__ import annotations
@@ -23,9 +30,12 @@ import math
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
+import dataclasses
+
 import torch
 
 from .batch import Batch, micro_batches, micro_inputs, minibatches
+from .gae import ValueTargets, check_gae, log, make_value_head, value_targets, value_terms
 from .losses import ImportanceWeights, importance_weights, loss_terms, token_weights
 from .metrics import StepSums, summary
 from .policy import Adapter, LogprobModule
@@ -89,11 +99,40 @@ class RLTrainer:
         self.optimizer: Optional[torch.optim.Optimizer] = None
         self.step = 0
         self.last_config: Optional[Dict[str, Any]] = None
+        self.value_head: Optional[torch.nn.Linear] = None  # PPO with GAE (gae.py); never part of the model
+
+    # -- the value head --
+
+    def value_dim(self) -> int:
+        """The width of the final hidden states (the LM head's input)."""
+        w, _ = self.adapter.head(self.model)
+        return int(w.shape[1])
+
+    def ensure_value_head(self, reason: Optional[str] = None) -> bool:
+        """The value head, created (zero) when there is none yet; an optimizer that exists gets it as one
+        more parameter group. reason: logged when a head is created. True when it was created."""
+        if self.value_head is not None:
+            return False
+        w, _ = self.adapter.head(self.model)
+        self.value_head = make_value_head(int(w.shape[1]), self.device, w.dtype)
+        if reason is not None:
+            log(f"value head: a fresh one ({int(w.shape[1])} -> 1, zero) for GAE: {reason}")
+        if self.optimizer is not None:
+            self.optimizer.add_param_group(self._value_group(self.optimizer.param_groups[0]))
+        return True
+
+    def _value_group(self, like: Dict[str, Any]) -> Dict[str, Any]:
+        g = {k: v for k, v in like.items() if k not in ("params", "weight_decay")}
+        return {**g, "params": list(self.value_head.parameters()), "weight_decay": 0.0}
 
     # -- pieces --
 
-    def params(self) -> List[torch.nn.Parameter]:
+    def model_params(self) -> List[torch.nn.Parameter]:
         return [p for p in self.model.parameters() if p.requires_grad]
+
+    def params(self) -> List[torch.nn.Parameter]:
+        """What a step trains: the model's trainable parameters, and the value head's when there is one."""
+        return self.model_params() + (list(self.value_head.parameters()) if self.value_head is not None else [])
 
     def _autocast(self):
         if self.autocast_dtype is not None and self.device.type == "cuda":
@@ -101,11 +140,14 @@ class RLTrainer:
         return contextlib.nullcontext()
 
     def make_optimizer(self, cfg: RLConfig) -> torch.optim.Optimizer:
-        """AdamW over two groups: the matrices (with weight decay) and the 1-D parameters (without)."""
+        """AdamW over two groups: the matrices (with weight decay) and the 1-D parameters (without); a third, the
+        value head's (without), when there is one."""
         decay, no_decay = [], []
-        for p in self.params():
+        for p in self.model_params():
             (decay if p.dim() >= 2 else no_decay).append(p)
         groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+        if self.value_head is not None:
+            groups.append({"params": list(self.value_head.parameters()), "weight_decay": 0.0})
         return adamw(groups, self.device.type, lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps)
 
     def _optimizer_for(self, cfg: RLConfig) -> torch.optim.Optimizer:
@@ -122,16 +164,17 @@ class RLTrainer:
         return micro_batches(shard, batch, cfg.micro_batch_size)
 
     def _share_scored(self, batch: Batch, micros: Sequence[Sequence[int]],
-                      compute: Callable[[Sequence[int]], torch.Tensor], share: bool = True) -> List[torch.Tensor]:
+                      compute: Callable[[Sequence[int]], torch.Tensor], share: bool = True,
+                      cols: int = 0) -> List[torch.Tensor]:
         """Per-token values of every scored token: this rank computes the sequences of `micros` (one call of
         `compute` per micro-batch, no gradient); with `share` (every rank must call it then) one all-reduce
-        of the flat vector (zeros elsewhere) gives every rank all of them."""
+        of the flat vector (zeros elsewhere) gives every rank all of them. cols > 0: `compute` gives [n, cols]."""
         B = len(batch)
         offsets = [0]
         for n in batch.scored:
             offsets.append(offsets[-1] + n)
         dtype = torch.float64 if next(self.model.parameters()).dtype == torch.float64 else torch.float32
-        flat = torch.zeros(offsets[-1], dtype=dtype, device=self.device)
+        flat = torch.zeros((offsets[-1], cols) if cols else offsets[-1], dtype=dtype, device=self.device)
         with torch.no_grad():
             for mb in micros:
                 lp = compute(mb)
@@ -180,6 +223,35 @@ class RLTrainer:
         finally:
             self.model.train(was)
 
+    def _values_pass(self, batch: Batch, cfg: RLConfig, with_logprobs: bool):
+        """V_old of every scored token (every rank gets every sequence), and, with_logprobs, o_t from the same
+        forward (as _policy_logprobs computes them): before the first optimizer step of the call."""
+        was = self.model.training
+        self.model.train()
+        head = self.value_head
+
+        def compute(mb):
+            inputs, sel, targets, _, _ = micro_inputs(batch, mb, self.adapter, self.device)
+            with self._autocast():
+                lp, _, _, hs = self.module(inputs, sel, targets, cfg.temperature, cfg.top_k, cfg.top_p,
+                                           cfg.logit_chunk, True, return_hidden=True)
+                v = head(hs).reshape(-1)
+            return torch.stack([lp.to(torch.float64), v.to(torch.float64)], -1)  # stored in the model's precision
+
+        try:
+            both = self._share_scored(batch, self._first_epoch_micros(batch, cfg), compute, True, cols=2)
+        finally:
+            self.model.train(was)
+        values = [x[:, 1] for x in both]
+        return ([x[:, 0] for x in both] if with_logprobs else None), values
+
+    def _gae(self, batch: Batch, cfg: RLConfig):
+        """(the batch with the GAE advantages, its ValueTargets, o_t or None): one pre-pass, no gradient."""
+        want_lp = cfg.is_correction != "none" and not self.one_optimizer_step(cfg, len(batch))
+        lps, values = self._values_pass(batch, cfg, want_lp)
+        vt = value_targets(values, batch.rewards, batch.turn_start, cfg)
+        return dataclasses.replace(batch, adv=vt.adv), vt, lps
+
     @staticmethod
     def one_optimizer_step(cfg: RLConfig, n_seqs: int) -> bool:
         """The call makes one optimizer step (one epoch, one minibatch): the first forward of each micro-batch
@@ -194,14 +266,17 @@ class RLTrainer:
 
     def _forward(self, batch: Batch, mb: Sequence[int], cfg: RLConfig, ref: Optional[List[torch.Tensor]],
                  n_seqs: int, n_tokens: int, engine=None, learner_old: Optional[List[torch.Tensor]] = None,
-                 importance: bool = False):
+                 importance: bool = False, vt: Optional[ValueTargets] = None, n_valued: float = 0.0):
         """The loss terms of micro-batch `mb`, and its off-policy statistics (ImportanceWeights) when there is
         a correction or `importance` asks for them (else None). learner_old: o_t from the pre-pass, or None:
-        o_t = this forward's own logprobs (detached)."""
+        o_t = this forward's own logprobs (detached). vt: GAE's targets (the value loss is added, normalised by
+        n_valued, the valued tokens of the whole minibatch)."""
         inputs, sel, targets, seq_index, seq_tokens = micro_inputs(batch, mb, self.adapter, self.device)
         with self._autocast():
-            lp, lp_t, ent = (engine or self.engine)(inputs, sel, targets, cfg.temperature, cfg.top_k, cfg.top_p,
-                                                    cfg.logit_chunk, True)
+            out = (engine or self.engine)(inputs, sel, targets, cfg.temperature, cfg.top_k, cfg.top_p,
+                                          cfg.logit_chunk, True, return_hidden=vt is not None)
+            lp, lp_t, ent = out[:3]
+            values = self.value_head(out[3]).reshape(-1) if vt is not None else None
         dev = lp.device
         old = torch.cat([batch.old[i] for i in mb]).to(dev)  # s_t: the sampler's
         adv = torch.cat([batch.adv[i] for i in mb]).to(dev)
@@ -216,6 +291,15 @@ class RLTrainer:
         terms = loss_terms(cfg.loss, lp, lp_t, ent, old, adv, r, w, seq_index, seq_tokens, cfg.clip_low,
                            cfg.clip_high, cfg.beta, cfg.entropy_coef,
                            is_weight=iw.weight if iw is not None else None, dual_clip=cfg.dual_clip)
+        if vt is not None:
+            valued = torch.cat([vt.valued[i] for i in mb]).to(dev)
+            vsum, vclipped = value_terms(values.to(lp.dtype), torch.cat([vt.v_old[i] for i in mb]).to(dev),
+                                         torch.cat([vt.returns[i] for i in mb]).to(dev),
+                                         valued / max(float(n_valued), 1.0), cfg.value_clip)
+            terms.loss = terms.loss + cfg.value_coef * vsum
+            terms.value = vsum.detach()
+            terms.value_clipped = vclipped.sum()
+            terms.valued = valued.sum()
         return terms, iw
 
     # -- public --
@@ -235,20 +319,30 @@ class RLTrainer:
         gets them at the start of a call: its pre-pass, or each forward's own logprobs when the config makes
         one optimizer step). Single process (tests and tools)."""
         check_config(cfg)
+        check_gae(batch, cfg)
         mb = list(range(len(batch))) if minibatch is None else list(minibatch)
         ref = self._reference_logprobs(batch, cfg) if cfg.beta > 0 else None
+        vt = None
+        if batch.rewards is not None:  # GAE: V_old and the advantages from the current weights
+            self.ensure_value_head("gradients() of a batch with rewards")
+            batch, vt, pre = self._gae(batch, cfg)
+            learner_old = learner_old if learner_old is not None else pre
         if learner_old is None:
             learner_old = self._learner_old(batch, cfg)
         n_tokens = sum(batch.scored[i] for i in mb)
-        sums = {"loss": 0.0, "pg": 0.0, "kl": 0.0, "ent": 0.0}
+        n_valued = float(sum(float(vt.valued[i].sum()) for i in mb)) if vt is not None else 0.0
+        sums = {"loss": 0.0, "pg": 0.0, "kl": 0.0, "ent": 0.0, "value": 0.0}
         for micro in self._micro(mb[self.rank::self.world], batch, cfg):
             terms, _ = self._forward(batch, micro, cfg, ref, len(mb), n_tokens, engine=self.module,
-                                     learner_old=learner_old)
+                                     learner_old=learner_old, vt=vt, n_valued=n_valued)
             terms.loss.backward()
             sums["loss"] += float(terms.loss.detach())
             sums["pg"] += float(terms.pg)
             sums["kl"] += float(terms.kl) if terms.kl is not None else 0.0
             sums["ent"] += float(terms.ent)
+            sums["value"] += float(terms.value) if terms.value is not None else 0.0
+        if vt is not None:
+            sums.update(vt.stats)
         return sums
 
     # -- atomic steps --
@@ -274,7 +368,7 @@ class RLTrainer:
         with torch.no_grad():
             for p, v in zip(params, values):
                 p.copy_(v)
-        for p in self.model.parameters():
+        for p in list(self.model.parameters()) + params:
             p.grad = None
         if had and opt_state is not None:
             self.optimizer.load_state_dict(opt_state)
@@ -284,7 +378,11 @@ class RLTrainer:
     def train(self, batch: Batch, cfg: RLConfig) -> Dict[str, Any]:
         """One step of the run (see the module's docstring). Returns {"step", "metrics"}."""
         check_config(cfg)
+        check_gae(batch, cfg)
         t0 = time.perf_counter()
+        fresh = batch.rewards is not None and self.ensure_value_head(
+            "the first call with rewards" if self.step == 0 else f"step {self.step} has none (a checkpoint "
+            "or calls without one)")  # before the snapshot: the optimizer has its group either way
         snap = self._snapshot()
         try:
             metrics = self._train(batch, cfg)
@@ -295,12 +393,23 @@ class RLTrainer:
         finally:
             self.model.eval()
         seconds = time.perf_counter() - t0
+        if batch.rewards is not None:
+            metrics["value_head_fresh"] = bool(fresh)
         metrics["seconds"] = seconds
         metrics["learner_tokens_per_s"] = batch.tokens * cfg.epochs / seconds if seconds > 0 else None
         for k, v in metrics.items():  # JSON has no NaN / Infinity
             if isinstance(v, float) and not math.isfinite(v):
                 metrics[k] = None
         return {"step": self.step, "metrics": metrics}
+
+    def _all_reduce_head_grads(self) -> None:
+        """Each rank's head gradient is world × its shard's (the loss is scaled by the world size, as DDP's mean
+        expects): the sum over the ranks divided by the world size is the whole minibatch's."""
+        for p in self.value_head.parameters():
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+            self.dist.all_reduce(p.grad)
+            p.grad.div_(self.world)
 
     def _clip_grad_norm(self, params: List[torch.nn.Parameter], max_norm: float) -> torch.Tensor:
         """The gradient's norm before clipping (clipped to max_norm when it is > 0)."""
@@ -321,7 +430,11 @@ class RLTrainer:
             g["lr"] = lr * (cfg.vector_lr_scale if i == 1 else 1.0)  # group 1: the 1-D parameters
         self.model.train()
         ref = self._reference_logprobs(batch, cfg) if cfg.beta > 0 else None
-        learner_old = self._learner_old(batch, cfg)  # before any optimizer step of the call
+        vt: Optional[ValueTargets] = None
+        if batch.rewards is not None:  # GAE: V_old (and o_t when needed) before any optimizer step of the call
+            batch, vt, learner_old = self._gae(batch, cfg)
+        else:
+            learner_old = self._learner_old(batch, cfg)  # before any optimizer step of the call
         # the off-policy statistics: with a correction, or when o_t comes free (one optimizer step)
         track = cfg.is_correction != "none" or self.one_optimizer_step(cfg, B)
         params = self.params()
@@ -329,6 +442,7 @@ class RLTrainer:
         for epoch in range(cfg.epochs):
             for mb in minibatches(B, cfg.minibatch_size, cfg.seed, self.step, epoch):
                 n_tokens = sum(batch.scored[i] for i in mb)
+                n_valued = float(sum(float(vt.valued[i].sum()) for i in mb)) if vt is not None else 0.0
                 micro = self._micro(mb[self.rank::self.world], batch, cfg)
                 dummy = not micro
                 if dummy:  # this rank has no sequence of the minibatch: a zero-weight pass keeps DDP in step
@@ -340,13 +454,15 @@ class RLTrainer:
                     ctx = self.engine.no_sync() if (self.dist and not sync) else contextlib.nullcontext()
                     with ctx:
                         terms, iw = self._forward(batch, m, cfg, ref, len(mb), n_tokens, learner_old=learner_old,
-                                                  importance=track and epoch == 0)
+                                                  importance=track and epoch == 0, vt=vt, n_valued=n_valued)
                         scale = 0.0 if dummy else float(self.world)
                         (terms.loss * scale).backward()
                     if not dummy:  # the off-policy statistics once: the first epoch covers every sequence once
                         sums.add(terms, iw if (track and epoch == 0) else None)
                 if self.dist:
                     sums.all_reduce(self.dist)
+                    if vt is not None:  # the value head is outside the DDP module: its gradient by hand
+                        self._all_reduce_head_grads()
                 gn = self._clip_grad_norm(params, cfg.max_grad_norm)
                 if not torch.isfinite(gn):
                     raise FloatingPointError(f"the gradient norm is {float(gn)} (epoch {epoch + 1}); "
@@ -360,6 +476,7 @@ class RLTrainer:
             self.reference.reset()
             self.optimizer = None
         self.last_config = cfg.to_json()
-        losses = summary(records, cfg.beta, sampler=track, is_correction=cfg.is_correction, dual_clip=cfg.dual_clip)
+        losses = summary(records, cfg.beta, sampler=track, is_correction=cfg.is_correction, dual_clip=cfg.dual_clip,
+                         gae=vt.stats if vt is not None else None)
         return {**losses, "lr": lr, "tokens": batch.tokens, "scored_tokens": sum(batch.scored), "sequences": B,
                 "groups": len(set(batch.group_ids)), "ref_reset": reset, "world_size": self.world}

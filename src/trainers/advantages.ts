@@ -11,6 +11,12 @@
  */
 export type AdvantageEstimator = 'grpo' | 'dr_grpo';
 
+/**
+ * The advantage of the run: a group estimator (computed here), or PPO with GAE (`gae`: the learner
+ * computes the advantages from its value head; the batch carries per-token rewards, `turnRewards`).
+ */
+export type AdvantageMode = AdvantageEstimator | 'gae';
+
 export const STD_FLOOR = 1e-6;
 export const EPS = 1e-6;
 
@@ -66,4 +72,15 @@ export function turnAdvantages(trajectories: { stepRewards: number[]; final: num
     idx.forEach((i, j) => (adv[i]![t] = a[j]!));
   }
   return adv;
+}
+
+/**
+ * PPO with GAE: the reward each turn ends with. Turn t gets its step reward; the last turn also gets the
+ * final reward, the trajectory's reward minus the step rewards, so that the rewards add up to the reward
+ * (as the per-turn returns above do). The learner discounts them (docs/architecture.md, "PPO with GAE").
+ */
+export function turnRewards(stepRewards: number[], reward: number): number[] {
+  const out = [...stepRewards];
+  if (out.length) out[out.length - 1]! += reward - stepRewards.reduce((a, b) => a + b, 0);
+  return out;
 }

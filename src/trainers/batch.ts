@@ -4,10 +4,11 @@
  * in order, as generated: nothing re-tokenised), a loss mask (1 on policy tokens only), the
  * sampling logprobs of the policy tokens, its advantage (per trajectory, or per token for per-turn
  * advantages) and its group id. The rewards used are the trajectories' `reward` fields: the same
- * numbers that are logged.
+ * numbers that are logged. With PPO with GAE (advantage `gae`) the batch carries per-token rewards
+ * instead (`rewards`, advantages 0) and the learner computes the advantages from its value head.
  */
 import type { Trajectory } from '../env/index.ts';
-import { groupAdvantages, isZeroVariance, turnAdvantages, type AdvantageEstimator } from './advantages.ts';
+import { groupAdvantages, isZeroVariance, turnAdvantages, turnRewards, type AdvantageMode } from './advantages.ts';
 import type { TrainBatch } from './protocol.ts';
 
 export type { TrainBatch } from './protocol.ts';
@@ -17,6 +18,8 @@ export interface BatchItem {
   group_id: string;
   /** A number: the trajectory's advantage; an array: one advantage per turn. */
   advantage: number | number[];
+  /** PPO with GAE: the reward each turn ends with (turnRewards); the batch then carries rewards, advantages 0. */
+  turnRewards?: number[];
 }
 
 /** The token sequence of a trajectory with its mask and old logprobs; undefined without tokens. */
@@ -51,9 +54,40 @@ export function sequenceOf(t: Trajectory): { ids: number[]; mask: (0 | 1)[]; log
   return policyTokens > 0 ? { ids, mask, logprobs, turnOf } : undefined;
 }
 
+/**
+ * PPO with GAE: the rewards of a sequence, aligned with its ids. Turn t's reward goes on its last policy
+ * token; a turn without policy tokens passes its reward to the last policy token before it (the action
+ * it rewards), or, when it has none before it, to the next turn's last. The learner's turns are the
+ * runs of mask 1 (a turn whose policy tokens follow the previous turn's without a token of mask 0
+ * between them is one turn with it: its rewards still land on its last token).
+ */
+export function tokenRewards(s: { mask: (0 | 1)[]; turnOf: number[] }, rewards: number[]): number[] {
+  const out = s.mask.map(() => 0);
+  const last = new Map<number, number>(); // turn -> its last policy token
+  s.mask.forEach((m, k) => {
+    if (m) last.set(s.turnOf[k]!, k);
+  });
+  let pending = 0;
+  let prev = -1;
+  rewards.forEach((r, turn) => {
+    const k = last.get(turn);
+    if (k === undefined) {
+      if (prev >= 0) out[prev]! += r;
+      else pending += r;
+      return;
+    }
+    out[k]! += r + pending;
+    pending = 0;
+    prev = k;
+  });
+  if (pending !== 0 && prev >= 0) out[prev]! += pending;
+  return out;
+}
+
 export function buildBatch(items: BatchItem[]): TrainBatch {
-  const perToken = items.some((i) => Array.isArray(i.advantage));
-  const batch: TrainBatch = { ids: [], mask: [], old_logprobs: [], advantages: [], group_ids: [] };
+  const gae = items.some((i) => i.turnRewards !== undefined);
+  const perToken = !gae && items.some((i) => Array.isArray(i.advantage));
+  const batch: TrainBatch = { ids: [], mask: [], old_logprobs: [], advantages: [], group_ids: [], ...(gae ? { rewards: [] } : {}) };
   for (const item of items) {
     const s = sequenceOf(item.trajectory);
     if (!s) continue;
@@ -61,7 +95,10 @@ export function buildBatch(items: BatchItem[]): TrainBatch {
     batch.mask.push(s.mask);
     batch.old_logprobs.push(s.logprobs);
     batch.group_ids.push(item.group_id);
-    if (perToken) {
+    if (gae) {
+      (batch.advantages as number[]).push(0); // the learner computes them
+      batch.rewards!.push(tokenRewards(s, item.turnRewards ?? turnRewards(item.trajectory.turns.map((u) => u.step_reward), item.trajectory.reward)));
+    } else if (perToken) {
       const a = item.advantage;
       (batch.advantages as number[][]).push(s.turnOf.map((turn, k) => (s.mask[k] ? (Array.isArray(a) ? (a[turn] ?? 0) : a) : 0)));
     } else {
@@ -87,7 +124,8 @@ export interface KeptGroup {
 }
 
 export interface BatchOptions {
-  advantage: AdvantageEstimator;
+  /** A group estimator, or gae: per-token rewards for the learner's GAE (perTurn must then be false). */
+  advantage: AdvantageMode;
   /** Per-turn advantages from the step rewards of the reward in use (each turn's `step_reward`). */
   perTurn: boolean;
   /** Sequences longer than this (the model's context) are left out, and counted. */
@@ -107,23 +145,31 @@ export interface BuiltBatch {
 /**
  * Advantages per group, then the TrainBatch. Per turn, a trajectory's final reward is its reward
  * minus the step rewards of its turns (each turn's `step_reward`, set by the reward in use), so
- * that the returns add up to the reward.
+ * that the returns add up to the reward. With gae, no group advantages: each trajectory's turn
+ * rewards (turnRewards: the same split of the reward), for the learner's GAE; a group whose rewards
+ * are all equal is still counted, and still trained on (its value targets teach the value head).
  */
 export function buildTrainBatch(groups: KeptGroup[], o: BatchOptions): BuiltBatch {
+  if (o.advantage === 'gae' && o.perTurn) throw new Error("per_turn: not with advantage 'gae' (GAE credits the turns itself: gae_level turn or token)");
   const items: BatchItem[] = [];
   let zeroVarianceGroups = 0;
   for (const g of groups) {
     const rewards = g.trajectories.map((t) => t.reward);
     if (isZeroVariance(rewards)) zeroVarianceGroups++;
+    if (o.advantage === 'gae') {
+      g.trajectories.forEach((t) => items.push({ trajectory: t, group_id: g.group_id, advantage: 0, turnRewards: turnRewards(t.turns.map((u) => u.step_reward), t.reward) }));
+      continue;
+    }
+    const estimator = o.advantage;
     const adv: (number | number[])[] = o.perTurn
       ? turnAdvantages(
           g.trajectories.map((t) => {
             const stepRewards = t.turns.map((u) => u.step_reward);
             return { stepRewards, final: t.reward - stepRewards.reduce((a, b) => a + b, 0) };
           }),
-          o.advantage,
+          estimator,
         )
-      : groupAdvantages(rewards, o.advantage);
+      : groupAdvantages(rewards, estimator);
     g.trajectories.forEach((t, i) => items.push({ trajectory: t, group_id: g.group_id, advantage: adv[i]! }));
   }
   const withTokens = items.filter((i) => sequenceOf(i.trajectory) !== undefined); // a trajectory without policy tokens has nothing to train on

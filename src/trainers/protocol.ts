@@ -47,6 +47,12 @@ export const LearnerConfigSchema = z
     seed: z.number().int().default(0).describe('seed of the run (task sampling, rollouts, minibatch shuffling)'),
     dr_grpo_constant: z.number().gt(0).optional().describe('Dr. GRPO\'s constant normaliser C: a fixed budget of policy tokens per sequence (required for dr_grpo; the trainer sends the run\'s policy_token_budget)'),
     logit_chunk: z.number().int().min(1).optional().describe('tokens per chunk of the LM head (default: about 2^25 logits per chunk)'),
+    gae_gamma: z.number().min(0).max(1).default(0.99).describe('GAE (a batch with rewards): the discount γ per policy token (gae_level token) or per turn (turn)'),
+    gae_lambda: z.number().min(0).max(1).default(0.95).describe('GAE: λ, the bias/variance trade-off of the advantage (1: Monte-Carlo return minus V, 0: one-step TD error)'),
+    gae_level: z.enum(['token', 'turn']).default('token').describe('GAE\'s time axis: token (every policy token has a value; prompt and tool-result tokens are skipped) or turn (one value per turn, at its first policy token; the turn\'s advantage goes to all its tokens)'),
+    value_coef: z.number().min(0).default(0.5).describe('GAE: weight of the value head\'s loss in the total loss'),
+    value_clip: z.number().min(0).default(0.2).describe('GAE: PPO2\'s value clipping c: the loss is 0.5·max((V − R)², (V_old + clip(V − V_old, −c, c) − R)²) (0: no clipping, 0.5·(V − R)²)'),
+    whiten_advantages: z.boolean().default(true).describe('GAE: whiten the advantages (mean 0, std 1 over all scored tokens of the batch) before the policy loss'),
   })
   .strict();
 export type LearnerConfig = z.output<typeof LearnerConfigSchema>;
@@ -62,6 +68,9 @@ export const TrainBatchSchema = z
     old_logprobs: shallow(z.array(z.array(z.number()))).describe('the sampler\'s logprob of each policy token (anything elsewhere)'),
     advantages: shallow(z.union([z.array(z.number()), z.array(z.array(z.number()))])).describe('one per sequence, or one list per sequence aligned with ids (per-turn advantages)'),
     group_ids: z.array(z.string().min(1)).describe('the group of each sequence'),
+    rewards: shallow(z.array(z.array(z.number())))
+      .optional()
+      .describe('PPO with GAE: one list per sequence aligned with ids, the rewards on policy tokens (each turn\'s step reward on its last policy token, the final reward minus the step rewards on the last policy token of the sequence; 0 elsewhere); the learner computes the advantages (send advantages 0)'),
   })
   .strict();
 export type TrainBatch = z.output<typeof TrainBatchSchema>;
@@ -88,6 +97,14 @@ export const TrainMetricsSchema = z.looseObject({
   is_weight_mean: nnum.optional().describe('mean off-policy importance weight over scored tokens (null when is_correction is none)'),
   is_truncated_fraction: nnum.optional().describe('scored tokens whose importance weight truncation changed (0 for the mask modes; null when is_correction is none)'),
   is_masked_fraction: nnum.optional().describe('scored tokens whose importance weight masking set to 0 (0 for the truncate modes; null when is_correction is none)'),
+  value_loss: nnum.optional().describe('GAE: mean over the optimizer steps of the value loss (before value_coef; null without rewards)'),
+  value_mean: nnum.optional().describe('GAE: mean of V_old (the value head at the start of the call) over the valued tokens'),
+  explained_variance: nnum.optional().describe('GAE: 1 − Var(R − V_old) / Var(R) over the valued tokens (R the returns; null when Var(R) is 0)'),
+  value_clip_fraction: nnum.optional().describe('GAE: valued tokens (all epochs) whose clipped value branch is the larger'),
+  advantage_mean: nnum.optional().describe('GAE: mean of the advantages over the scored tokens, before whitening'),
+  advantage_std: nnum.optional().describe('GAE: standard deviation of the advantages over the scored tokens, before whitening'),
+  return_mean: nnum.optional().describe('GAE: mean of the returns R = A + V_old over the valued tokens'),
+  value_head_fresh: z.boolean().optional().describe('GAE: this call created the value head (the first GAE call, or a checkpoint without one)'),
   grad_norm: num.describe('mean pre-clipping gradient norm over the optimizer steps'),
   grad_norm_max: num,
   lr: num.describe('the learning rate of this step'),
