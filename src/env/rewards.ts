@@ -7,7 +7,9 @@
  *                           efficiency  = max(0, 1 − (steps − 3)/10), capped at 1 (see below)
  *                           reward      = base + 0.3·efficiency + 0.2·Σ step rewards
  * RLVR (seed `RLVRTrainer`): 0.1·format + 0.3·(fraction of correct steps) + 0.6·final answer correct
- * Composer: Σ weight_i · part_i over named parts (correctness, format, reasoning, safety).
+ * Composer: Σ weight_i · part_i over named parts: the built-in correctness, think_format, reasoning,
+ *           safety, and the parts registered with registerRewardPart (weights by name; unnamed
+ *           parts weigh 0 but correctness, which weighs 1).
  *
  * steps = the agent's turns (each assistant message, the final answer included). The seed's
  * efficiency exceeds 1 below 3 steps; we cap it at 1 so that skipping the tools is never paid.
@@ -16,6 +18,109 @@ import { z } from 'zod';
 import type { Task } from './task.ts';
 import type { CheckResult, ToolStep, Turn } from './types.ts';
 import { checkScore, hasAnswerFormat, solved } from './checks.ts';
+
+// ---------------------------------------------------------------------------------------------
+// The composer's parts: four built in, and the user's (registerRewardPart), weighted by name.
+
+/** A reward part: a number from the episode (the argument a RewardFn gets), logged in reward_parts under its name. */
+export type RewardPartFn = (episode: Episode) => number;
+
+/** The composer's built-in parts, by the names they are logged under. */
+export const COMPOSER_PARTS = ['correctness', 'think_format', 'reasoning', 'safety'] as const;
+/** Names of the composer's weights that mean another part (the first config's `format` is think_format). */
+const PART_ALIASES: Record<string, string> = { format: 'think_format' };
+/** Names the built-in rewards and the loop log in reward_parts: a registered part may not take them. */
+const RESERVED_PARTS = new Set(['base', 'efficiency', 'tools', 'art', 'format', 'steps_fraction', 'final', 'rlvr', 'composer', 'verifier', 'ruler', 'overlong', ...COMPOSER_PARTS]);
+const partRegistry = new Map<string, RewardPartFn>();
+
+/**
+ * Registers a reward part: `fn(episode)` is computed for every episode (whatever the reward),
+ * logged in its reward_parts under `name`, and weighs in the composer's total with the weight its
+ * name has in the config (`composer_weights`; 0 when not named).
+ */
+export function registerRewardPart(name: string, fn: RewardPartFn, options: { replace?: boolean } = {}): void {
+  if (!/^[A-Za-z][\w.-]{0,63}$/.test(name)) throw new Error(`reward part name '${name}': 1-64 letters, digits, '_', '.', '-', starting with a letter`);
+  if (typeof fn !== 'function') throw new Error(`reward part '${name}': expected a function (episode) => number`);
+  if (RESERVED_PARTS.has(name)) throw new Error(`reward part '${name}': the name of a built-in part (${[...RESERVED_PARTS].join(', ')}); register yours under another name`);
+  if (partRegistry.has(name) && !options.replace) throw new Error(`reward part '${name}' is already registered (pass {replace: true} to replace it)`);
+  partRegistry.set(name, fn);
+}
+
+/** The composer's parts: the built-ins, then the registered ones. */
+export function rewardPartNames(): string[] {
+  return [...COMPOSER_PARTS, ...partRegistry.keys()];
+}
+
+/** The problem with a composer weight's name, or undefined when it names a part. */
+function unknownPart(name: string): string | undefined {
+  if ((COMPOSER_PARTS as readonly string[]).includes(name) || name in PART_ALIASES || partRegistry.has(name)) return undefined;
+  return `unknown reward part '${name}'; registered: ${rewardPartNames().join(', ')} (register yours with registerRewardPart(name, fn))`;
+}
+
+/**
+ * The composer's weights: a record part name → weight, or (from a command line) the text
+ * `name=w,name=w`. Every name must be a part (a built-in or a registered one) when the config is
+ * read: register parts before making the config. Parts not named weigh 0, except correctness (1).
+ */
+export function composerWeightsSchema() {
+  return z
+    .preprocess((v, ctx) => {
+      if (typeof v !== 'string') return v;
+      const parsed = parseWeights(v);
+      if (typeof parsed === 'string') ctx.addIssue({ code: 'custom', message: parsed });
+      return typeof parsed === 'string' ? v : parsed;
+    }, z.record(z.string(), z.number()))
+    .superRefine((w, ctx) => {
+      for (const name of Object.keys(w)) {
+        const problem = unknownPart(name);
+        if (problem) ctx.addIssue({ code: 'custom', message: problem, path: [name] });
+      }
+    })
+    .default({ correctness: 1 });
+}
+
+/** `correctness=1,reasoning=0.2` → {correctness: 1, reasoning: 0.2}; else what is wrong. */
+function parseWeights(text: string): Record<string, number> | string {
+  const out: Record<string, number> = {};
+  for (const item of text.split(',').map((x) => x.trim()).filter(Boolean)) {
+    const m = /^([^=\s]+)\s*=\s*(\S+)$/.exec(item);
+    const w = m ? Number(m[2]) : Number.NaN;
+    if (!m || !Number.isFinite(w)) return `'${item}' is not name=weight (e.g. correctness=1,reasoning=0.2)`;
+    out[m[1]!] = w;
+  }
+  return out;
+}
+
+/** A part's weight: its name's (or its alias's), else 1 for correctness and 0 for the others. */
+export function partWeight(weights: Record<string, number>, part: string): number {
+  const alias = Object.keys(PART_ALIASES).find((a) => PART_ALIASES[a] === part);
+  return weights[part] ?? (alias !== undefined ? weights[alias] : undefined) ?? (part === 'correctness' ? 1 : 0);
+}
+
+/** The registered parts of an episode (each a finite number, or an error naming the part). */
+function registeredParts(e: Episode): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const [name, fn] of partRegistry) {
+    const v = fn(e);
+    if (typeof v !== 'number' || !Number.isFinite(v)) throw new Error(`reward part '${name}' returned ${typeof (v as unknown as Promise<unknown>)?.then === 'function' ? 'a promise' : String(v)} (a finite number is needed)`);
+    out[name] = v;
+  }
+  return out;
+}
+
+/** The mean of each reward part over trajectories (those that have it): a step's `reward_parts_mean`. */
+export function meanRewardParts(trajectories: { reward_parts: Record<string, number> }[]): Record<string, number> {
+  const sum: Record<string, { s: number; n: number }> = {};
+  for (const t of trajectories) {
+    for (const [k, v] of Object.entries(t.reward_parts)) {
+      if (!Number.isFinite(v)) continue;
+      const a = (sum[k] ??= { s: 0, n: 0 });
+      a.s += v;
+      a.n++;
+    }
+  }
+  return Object.fromEntries(Object.entries(sum).map(([k, a]) => [k, a.s / a.n]));
+}
 
 export const RewardConfigSchema = z.object({
   /** Which reward is the total: a registered reward's name (the four built-ins, or one of registerReward). */
@@ -33,14 +138,8 @@ export const RewardConfigSchema = z.object({
     })
     .prefault({}),
   rlvr: z.object({ format: z.number().default(0.1), steps: z.number().default(0.3), final: z.number().default(0.6) }).prefault({}),
-  composer: z
-    .object({
-      correctness: z.number().default(1),
-      format: z.number().default(0),
-      reasoning: z.number().default(0),
-      safety: z.number().default(0),
-    })
-    .prefault({}),
+  /** The composer's weights by part name (composerWeightsSchema); the training config's composer_weights. */
+  composer: composerWeightsSchema(),
 });
 export type RewardConfig = z.output<typeof RewardConfigSchema>;
 export type RewardConfigInput = z.input<typeof RewardConfigSchema>;
@@ -138,8 +237,8 @@ export function scoreParts(task: Task, turns: Pick<Turn, 'tool_results'>[], answ
   const think = thinkAnswerFormat(answer);
   const reasoning = reasoningScore(answer);
   const safety = safetyScore(steps);
-  const c = cfg.composer;
-  const composer = c.correctness * correctness + c.format * think + c.reasoning * reasoning + c.safety * safety;
+  const builtin: Record<string, number> = { correctness, think_format: think, reasoning, safety };
+  const composer = COMPOSER_PARTS.reduce((sum, p) => sum + partWeight(cfg.composer, p) * builtin[p]!, 0);
 
   const parts: Record<string, number> = {
     base,
@@ -192,24 +291,36 @@ export type RewardFn = (episode: Episode) => RewardResult | Promise<RewardResult
 
 const zeros = (n: number) => new Array<number>(n).fill(0);
 
+/**
+ * Every part of an episode: the built-ins (scoreParts) and the registered ones; the composer's
+ * total counts the registered parts with their weights.
+ */
+function allParts(e: Episode) {
+  const s = scoreParts(e.task, e.turns, e.answer, e.checks, e.weights);
+  const mine = registeredParts(e);
+  const composer = s.parts.composer! + Object.entries(mine).reduce((sum, [k, v]) => sum + partWeight(e.weights.composer, k) * v, 0);
+  const parts: Record<string, number> = { ...s.parts, ...mine, composer };
+  return { ...s, parts };
+}
+
 /** ART (seed `ARTTrainer`): base + 0.3·efficiency + 0.2·Σ step rewards; its step rewards are ART's. */
 export const artReward: RewardFn = (e) => {
-  const s = scoreParts(e.task, e.turns, e.answer, e.checks, e.weights);
+  const s = allParts(e);
   return { reward: s.parts.art!, parts: s.parts, stepRewards: s.artSteps };
 };
 /** RLVR (seed `RLVRTrainer`): 0.1·format + 0.3·fraction of correct steps + 0.6·solved. */
 export const rlvrReward: RewardFn = (e) => {
-  const s = scoreParts(e.task, e.turns, e.answer, e.checks, e.weights);
+  const s = allParts(e);
   return { reward: s.parts.rlvr!, parts: s.parts, stepRewards: s.rlvrSteps };
 };
-/** The reward composer: weighted named parts (correctness, format, reasoning, safety). */
+/** The reward composer: Σ weight · part over the built-in parts and the registered ones (registerRewardPart). */
 export const composerReward: RewardFn = (e) => {
-  const s = scoreParts(e.task, e.turns, e.answer, e.checks, e.weights);
+  const s = allParts(e);
   return { reward: s.parts.composer!, parts: s.parts, stepRewards: zeros(e.turns.length) };
 };
 /** The checks' weighted score alone. */
 export const verifierReward: RewardFn = (e) => {
-  const s = scoreParts(e.task, e.turns, e.answer, e.checks, e.weights);
+  const s = allParts(e);
   return { reward: s.parts.correctness!, parts: s.parts, stepRewards: zeros(e.turns.length) };
 };
 
