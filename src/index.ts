@@ -60,6 +60,9 @@ export type { ChatModel, ChatRequest, ChatResult, ApiUsage, TokenUsage } from '.
 // ---- Rewards ---------------------------------------------------------------------------------
 /** Registers a reward `(episode) => {reward, parts, stepRewards?}` under a name. */
 export { registerReward, rewardNames, resolveReward } from './env/index.ts';
+/** Registers a reward part `(episode) => number` under a name: logged in every trajectory's reward_parts, weighted in the composer by `composer_weights`. */
+export { registerRewardPart, rewardPartNames, COMPOSER_PARTS } from './env/rewards.ts';
+export type { RewardPartFn } from './env/rewards.ts';
 /** The four built-in rewards (registered as art, rlvr, composer, verifier). */
 export { artReward, rlvrReward, composerReward, verifierReward, RewardConfigSchema } from './env/index.ts';
 export type { RewardFn, RewardResult, Episode, RewardConfig } from './env/index.ts';
@@ -74,6 +77,8 @@ export { train } from './trainers/index.ts';
 export { collectGroups, TaskSampler } from './trainers/index.ts';
 /** Asynchronous training: the pipeline that collects the next steps' batches while the learner trains, and staleness. */
 export { StepPipeline, splitStale } from './trainers/index.ts';
+/** A curriculum on task difficulty (adaptive or scheduled) and a replay buffer of past groups with signal. */
+export { Curriculum, ReplayBuffer } from './trainers/index.ts';
 /** Piece 2: advantages (GRPO, Dr. GRPO, per turn) and the TrainBatch, a pure function. */
 export { buildTrainBatch, groupAdvantages } from './trainers/index.ts';
 /** Piece 3: the learner (local process or remote URL): train, export weights, checkpoints, restarts. */
@@ -82,6 +87,9 @@ export { LearnerSession, LearnerError } from './trainers/index.ts';
 export { TrainConfigSchema, PRESETS, resolveConfig, LEARNER_COMMANDS } from './trainers/index.ts';
 /** The SFT cold start: expert demonstrations → a model trained from scratch → ONNX. */
 export { runSft } from './trainers/index.ts';
+/** The DeepSeek-R1 pipeline as one run: SFT cold start → GRPO → rejection sampling + SFT → GRPO, resumable, one report. */
+export { runR1Pipeline, R1ConfigSchema, selectVerified, trajectorySignature } from './trainers/index.ts';
+export type { R1Config, R1ConfigInput, R1Options, R1Result, R1Record, R1Stage } from './trainers/index.ts';
 /** Hugging Face checkpoints: whether a directory is one, and its ONNX export for in-process sampling (made with the learner's venv). */
 export { isHfModelDir, ensureHfOnnx } from './trainers/index.ts';
 export type { TrainOptions, TrainResult, EvalResult, TrainConfig, TrainConfigInput, TrainBatch, KeptGroup, Collected, CollectOptions, BuiltBatch, LearnerSessionOptions } from './trainers/index.ts';

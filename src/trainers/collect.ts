@@ -21,6 +21,7 @@ import { applyRuler, JudgeError, rollout, type ChatModel, type Environment, type
 import { isZeroVariance } from './advantages.ts';
 import { overlongPenalty, type KeptGroup } from './batch.ts';
 import type { TrainConfig } from './config.ts';
+import type { Curriculum } from './curriculum.ts';
 
 /** Draws train tasks with a seeded generator that can be replayed to any point (resume, rollback). */
 export class TaskSampler {
@@ -50,8 +51,13 @@ export class TaskSampler {
   }
 
   draw(): Task {
+    return this.tasks[Math.floor(this.random() * this.tasks.length)]!;
+  }
+
+  /** One number of the generator, in [0, 1), counted as a draw (the curriculum draws with these). */
+  random(): number {
     this.count++;
-    return this.tasks[Math.floor(this.next() * this.tasks.length)]!;
+    return this.next();
   }
 }
 
@@ -59,6 +65,8 @@ export interface CollectOptions {
   env: Environment;
   policy: Policy;
   sampler: TaskSampler;
+  /** Draws the tasks by difficulty (curriculum.ts) with the sampler's numbers; default: uniformly. */
+  curriculum?: Curriculum;
   step: number;
   tasksPerStep: number;
   group: number;
@@ -129,7 +137,7 @@ export async function collectGroups(o: CollectOptions): Promise<Collected> {
   const maxRounds = o.dynamicSampling ? 1 + o.maxResampleRounds : 1;
   while (rounds < maxRounds && kept.length < o.tasksPerStep && !o.signal?.aborted) {
     const need = o.tasksPerStep - kept.length;
-    const tasks = Array.from({ length: need }, () => o.sampler.draw());
+    const tasks = Array.from({ length: need }, () => (o.curriculum ? o.curriculum.draw(o.sampler, o.step) : o.sampler.draw()));
     const unique = [...new Map(tasks.map((t) => [t.id, t])).values()];
     const r = await rollout(o.env, o.policy, unique, { group: o.group, concurrency: o.concurrency, iteration: `train.${o.step}.${rounds}`, signal: o.signal });
     rounds++;

@@ -12,6 +12,9 @@ import { join } from 'node:path';
 import { BUNDLED_MODEL_DIR } from '../paths.ts';
 import { isHfModelDir } from './learner-client.ts';
 import { LearnerConfigSchema, type LearnerConfigInput } from './protocol.ts';
+import { composerWeightsSchema } from '../env/rewards.ts';
+import { CURRICULUM_MODES, parseSchedule } from './curriculum.ts';
+import { REPLAY_PRIORITIES } from './replay.ts';
 
 /** The learner's off-policy corrections (its is_correction field). */
 const IS_CORRECTIONS = LearnerConfigSchema.shape.is_correction.unwrap().options;
@@ -19,11 +22,11 @@ const IS_CORRECTIONS = LearnerConfigSchema.shape.is_correction.unwrap().options;
 /** The learner's fields that the run sets itself (not configurable on their own). */
 const { total_steps: _total, dr_grpo_constant: _constant, ...learnerFields } = LearnerConfigSchema.shape;
 
-export const PRESET_NAMES = ['grpo', 'dapo', 'dr_grpo', 'gspo', 'rlvr', 'art', 'ruler'] as const;
+export const PRESET_NAMES = ['grpo', 'dapo', 'dr_grpo', 'gspo', 'rlvr', 'art', 'ruler', 'prorl', 'ppo'] as const;
 
 export const TrainConfigSchema = z
   .object({
-    preset: z.enum(PRESET_NAMES).default('art').describe('the recipe whose settings fill the fields not given: grpo, dapo, dr_grpo, gspo, rlvr, art, ruler (needs --judge)'),
+    preset: z.enum(PRESET_NAMES).default('art').describe('the recipe whose settings fill the fields not given: grpo, dapo, dr_grpo, gspo, rlvr, art, ruler (needs --judge), prorl, ppo (PPO with GAE: a value head)'),
     suite: z.string().default('calculator').describe('the bundled task suite to train and evaluate on (when no task file is given)'),
     tasks: z.string().min(1).optional().describe('a task file (.json or .jsonl) to train on instead of a suite: its train split (and, without eval_tasks, its eval split as the held-out tasks)'),
     eval_tasks: z.string().min(1).optional().describe('a task file of held-out tasks (all of it; default: the eval split of the tasks or of the suite)'),
@@ -34,11 +37,24 @@ export const TrainConfigSchema = z
     group: z.number().int().min(2).default(8).describe('rollouts per task (G)'),
     concurrency: z.number().int().min(1).default(64).describe('episodes at once'),
     reward: z.string().min(1).default('art').describe('the reward, by registered name: art, rlvr, composer, verifier, or one registered with registerReward'),
-    advantage: z.enum(['grpo', 'dr_grpo']).default('grpo').describe('advantage estimator: grpo ((r − mean) / sample std) or dr_grpo (r − mean)'),
+    composer_weights: composerWeightsSchema().describe('the reward composer\'s weights by part name (correctness, think_format, reasoning, safety, or a part registered with registerRewardPart); on the command line name=w,name=w; parts not named weigh 0, except correctness (1)'),
+    advantage: z.enum(['grpo', 'dr_grpo', 'gae']).default('grpo').describe('advantage estimator: grpo ((r − mean) / sample std), dr_grpo (r − mean) or gae (PPO with GAE: the learner\'s value head, gae_* fields; the batch carries the turns\' rewards)'),
     per_turn: z.boolean().default(false).describe('per-turn advantages: each turn gets the group-normalised return from that turn on (the reward\'s step rewards)'),
     dynamic_sampling: z.boolean().default(false).describe('DAPO dynamic sampling: drop groups without signal and sample more tasks until the batch is full'),
     dynamic_sampling_on: z.enum(['outcome', 'reward']).default('outcome').describe('what "without signal" means: every episode solved or every one failed (outcome, as in DAPO), or all shaped rewards equal (reward)'),
     max_resample_rounds: z.number().int().min(0).default(4).describe('with dynamic sampling, at most this many extra sampling rounds per step (the cap)'),
+    curriculum: z.enum(CURRICULUM_MODES).default('off').describe('task difficulty over the run: off (uniform draws), adaptive (a level per suite moved by the recent success at it), schedule (curriculum_schedule); each draw is at the level with probability curriculum_share, else below it'),
+    curriculum_share: z.number().min(0).max(1).default(0.5).describe('curriculum: the share of draws at the current level (the rest uniformly at the suite\'s difficulties below it)'),
+    curriculum_low: z.number().min(0).max(1).default(0.3).describe('curriculum adaptive: a success rate at the level below this moves the level down'),
+    curriculum_high: z.number().min(0).max(1).default(0.7).describe('curriculum adaptive: a success rate at the level above this moves the level up'),
+    curriculum_window: z.number().int().min(1).default(3).describe('curriculum adaptive: the steps at a level whose episodes decide a move (the window must be full)'),
+    curriculum_start: z.number().int().min(1).max(5).default(1).describe('curriculum adaptive: the first level of every suite (clamped to its difficulties)'),
+    curriculum_schedule: z.string().regex(/^\s*\d+:\d+\s*(,\s*\d+:\d+\s*)*$/, 'difficulty:from_step entries separated by commas (e.g. "1:0,2:10,3:25")').default('1:0').describe('curriculum schedule: difficulty:from_step entries, e.g. "1:0,2:10,3:25" (step k trains at the difficulty of the last entry with from_step <= k)'),
+    replay_fraction: z.number().min(0).lt(1).default(0).describe('replay: the share of each step\'s groups drawn from a buffer of past groups with signal, round(replay_fraction × tasks_per_step) (fewer fresh tasks are collected; 0: off)'),
+    replay_capacity: z.number().int().min(1).default(64).describe('replay: groups the buffer holds (the oldest go first)'),
+    replay_max_age: z.number().int().min(1).default(4).describe('replay: steps after the one it was collected for that a group may be replayed'),
+    replay_priority: z.enum(REPLAY_PRIORITIES).default('uniform').describe('replay: how groups are drawn from the buffer: uniform, or advantage (in proportion to the group\'s mean |advantage|)'),
+    time_budget_minutes: z.number().min(0).default(0).describe('stop training once the run has trained this many minutes (wall clock, evaluations included), then evaluate as at the end (0: no budget)'),
     overlong_max: z.number().int().min(0).default(0).describe('DAPO overlong shaping: the policy-token limit of an episode (0: off)'),
     overlong_cache: z.number().int().min(1).default(64).describe('DAPO overlong shaping: the soft-penalty window before overlong_max'),
     policy_token_budget: z.number().int().min(0).default(0).describe('Dr. GRPO\'s constant normaliser: a fixed budget of policy tokens per episode (0: max_new_tokens × the tasks\' largest max_turns, at most the model\'s context)'),
@@ -74,7 +90,7 @@ export const TrainConfigSchema = z
     is_correction: z
       .enum(['auto', ...IS_CORRECTIONS])
       .default('auto')
-      .describe('off-policy correction of the sampler\'s lag (the learner\'s old logprobs against the sampler\'s): token_truncate, token_mask, sequence_truncate, sequence_mask (TRL\'s modes, bounds is_min..is_cap) or none; auto: token_truncate with max_staleness > 0, else none'),
+      .describe('off-policy correction of the sampler\'s lag (the learner\'s old logprobs against the sampler\'s): token_truncate, token_mask, sequence_truncate, sequence_mask (TRL\'s modes, bounds is_min..is_cap) or none; auto: token_truncate with max_staleness > 0 or replay_fraction > 0, else none'),
   })
   .strict();
 
@@ -90,6 +106,19 @@ export const PRESETS: Record<TrainConfig['preset'], Partial<TrainConfigInput>> =
   art: { reward: 'art', advantage: 'grpo', loss: 'grpo', clip_low: 0.2, clip_high: 0.2, beta: 0.04 },
   // GRPO on RULER's listwise score combined half and half with the verifier's (needs a judge).
   ruler: { reward: 'verifier', advantage: 'grpo', loss: 'grpo', clip_low: 0.2, clip_high: 0.2, beta: 0.04, ruler: 'listwise', ruler_weight: 0.5, ruler_verifier_weight: 0.5 },
+  // PPO with GAE (docs/architecture.md, "PPO with GAE"): ART's reward (its step rewards give the value head
+  // signal inside the episode), PPO's token-level loss and symmetric clip, 2 epochs of 2 minibatches, GAE
+  // per turn (per token, γλ = 0.94 per token fades the credit within ~20 tokens: bench/RESULTS.md).
+  ppo: { reward: 'art', advantage: 'gae', loss: 'dapo', clip_low: 0.2, clip_high: 0.2, beta: 0, epochs: 2, minibatch_size: 48, gae_gamma: 0.99, gae_lambda: 0.95, gae_level: 'turn', value_coef: 0.5, value_clip: 0.2, whiten_advantages: true },
+  // ProRL (docs/architecture.md, "ProRL"): GRPO with the KL kept and the reference and AdamW reset
+  // every 20 steps, DAPO's clip-higher (0.28: ProRL's 0.4 went with lr 2e-6 over thousands of steps,
+  // against entropy collapse; on runs of ~100 steps at this repository's learning rates it mostly
+  // widens the trust region) and dynamic sampling, warm-up then cosine, the adaptive curriculum,
+  // a quarter of each batch replayed (by |advantage|), an evaluation every 10 steps.
+  prorl: {
+    reward: 'verifier', advantage: 'grpo', loss: 'grpo', clip_low: 0.2, clip_high: 0.28, beta: 0.01, ref_reset_every: 20,
+    dynamic_sampling: true, warmup_steps: 5, min_lr_ratio: 0.1, curriculum: 'adaptive', replay_fraction: 0.25, replay_priority: 'advantage', replay_max_age: 4, eval_every: 10,
+  },
 };
 
 /** preset < config file < explicit overrides; errors name the field. */
@@ -120,10 +149,33 @@ export function resolveConfig(overrides: Partial<TrainConfigInput>, file?: strin
   if (r.data.learner && isHfModelDir(r.data.model)) {
     throw new Error(`${file ? `${file}: ` : ''}learner: a remote learner (${r.data.learner}) trains the embedded model only; ${r.data.model} is a Hugging Face checkpoint: run this command where the checkpoint and a GPU are (the learner then starts locally with the venv), or leave out learner`);
   }
+  if (r.data.curriculum_low > r.data.curriculum_high) {
+    throw new Error(`${file ? `${file}: ` : ''}curriculum_low: ${r.data.curriculum_low} is above curriculum_high ${r.data.curriculum_high} (the band that keeps the level)`);
+  }
+  if (r.data.curriculum === 'schedule') {
+    try {
+      parseSchedule(r.data.curriculum_schedule);
+    } catch (err) {
+      throw new Error(`${file ? `${file}: ` : ''}${(err as Error).message}`);
+    }
+  }
+  gaeRefusals(r.data, file);
   if (r.data.ruler !== 'off' && !r.data.judge) {
     throw new Error(`${file ? `${file}: ` : ''}ruler: '${r.data.ruler}'${preset === 'ruler' ? ' (the ruler preset)' : ''} needs a judge: set judge (--judge openai:<model> or anthropic:<model>), or ruler: 'off'`);
   }
   return r.data;
+}
+
+/** PPO with GAE: the combinations that make no sense are refused, naming the field. */
+function gaeRefusals(c: TrainConfig, file?: string): void {
+  const at = file ? `${file}: ` : '';
+  if (c.advantage !== 'gae') {
+    const gaeOnly = (['gae_gamma', 'gae_lambda', 'gae_level', 'value_coef', 'value_clip', 'whiten_advantages'] as const).filter((k) => c[k] !== LearnerConfigSchema.shape[k].parse(undefined));
+    if (gaeOnly.length) throw new Error(`${at}${gaeOnly[0]}: only with advantage 'gae' (PPO with GAE); advantage is '${c.advantage}'`);
+    return;
+  }
+  if (c.per_turn) throw new Error(`${at}per_turn: not with advantage 'gae': GAE credits the turns itself (gae_level turn or token)`);
+  if (c.loss === 'gspo') throw new Error(`${at}loss: gspo takes one sequence-level ratio for all of a sequence's tokens, which does not fit GAE's per-token advantages: use dapo (token-level, as PPO), grpo, dr_grpo or cispo`);
 }
 
 /** The Hugging Face-only fields the config sets to other than their defaults. */
@@ -165,7 +217,8 @@ export function learnerConfig(c: TrainConfig, o: { totalSteps: number; policyTok
     const v = (c as Record<string, unknown>)[k];
     if (v !== undefined) out[k] = v;
   }
-  out.is_correction = c.is_correction === 'auto' ? (c.max_staleness > 0 ? 'token_truncate' : 'none') : c.is_correction;
+  // Replayed groups were sampled by older weights: correct them as stale ones.
+  out.is_correction = c.is_correction === 'auto' ? (c.max_staleness > 0 || c.replay_fraction > 0 ? 'token_truncate' : 'none') : c.is_correction;
   out.total_steps = Math.max(1, o.totalSteps);
   if (c.loss === 'dr_grpo') out.dr_grpo_constant = o.policyTokenBudget;
   return LearnerConfigSchema.parse(out);

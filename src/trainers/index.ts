@@ -22,8 +22,14 @@ export { RunDir, RUN_IDENTITY, identityChanges, recordedConfig } from './run-dir
 export type { RunState } from './run-dir.ts';
 export { train, trainingTasks, wilson, passK } from './loop.ts';
 export { StepPipeline, VersionSteps, stalenessOf, splitStale } from './pipeline.ts';
+export { Curriculum, CURRICULUM_MODES, suiteOf, parseSchedule, difficultyMix } from './curriculum.ts';
+export type { CurriculumMode, CurriculumOptions, CurriculumState, LevelMove } from './curriculum.ts';
+export { ReplayBuffer, REPLAY_PRIORITIES, groupPriority } from './replay.ts';
+export type { ReplayOptions, ReplayEntry, ReplaySnapshot, ReplayDraw, ReplayPriority } from './replay.ts';
 export type { StalenessSplit } from './pipeline.ts';
 export type { TrainOptions, TrainResult, EvalResult } from './loop.ts';
 export { renderReport, writeReport, lineChart } from './report.ts';
-export { runSft } from './sft.ts';
-export type { SftOptions, SftResult } from './sft.ts';
+export { runSft, continueSft, expertDemos } from './sft.ts';
+export type { SftOptions, SftResult, ContinueSftOptions, ContinueSftResult } from './sft.ts';
+export { runR1Pipeline, R1ConfigSchema, R1ConfigError, R1_STAGES, selectVerified, trajectorySignature, rejectionExamples, r1Table, writeR1Report, parseR1Config, pipelineChanges } from './r1.ts';
+export type { R1Config, R1ConfigInput, R1Options, R1Result, R1Record, R1Stage, R1StageName, RejectionCounts, HeldOut } from './r1.ts';

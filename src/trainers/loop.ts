@@ -24,6 +24,9 @@ import { RunDir, type EvalResult } from './run-dir.ts';
 import { LearnerSession } from './session.ts';
 import { splitStale, StepPipeline, VersionSteps } from './pipeline.ts';
 import { ensureHfOnnx } from './hf-onnx.ts';
+import { meanRewardParts } from '../env/rewards.ts';
+import { Curriculum, difficultyMix, type CurriculumState, type LevelMove } from './curriculum.ts';
+import { ReplayBuffer, type ReplayDraw, type ReplaySnapshot } from './replay.ts';
 
 export type { EvalResult } from './run-dir.ts';
 
@@ -121,6 +124,7 @@ function stepMetrics(step: number, learner: Record<string, unknown>, got: Collec
     judge_calls: got.judgeCalls,
     judge_cached: got.judgeCached,
     ruler_mean: mean(all.filter((t) => t.reward_parts.ruler !== undefined).map((t) => t.reward_parts.ruler!)),
+    reward_parts_mean: meanRewardParts(scored), // every part, built-in and registered (registerRewardPart)
     sampling_rounds: got.rounds,
     batch_full: got.full,
     zero_variance_groups: built.zeroVarianceGroups,
@@ -319,7 +323,8 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
   const { train: trainTasks, held, source } = trainingTasks(c, o);
   log(`${trainTasks.length} train tasks and ${held.length} held-out tasks from ${source}`);
   const title = `mcp-gym training run: ${c.preset} on ${source}`;
-  const env = new Environment({ ...o.environment, bundled: c.bundled_servers, reward: o.reward ?? o.environment?.reward ?? c.reward });
+  // The composer's weights: the config's composer_weights, those given in environment.rewards win.
+  const env = new Environment({ ...o.environment, rewards: { ...o.environment?.rewards, composer: { ...c.composer_weights, ...(o.environment?.rewards?.composer as Record<string, number> | undefined) } }, bundled: c.bundled_servers, reward: o.reward ?? o.environment?.reward ?? c.reward });
   let session: LearnerSession | undefined;
   let policy: RolloutPolicy | undefined;
   let judging: Awaited<ReturnType<typeof rulerJudge>> | undefined;
@@ -335,6 +340,11 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
     if (o.resume && run.state.checkpoint) await session.exportWeights();
     policy = await rolloutPolicy(c, run.modelDir, { step: run.state.step, runDir: run.dir, log });
     const sampler = new TaskSampler(trainTasks, c.seed + 7, run.state.rng_draws);
+    // The curriculum and the replay buffer (curriculum.ts, replay.ts) live in the producer, like the
+    // sampler: each batch records their state after it, which its step's checkpoint stores.
+    const curriculum = c.curriculum === 'off' ? undefined : new Curriculum(trainTasks, { mode: c.curriculum, share: c.curriculum_share, low: c.curriculum_low, high: c.curriculum_high, window: c.curriculum_window, start: c.curriculum_start, schedule: c.curriculum_schedule }, run.state.curriculum);
+    const replay = c.replay_fraction > 0 ? new ReplayBuffer({ fraction: c.replay_fraction, capacity: c.replay_capacity, maxAge: c.replay_max_age, priority: c.replay_priority, seed: c.seed + 13, advantage: c.advantage === 'dr_grpo' ? 'dr_grpo' : 'grpo' }, run.readReplay()) : undefined;
+    if (curriculum) log(`curriculum ${c.curriculum}: ${Object.entries(curriculum.levels(run.state.step + 1)).map(([s, l]) => `${s} at level ${l}`).join(', ')}`);
     const budget = policyTokenBudget(c, Math.max(...trainTasks.map((t) => t.max_turns)), policy.maxLen);
     const cfgForLearner = learnerConfig(c, { totalSteps: c.steps, policyTokenBudget: budget });
     const s = session;
@@ -372,19 +382,34 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
     interface Produced {
       got: Collected;
       drawsAfter: number;
+      /** The curriculum's levels this batch was drawn at, its moves after it, and its state after it. */
+      levels?: Record<string, number>;
+      moves: LevelMove[];
+      curriculumAfter?: CurriculumState;
+      /** The groups replayed in this batch, the groups added to the buffer after it, and the buffer after it. */
+      replayed?: ReplayDraw;
+      replayAdded: number;
+      replayAfter?: ReplaySnapshot;
     }
-    const versions = new VersionSteps();
+    const versions = new VersionSteps(run.state.versions);
     versions.note(p.version(), run.state.step);
     const judge = judging.judge;
     const produce = async (step: number, signal: AbortSignal): Promise<Produced> => {
       await o.beforeRollout?.(step);
+      const levels = curriculum?.levels(step);
+      const replayed = replay?.draw(step, replay.target(c.tasks_per_step));
       const got = await collectGroups({
-        env, policy: pol, sampler, step, tasksPerStep: c.tasks_per_step, group: c.group, concurrency: c.concurrency,
+        env, policy: pol, sampler, curriculum, step, tasksPerStep: c.tasks_per_step - (replayed?.groups.length ?? 0), group: c.group, concurrency: c.concurrency,
         dynamicSampling: c.dynamic_sampling, dynamicSamplingOn: c.dynamic_sampling_on, maxResampleRounds: c.max_resample_rounds,
         overlong: { max: c.overlong_max, cache: c.overlong_cache }, judge, signal,
       });
-      return { got, drawsAfter: sampler.draws };
+      // In batch order, from the fresh rollouts (never from training): the same whatever the timing.
+      const moves = curriculum?.update(step, got.trajectories) ?? [];
+      const replayAdded = replay?.add(step, got.kept) ?? 0;
+      return { got, drawsAfter: sampler.draws, levels, moves, curriculumAfter: curriculum?.snapshot(), replayed, replayAdded, replayAfter: replay?.snapshot() };
     };
+    // The versions replayed groups may still come from (with replay on), stored with each checkpoint.
+    const stateVersions = () => (replay ? { versions: versions.since(run.state.step - c.max_staleness - c.replay_max_age - 2) } : {});
     const startPipeline = () => new StepPipeline<Produced>(run.state.step + 1, c.steps, c.max_staleness, produce, o.signal);
     let pipe = startPipeline();
     stopPipeline = () => pipe.stop();
@@ -393,8 +418,14 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
     let deathsThisStep = 0;
     let stopped = false;
     let stepStart = performance.now();
+    let budgetSpent = false;
     while (run.state.step < c.steps) {
       if (o.signal?.aborted) break;
+      if (c.time_budget_minutes > 0 && run.state.train_seconds >= c.time_budget_minutes * 60) {
+        log(`the time budget of ${c.time_budget_minutes} minutes is spent after step ${run.state.step} (${(run.state.train_seconds / 60).toFixed(1)} minutes): training ends here`);
+        budgetSpent = true;
+        break;
+      }
       const step = run.state.step + 1;
       const tw = performance.now();
       const item = await pipe.next(step);
@@ -403,8 +434,13 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
       const { got } = item;
       if (got.judgeError) log(`step ${step}: the judge failed on ${got.droppedJudge} group(s), dropped; first: ${got.judgeError}`);
       run.writeTrajectories(got.trajectories);
-      const stale = splitStale(got.kept, step, c.max_staleness, versions);
-      if (stale.dropped) log(`step ${step}: ${stale.dropped} group(s) sampled more than max_staleness ${c.max_staleness} steps ago, dropped`);
+      for (const mv of item.moves) log(`step ${step}: curriculum: ${mv.suite} level ${mv.from} -> ${mv.to} (success ${(100 * mv.rate).toFixed(0)}% over ${mv.episodes} episodes at level ${mv.from})`);
+      // Replayed groups are stale by design: their limit is replay_max_age steps more than fresh ones'.
+      const replayedGroups = item.replayed?.groups ?? [];
+      const replayedIds = new Set(replayedGroups.map((g) => g.group_id));
+      const stale = splitStale([...got.kept, ...replayedGroups], step, (g) => (replayedIds.has(g.group_id) ? c.max_staleness + c.replay_max_age : c.max_staleness), versions);
+      if (stale.dropped) log(`step ${step}: ${stale.dropped} group(s) sampled more than max_staleness ${c.max_staleness} steps ago (replayed: ${c.max_staleness + c.replay_max_age}), dropped`);
+      const replayedKept = stale.kept.filter((g) => replayedIds.has(g.group_id));
       const built = buildTrainBatch(stale.kept, { advantage: c.advantage, perTurn: c.per_turn, maxLen: p.maxLen });
 
       const tl = performance.now();
@@ -416,8 +452,9 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
           lm = (await s.train(built.batch, cfgForLearner)).metrics;
           await s.exportWeights();
         }
+        if (item.replayAfter) run.setReplay(step, item.replayAfter);
         if (checkpointDue) {
-          Object.assign(run.state, { step, rng_draws: item.drawsAfter, train_seconds: (performance.now() - t0) / 1000 });
+          Object.assign(run.state, { step, rng_draws: item.drawsAfter, curriculum: item.curriculumAfter, ...stateVersions(), train_seconds: (performance.now() - t0) / 1000 });
           await checkpoint(step); // state.json always describes its checkpoint: both are written here, together
         }
       } catch (err) {
@@ -431,6 +468,8 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
         await p.reload(run.state.step, true);
         versions.note(p.version(), run.state.step);
         sampler.seek(run.state.rng_draws);
+        curriculum?.restore(run.state.curriculum);
+        replay?.restore(run.readReplay());
         t0 = performance.now() - run.state.train_seconds * 1000;
         pipe = startPipeline();
         stepStart = performance.now();
@@ -443,6 +482,8 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
       versions.note(p.version(), step);
       const stepSeconds = (performance.now() - stepStart) / 1000;
 
+      if (lm.ref_reset === true) log(`step ${step}: the reference and the optimizer were reset to the current policy (ref_reset_every ${c.ref_reset_every})`);
+
       run.state.step = step;
       const m = stepMetrics(step, lm, got, built, { reward: env.reward.name, learnerSeconds, restarts: s.restarts, version: Number(p.version() ?? 0) });
       Object.assign(m, {
@@ -454,6 +495,19 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
         step_seconds: stepSeconds,
         learner_wait_seconds: waited,
         learner_idle_fraction: stepSeconds > 0 ? Math.min(1, Math.max(0, (stepSeconds - learnerSeconds) / stepSeconds)) : 0,
+        difficulty_mix: difficultyMix(got.trajectories),
+        ...(item.levels ? { curriculum_levels: item.levels } : {}),
+        ...(item.replayed
+          ? {
+              replay_groups: replayedKept.length,
+              replay_fraction: stale.kept.length ? replayedKept.length / stale.kept.length : 0,
+              replay_buffer_size: item.replayAfter!.entries.length,
+              replay_added: item.replayAdded,
+              replay_evicted: item.replayed.evicted,
+              replay_age_mean: item.replayed.ages.length ? mean(item.replayed.ages) : 0,
+              replayed_group_ids: replayedKept.map((g) => g.group_id),
+            }
+          : {}),
       });
       if (c.eval_every > 0 && step % c.eval_every === 0 && step < c.steps) {
         const e = await evaluate(step);
@@ -461,7 +515,7 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
         if (e.pass_hat_k) m.eval_pass_hat_k = e.pass_hat_k[String(c.eval_samples)];
       }
       run.state.train_seconds = (performance.now() - t0) / 1000;
-      run.state.rng_draws = item.drawsAfter;
+      Object.assign(run.state, { rng_draws: item.drawsAfter, curriculum: item.curriculumAfter, ...stateVersions() });
       if (checkpointDue) run.commit(); // with this step's evaluation
       run.writeMetrics(m);
       o.onStep?.(m);
@@ -470,15 +524,15 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
       pipe.finished(step);
     }
     await pipe.stop();
-    stopped = run.state.step < c.steps;
+    stopped = run.state.step < c.steps && !budgetSpent;
+    // Ctrl-C (or the time budget): a checkpoint of what is done, so that `resume` continues from here.
+    if (run.state.step < c.steps && !run.state.checkpoint?.endsWith(String(run.state.step).padStart(5, '0'))) {
+      await checkpoint(run.state.step).catch((err) => {
+        if (s.connection.alive) throw err;
+        log(`the learner died while saving step ${run.state.step}'s checkpoint; --resume continues from ${run.state.checkpoint}`);
+      });
+    }
     if (stopped) {
-      // Ctrl-C: a checkpoint of what is done, so that `resume` continues from here.
-      if (!run.state.checkpoint?.endsWith(String(run.state.step).padStart(5, '0'))) {
-        await checkpoint(run.state.step).catch((err) => {
-          if (s.connection.alive) throw err;
-          log(`the learner died while saving step ${run.state.step}'s checkpoint; --resume continues from ${run.state.checkpoint}`);
-        });
-      }
       run.refreshReport(title, { config: c, step: run.state.step });
       log(`stopped at step ${run.state.step}; continue with --resume`);
       return { runDir: run.dir, before: run.state.evals[0]!, after: run.state.evals.at(-1)!, steps: run.state.step, train_seconds: run.state.train_seconds, report: run.report, stopped };

@@ -111,6 +111,16 @@ export class StepPipeline<T> {
 export class VersionSteps {
   private readonly steps = new Map<string, number>();
 
+  /** Versions noted before (a resumed run's, stored with its checkpoint). */
+  constructor(known: Record<string, number> = {}) {
+    for (const [v, s] of Object.entries(known)) this.steps.set(v, s);
+  }
+
+  /** The versions of the steps from `fromStep` on, as a record (what a checkpoint stores). */
+  since(fromStep: number): Record<string, number> {
+    return Object.fromEntries([...this.steps].filter(([, s]) => s >= fromStep));
+  }
+
   note(version: string | number | undefined, step: number): void {
     if (version !== undefined) this.steps.set(String(version), step);
   }
@@ -144,8 +154,12 @@ export interface StalenessSplit {
   max: number;
 }
 
-/** Splits a step's groups by staleness: a group with a trajectory staler than `limit` is dropped (and counted). */
-export function splitStale(groups: KeptGroup[], step: number, limit: number, versions: VersionSteps): StalenessSplit {
+/**
+ * Splits a step's groups by staleness: a group with a trajectory staler than its limit is dropped
+ * (and counted). `limit` is one for all, or each group's (replayed groups, replay.ts, have their
+ * own: they are stale by design, up to replay_max_age steps more than fresh ones).
+ */
+export function splitStale(groups: KeptGroup[], step: number, limit: number | ((g: KeptGroup) => number), versions: VersionSteps): StalenessSplit {
   const kept: KeptGroup[] = [];
   const histogram: Record<string, number> = {};
   let dropped = 0;
@@ -154,7 +168,7 @@ export function splitStale(groups: KeptGroup[], step: number, limit: number, ver
   let max = 0;
   for (const g of groups) {
     const s = g.trajectories.map((t) => stalenessOf(t, step, versions));
-    if (Math.max(...s) > limit) {
+    if (Math.max(...s) > (typeof limit === 'number' ? limit : limit(g))) {
       dropped++;
       continue;
     }

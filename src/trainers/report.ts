@@ -15,7 +15,11 @@ export interface Series {
 }
 
 
-export function lineChart(id: string, title: string, series: Series[], opts: { yMin?: number; yMax?: number } = {}): string {
+/**
+ * An SVG line chart. `markers`: steps marked by a dashed vertical line (e.g. the reference resets
+ * of ref_reset_every), drawn under the series.
+ */
+export function lineChart(id: string, title: string, series: Series[], opts: { yMin?: number; yMax?: number; markers?: { step: number; label: string }[] } = {}): string {
   const W = 460;
   const H = 220;
   const m = { l: 48, r: 12, t: 28, b: 30 };
@@ -41,14 +45,17 @@ export function lineChart(id: string, title: string, series: Series[], opts: { y
       return `<polyline class="series" data-series="${esc(s.name)}" data-n="${pts.length}" fill="none" stroke="${s.color}" stroke-width="1.8" points="${coords}"/>${dots}`;
     })
     .join('');
-  const legend = `<div class="legend">${series.map((s) => `<span style="color:${s.color}">■ ${esc(s.name)}</span>`).join(' ')}</div>`;
+  const marks = (opts.markers ?? []).filter((k) => Number.isFinite(k.step) && k.step >= x0 && k.step <= x1);
+  const markerSvg = marks.map((k) => `<line class="marker" data-step="${k.step}" x1="${sx(k.step).toFixed(1)}" x2="${sx(k.step).toFixed(1)}" y1="${m.t}" y2="${H - m.b}" stroke="#aaa" stroke-dasharray="4 3"><title>${esc(k.label)}</title></line>`).join('');
+  const markerLegend = marks.length ? ` <span style="color:#888">┆ ${esc(marks[0]!.label.replace(/ at step \d+$/, ''))}</span>` : '';
+  const legend = `<div class="legend">${series.map((s) => `<span style="color:${s.color}">■ ${esc(s.name)}</span>`).join(' ')}${markerLegend}</div>`;
   return `<figure class="chart" id="${id}"><figcaption>${esc(title)}</figcaption>
 <svg viewBox="0 0 ${W} ${H}" width="${W}" height="${H}" role="img" aria-label="${esc(title)}">
 <rect x="${m.l}" y="${m.t}" width="${W - m.l - m.r}" height="${H - m.t - m.b}" fill="#fafafa" stroke="#ddd"/>
 ${ticks.map((t) => `<text x="${m.l - 6}" y="${sy(t) + 4}" font-size="10" text-anchor="end">${Number(t.toFixed(3))}</text><line x1="${m.l}" x2="${W - m.r}" y1="${sy(t)}" y2="${sy(t)}" stroke="#eee"/>`).join('')}
 <text x="${W - m.r}" y="${H - 8}" font-size="10" text-anchor="end">step ${Number(x1.toFixed(1))}</text>
 <text x="${m.l}" y="${H - 8}" font-size="10">${Number(x0.toFixed(1))}</text>
-${lines}
+${markerSvg}${lines}
 </svg>${legend}</figure>`;
 }
 
@@ -79,6 +86,19 @@ function passChart(evals: ReportInput['evals']): string {
   return lineChart('chart-pass', 'Held-out pass@1 and pass^k (every k of the samples succeed)', series, { yMin: 0, yMax: 1 });
 }
 
+/**
+ * The mean of each reward part per step (metrics' reward_parts_mean: the built-in parts and the
+ * registered ones), the totals (art, rlvr, composer) aside: the reward chart shows the one trained on.
+ * Drawn only when the metrics have them.
+ */
+function partsChart(metrics: Record<string, unknown>[]): string {
+  const colors = ['#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b', '#e377c2', '#7f7f7f', '#bcbd22', '#17becf'];
+  const names = [...new Set(metrics.flatMap((m) => Object.keys((m.reward_parts_mean as Record<string, number> | undefined) ?? {})))].filter((n) => !['art', 'rlvr', 'composer'].includes(n));
+  if (names.length === 0) return ''; // a run from before the parts were logged
+  const series = names.map((n, i) => ({ name: n, points: metrics.map((m) => [num(m.step), num((m.reward_parts_mean as Record<string, unknown> | undefined)?.[n])] as [number, number]), color: colors[i % colors.length]! }));
+  return lineChart('chart-reward-parts', 'Reward parts (train, mean)', series);
+}
+
 export interface ReportInput {
   title: string;
   metrics: Record<string, unknown>[];
@@ -89,10 +109,53 @@ export interface ReportInput {
 
 const num = (v: unknown) => (typeof v === 'number' ? v : Number.NaN);
 
+/** The module's lineChart, for renderReport's marked one of the same name. */
+const lineChartOf = lineChart;
+
+/**
+ * The curriculum (curriculum.ts) and replay (replay.ts) charts, for the runs that have them: each
+ * suite's level and the mean difficulty of the step's tasks; the step's tasks per difficulty; the
+ * groups replayed, the buffer's size and the replayed groups' mean age.
+ */
+function curriculumCharts(metrics: Record<string, unknown>[], chart: typeof lineChart): string[] {
+  const out: string[] = [];
+  const colors = ['#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b', '#e377c2', '#7f7f7f'];
+  const rec = (v: unknown) => (v && typeof v === 'object' ? (v as Record<string, number>) : undefined);
+  const withLevels = metrics.filter((m) => rec(m.curriculum_levels));
+  if (withLevels.length) {
+    const suites = [...new Set(withLevels.flatMap((m) => Object.keys(rec(m.curriculum_levels)!)))].sort();
+    const meanDifficulty = (m: Record<string, unknown>) => {
+      const mix = rec(m.difficulty_mix) ?? {};
+      const n = Object.values(mix).reduce((a, b) => a + b, 0);
+      return n ? Object.entries(mix).reduce((a, [d, c]) => a + Number(d) * c, 0) / n : Number.NaN;
+    };
+    out.push(chart('chart-curriculum', 'Curriculum: level per suite, and the mean difficulty of the step\'s tasks', [
+      ...suites.map((s, i) => ({ name: `level: ${s}`, points: withLevels.map((m) => [num(m.step), num(rec(m.curriculum_levels)![s])] as [number, number]), color: colors[i % colors.length]! })),
+      { name: 'mean difficulty', points: withLevels.map((m) => [num(m.step), meanDifficulty(m)] as [number, number]), color: '#7f7f7f' },
+    ], { yMin: 0, yMax: 5 }));
+    const ds = [...new Set(withLevels.flatMap((m) => Object.keys(rec(m.difficulty_mix) ?? {})))].sort();
+    out.push(chart('chart-difficulty-mix', 'Tasks of the step per difficulty (groups)', ds.map((d, i) => ({ name: `difficulty ${d}`, points: withLevels.map((m) => [num(m.step), rec(m.difficulty_mix)?.[d] ?? 0] as [number, number]), color: colors[i % colors.length]! })), { yMin: 0 }));
+  }
+  const withReplay = metrics.filter((m) => typeof m.replay_groups === 'number');
+  if (withReplay.length) {
+    const p = (k: string) => withReplay.map((m) => [num(m.step), num(m[k])] as [number, number]);
+    out.push(chart('chart-replay', 'Replay: groups replayed, buffer size (groups), mean age of the replayed (steps)', [
+      { name: 'replayed groups', points: p('replay_groups'), color: '#1f77b4' },
+      { name: 'buffer size', points: p('replay_buffer_size'), color: '#ff7f0e' },
+      { name: 'mean age', points: p('replay_age_mean'), color: '#2ca02c' },
+    ], { yMin: 0 }));
+  }
+  return out;
+}
+
 export function renderReport(r: ReportInput): string {
   const pts = (k: string) => r.metrics.map((m) => [num(m.step), num(m[k])] as [number, number]);
+  // The steps whose learner call reset the reference and the optimizer (ref_reset_every): marked on every chart.
+  const resets = r.metrics.filter((m) => m.ref_reset === true).map((m) => ({ step: num(m.step), label: `reference reset at step ${num(m.step)}` }));
+  const lineChart: typeof lineChartOf = (id, title, series, opts = {}) => lineChartOf(id, title, series, { markers: resets, ...opts });
   const charts = [
     lineChart('chart-reward', 'Reward (train, mean)', [{ name: 'reward', points: pts('reward_mean'), color: '#1f77b4' }]),
+    partsChart(r.metrics),
     lineChart(
       'chart-success',
       'Success rate',
@@ -125,6 +188,7 @@ export function renderReport(r: ReportInput): string {
       { name: 'policy tokens / episode', points: pts('policy_tokens_mean'), color: '#ff7f0e' },
       { name: 'turns x 10', points: r.metrics.map((m) => [num(m.step), num(m.turns_mean) * 10] as [number, number]), color: '#17becf' },
     ]),
+    ...curriculumCharts(r.metrics, lineChart),
   ].join('\n');
   const summary = r.summary ? `<pre class="summary">${esc(JSON.stringify(r.summary, null, 2))}</pre>` : '';
   const samples = r.samples.map((s) => trajectoryHtml(s.trajectory, s.label)).join('\n');

@@ -4,9 +4,11 @@
  * append-only logs metrics.jsonl, trajectories.jsonl, eval.jsonl, plus report.html. state.json is
  * written atomically and only together with its checkpoint, so it always describes one.
  */
-import { cpSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join, resolve, sep } from 'node:path';
 import { JsonlWriter, type Trajectory } from '../env/index.ts';
+import type { CurriculumState } from './curriculum.ts';
+import type { ReplaySnapshot } from './replay.ts';
 import { writeReport } from './report.ts';
 import { isHfModelDir } from './learner-client.ts';
 
@@ -28,6 +30,12 @@ export interface RunState {
   train_seconds: number;
   /** Draws of the task sampler so far. */
   rng_draws: number;
+  /** The curriculum's state after the batch of `step` (curriculum.ts; adaptive only). */
+  curriculum?: CurriculumState;
+  /** The replay buffer after the batch of `step`: a file of the run directory (replay/step-NNNNN.json). */
+  replay_file?: string;
+  /** With replay: the step each recent policy version came from (the replayed groups' staleness after a resume). */
+  versions?: Record<string, number>;
 }
 
 export function writeJsonAtomic(file: string, value: unknown): void {
@@ -50,7 +58,7 @@ function readRows(file: string): Record<string, unknown>[] {
 }
 
 /** What makes a run the run it is: resuming with any of these changed would mix two runs in one directory. */
-export const RUN_IDENTITY = ['preset', 'model', 'suite', 'tasks', 'eval_tasks', 'max_difficulty', 'reward', 'group', 'tasks_per_step', 'loss', 'advantage', 'per_turn', 'seed', 'temperature', 'top_k', 'top_p', 'max_new_tokens', 'ruler', 'judge', 'ruler_weight', 'ruler_verifier_weight', 'ruler_rubric', 'policy', 'lora_rank', 'lora_alpha', 'lora_dropout', 'lora_targets', 'dtype'] as const;
+export const RUN_IDENTITY = ['preset', 'model', 'suite', 'tasks', 'eval_tasks', 'max_difficulty', 'reward', 'group', 'tasks_per_step', 'loss', 'advantage', 'per_turn', 'seed', 'temperature', 'top_k', 'top_p', 'max_new_tokens', 'ruler', 'judge', 'ruler_weight', 'ruler_verifier_weight', 'ruler_rubric', 'policy', 'lora_rank', 'lora_alpha', 'lora_dropout', 'lora_targets', 'dtype', 'curriculum', 'curriculum_schedule', 'replay_fraction'] as const;
 
 /** The differences between a run's recorded config and the one it is resumed with, as `field: was X, now Y`. */
 export function identityChanges(was: Record<string, unknown>, now: Record<string, unknown>): string[] {
@@ -111,14 +119,52 @@ export class RunDir {
     return join(this.dir, 'report.html');
   }
 
-  /** Writes state.json (call only when it describes a saved checkpoint). */
+  /** The replay buffer to store with the next commit (the one after the batch of `state.step`). */
+  private pendingReplay?: { step: number; snapshot: ReplaySnapshot };
+
+  /** Notes the replay buffer after the batch of `step`; the next commit writes it (then state.json names it). */
+  setReplay(step: number, snapshot: ReplaySnapshot): void {
+    this.pendingReplay = { step, snapshot };
+  }
+
+  /** The replay buffer state.json names (undefined: none stored). */
+  readReplay(): ReplaySnapshot | undefined {
+    if (!this.state.replay_file) return undefined;
+    const file = join(this.dir, this.state.replay_file);
+    try {
+      return JSON.parse(readFileSync(file, 'utf8')) as ReplaySnapshot;
+    } catch (err) {
+      throw new Error(`${file}: cannot read the replay buffer that state.json names: ${(err as Error).message}`);
+    }
+  }
+
+  /**
+   * Writes state.json (call only when it describes a saved checkpoint), after the replay buffer
+   * noted for its step (a file per step, written first and atomically; the ones state.json no
+   * longer names are removed after it).
+   */
   commit(): void {
+    const pending = this.pendingReplay;
+    if (pending && pending.step === this.state.step) {
+      const name = join('replay', `step-${String(pending.step).padStart(5, '0')}.json`);
+      mkdirSync(join(this.dir, 'replay'), { recursive: true });
+      const file = join(this.dir, name);
+      writeFileSync(file + '.tmp', JSON.stringify(pending.snapshot));
+      renameSync(file + '.tmp', file);
+      this.state.replay_file = name;
+      this.pendingReplay = undefined;
+    }
     writeJsonAtomic(this.stateFile, this.state);
+    const dir = join(this.dir, 'replay');
+    if (existsSync(dir)) {
+      for (const f of readdirSync(dir)) if (join('replay', f) !== this.state.replay_file) rmSync(join(dir, f), { force: true });
+    }
   }
 
   /** Back to the state of the last commit (after the learner died): later metrics rows are dropped. */
   rollback(): void {
     this.state = JSON.parse(readFileSync(this.stateFile, 'utf8')) as RunState;
+    this.pendingReplay = undefined;
     this.metrics.splice(0, this.metrics.length, ...this.metrics.filter((m) => Number(m.step) <= this.state.step));
   }
 

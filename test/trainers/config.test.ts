@@ -10,7 +10,7 @@ describe('presets and config', () => {
     expect(resolveConfig({ preset: 'gspo' })).toMatchObject({ loss: 'gspo' });
     expect(resolveConfig({ preset: 'rlvr' })).toMatchObject({ reward: 'rlvr', loss: 'grpo' });
     expect(resolveConfig({ preset: 'art' })).toMatchObject({ reward: 'art', loss: 'grpo', beta: 0.04 });
-    expect(Object.keys(PRESETS).sort()).toEqual(['art', 'dapo', 'dr_grpo', 'grpo', 'gspo', 'rlvr', 'ruler']);
+    expect(Object.keys(PRESETS).sort()).toEqual(['art', 'dapo', 'dr_grpo', 'grpo', 'gspo', 'ppo', 'prorl', 'rlvr', 'ruler']);
     // The off-policy correction follows the pipeline unless given: token-level TIS when asynchronous.
     const lc = (o: Parameters<typeof resolveConfig>[0]) => learnerConfig(resolveConfig(o), { totalSteps: 1, policyTokenBudget: 1 }).is_correction;
     expect(resolveConfig({}).max_staleness).toBe(1);
@@ -24,6 +24,23 @@ describe('presets and config', () => {
     expect(resolveConfig({ preset: 'dapo', clip_high: 0.3 }).clip_high).toBe(0.3);
     expect(() => resolveConfig({ preset: 'grpo', group: 1 })).toThrow(/group: Too small/);
     expect(() => resolveConfig({ preset: 'nope' as never })).toThrow(/unknown preset 'nope'/);
+  });
+});
+
+describe('the prorl preset', () => {
+  it('GRPO with the KL kept and reset, clip-higher, dynamic sampling, warm-up + cosine, curriculum, replay, periodic evaluation', () => {
+    const c = resolveConfig({ preset: 'prorl' });
+    expect(c).toMatchObject({ advantage: 'grpo', loss: 'grpo', clip_low: 0.2, clip_high: 0.28, dynamic_sampling: true, curriculum: 'adaptive', replay_priority: 'advantage' });
+    expect(c.beta).toBeGreaterThan(0);
+    expect(c.ref_reset_every).toBeGreaterThan(0);
+    expect(c.warmup_steps).toBeGreaterThan(0);
+    expect(c.replay_fraction).toBeGreaterThan(0);
+    expect(c.eval_every).toBeGreaterThan(0);
+    const l = learnerConfig(c, { totalSteps: 100, policyTokenBudget: 1 });
+    // The cosine schedule over the run's steps; replay (stale by design) corrected even when synchronous.
+    expect(l).toMatchObject({ total_steps: 100, min_lr_ratio: 0.1, ref_reset_every: c.ref_reset_every, beta: c.beta, clip_high: 0.28 });
+    expect(learnerConfig(resolveConfig({ preset: 'prorl', max_staleness: 0 }), { totalSteps: 1, policyTokenBudget: 1 }).is_correction).toBe('token_truncate');
+    expect(resolveConfig({ preset: 'prorl', clip_high: 0.4 }).clip_high).toBe(0.4); // ProRL's own
   });
 });
 

@@ -8,7 +8,8 @@ import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { resolveConfig, TaskSampler, train, trainingTasks, type LearnerClient, type TrainConfigInput } from '../../src/trainers/index.ts';
+import { Curriculum, ReplayBuffer, resolveConfig, TaskSampler, train, trainingTasks, type KeptGroup, type LearnerClient, type TrainConfigInput } from '../../src/trainers/index.ts';
+import type { Trajectory } from '../../src/env/index.ts';
 
 const ROOT = join(import.meta.dirname, '..', '..');
 const MODEL = join(ROOT, 'models', 'calc-tiny');
@@ -193,5 +194,64 @@ describe('the training loop under faults', () => {
       const got = new Set(trained.filter((t) => t.group_id.includes(`@train.${step}.`)).map((t) => t.task_id));
       expect(got, `step ${step}`).toEqual(expected);
     }
+  }, 300_000);
+  it('Ctrl-C and --resume with the adaptive curriculum and replay on: every step draws the tasks and replays the groups an uninterrupted run would', async () => {
+    const runDir = tmp('sigint-curriculum');
+    const flags = { max_difficulty: 3, steps: 5, tasks_per_step: 4, group: 4, curriculum: 'adaptive', curriculum_window: 1, curriculum_low: 0.1, curriculum_high: 0.2, replay_fraction: 0.5 } as const;
+    const args = [join(ROOT, 'bin', 'mcp-gym.js'), 'train', '--preset', 'art', '--suite', 'calculator', '--model', MODEL, '--eval-limit', '4', '--eval-samples', '1', '--eval-every', '0', '--run', runDir, '--json',
+      ...Object.entries(flags).flatMap(([k, v]) => [`--${k.replace(/_/g, '-')}`, String(v)])];
+    const first = spawn(process.execPath, args, { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+    let out = '';
+    first.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    first.stderr.on('data', (d: Buffer) => (out += d.toString()));
+    const metricsFile = join(runDir, 'metrics.jsonl');
+    // Stopped after step 2, so that the state stored holds levels, windows and replayed groups.
+    await new Promise<void>((res, rej) => {
+      const t = setInterval(() => {
+        if (existsSync(metricsFile) && readFileSync(metricsFile, 'utf8').trim().split('\n').length >= 2) {
+          clearInterval(t);
+          process.kill(-first.pid!, 'SIGINT');
+          res();
+        }
+      }, 100);
+      first.on('exit', () => {
+        clearInterval(t);
+        rej(new Error(`exited before the second step:\n${out}`));
+      });
+    });
+    expect(await new Promise<number | null>((res) => first.on('exit', (c) => res(c))), out).toBe(0);
+    const stoppedAt = (JSON.parse(out.trim().split('\n').pop()!) as { stopped_at_step: number }).stopped_at_step;
+    expect(stoppedAt).toBeGreaterThanOrEqual(2);
+    expect(stoppedAt).toBeLessThan(5);
+    const second = execFileSync(process.execPath, [...args, '--resume'], { cwd: ROOT, encoding: 'utf8' });
+    expect(second).toContain(`resuming ${runDir} at step ${stoppedAt}`);
+    const metrics = rows(metricsFile) as unknown as { step: number; replayed_group_ids: string[]; curriculum_levels: Record<string, number> }[];
+    expect(metrics.map((r) => r.step)).toEqual([1, 2, 3, 4, 5]);
+
+    // An uninterrupted run, replayed from the run's own episodes: the same sampler, curriculum and
+    // buffer, fed in batch order. The pipeline (max_staleness 1) had drawn step stoppedAt + 1 and
+    // updated both when Ctrl-C came; the checkpoint stored their state after step stoppedAt.
+    const c = small(flags);
+    const tasks = trainingTasks(c).train;
+    const sampler = new TaskSampler(tasks, c.seed + 7);
+    const cur = new Curriculum(tasks, { mode: 'adaptive', share: c.curriculum_share, low: c.curriculum_low, high: c.curriculum_high, window: c.curriculum_window, start: c.curriculum_start, schedule: c.curriculum_schedule });
+    const buf = new ReplayBuffer({ fraction: c.replay_fraction, capacity: c.replay_capacity, maxAge: c.replay_max_age, priority: c.replay_priority, seed: c.seed + 13, advantage: 'grpo' });
+    const trained = rows(join(runDir, 'trajectories.jsonl')) as unknown as Trajectory[];
+    for (let step = 1; step <= 5; step++) {
+      expect(metrics[step - 1]!.curriculum_levels, `step ${step}`).toEqual(cur.levels(step));
+      const replayed = buf.draw(step, buf.target(4)).groups.map((g) => g.group_id);
+      expect(metrics[step - 1]!.replayed_group_ids, `step ${step}`).toEqual(replayed);
+      const drawn = Array.from({ length: 4 - replayed.length }, () => cur.draw(sampler, step));
+      const ofStep = trained.filter((t) => t.group_id.includes(`@train.${step}.`));
+      expect(new Set(ofStep.map((t) => t.task_id)), `step ${step}`).toEqual(new Set(drawn.map((t) => t.id)));
+      cur.update(step, ofStep);
+      const groups: KeptGroup[] = [...new Map(drawn.map((t) => [t.id, t])).keys()]
+        .map((id) => ({ group_id: `${id}@train.${step}.0`, trajectories: ofStep.filter((t) => t.group_id === `${id}@train.${step}.0` && t.finish !== 'error') }))
+        .filter((g) => g.trajectories.length >= 2);
+      buf.add(step, groups);
+    }
+    // The band (0.1, 0.2) moved the level: the state stored at the stop mattered.
+    expect(new Set(metrics.map((m) => m.curriculum_levels.calculator)).size).toBeGreaterThan(1);
+    expect(metrics.slice(1).some((m) => m.replayed_group_ids.length > 0)).toBe(true);
   }, 300_000);
 });

@@ -1,6 +1,6 @@
 /** The run report draws its data: opened in headless Chromium, each chart reports the points it drew. */
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdtempSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -42,5 +42,32 @@ describe.skipIf(!CHROMIUM)('report.html in headless Chromium', () => {
       'chart-staleness': 21, 'chart-corrections': 28, 'chart-time': 21,
     });
     expect(dom).toContain('evaluate</b>(<code>{"expression":"2 + 3"}</code>)');
+  });
+  it('draws the curriculum and replay charts of a run that has them, and marks the reference resets on every chart', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'mcp-gym-report-'));
+    const file = join(dir, 'report.html');
+    const metrics = Array.from({ length: 6 }, (_, i) => ({
+      step: i + 1, reward_mean: 0.5, success_rate: 0.4, kl: 0.01, entropy: 1, policy_tokens_mean: 40, turns_mean: 2, ref_reset: i === 2 || i === 4,
+      curriculum_levels: { calculator: 1 + Math.floor(i / 2), kv: 1 }, difficulty_mix: i < 2 ? { 1: 12 } : { 1: 6, 2: 6 },
+      replay_groups: i ? 3 : 0, replay_buffer_size: 8 * i, replay_age_mean: i ? 1.5 : 0,
+    }));
+    writeReport(file, { title: 'curriculum run', metrics, evals: [{ step: 0, success: 0.3, ci95: [0.2, 0.4] }], samples: [] });
+    const dom = execFileSync(CHROMIUM!, ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync', `--user-data-dir=${join(dir, 'profile')}`, '--virtual-time-budget=3000', '--dump-dom', `file://${file}`], { encoding: 'utf8', timeout: 60_000, stdio: ['ignore', 'pipe', 'ignore'] });
+    const drawn = Object.fromEntries([...dom.matchAll(/<figure class="chart" id="([\w-]+)" data-drawn="(\d+)"/g)].map((m) => [m[1], Number(m[2])]));
+    expect(drawn['chart-curriculum']).toBe(18); // two suites' levels and the mean difficulty, 6 steps
+    expect(drawn['chart-difficulty-mix']).toBe(12); // difficulties 1 and 2 (0 where none)
+    expect(drawn['chart-replay']).toBe(18);
+    // The resets at steps 3 and 5: a dashed line on each chart of the training steps (with data over them).
+    const stepCharts = ['reward', 'success', 'kl', 'entropy', 'length', 'curriculum', 'difficulty-mix', 'replay'].map((c) => `chart-${c}`);
+    const charts = [...dom.matchAll(/<figure class="chart" id="([\w-]+)"[^]*?<\/figure>/g)].filter((m) => stepCharts.includes(m[1]!));
+    expect(charts).toHaveLength(stepCharts.length);
+    for (const m of charts) expect([...m[0].matchAll(/<line class="marker" data-step="(\d+)"/g)].map((x) => Number(x[1])), m[1]).toEqual([3, 5]);
+    expect(dom).toContain('reference reset at step 3');
+    // A run without them has neither chart nor marker.
+    writeReport(file, { title: 'plain run', metrics: metrics.map(({ curriculum_levels: _l, replay_groups: _r, ref_reset: _f, ...m }) => m), evals: [], samples: [] });
+    const plain = readFileSync(file, 'utf8');
+    expect(plain).not.toContain('chart-curriculum');
+    expect(plain).not.toContain('chart-replay');
+    expect(plain).not.toContain('class="marker"');
   });
 });
