@@ -5,6 +5,7 @@ import { demo } from './demo.ts';
 import { checkToken, intFlag, UsageError } from './args.ts';
 import { repairCommand, rolloutCommand, suitesCommand } from './rollout.ts';
 import { sftCommand } from './sft.ts';
+import { pipelineCommand } from './pipeline.ts';
 import { startCommand, trainCommand } from './train.ts';
 import { benchCommand } from './bench.ts';
 import { evalCommand } from './eval.ts';
@@ -74,6 +75,12 @@ Commands:
                         --steps N --batch B --lr X --seed S      (defaults 400, 32, 0.003, 0)
                         --d-model D --layers L --heads H --ctx N (defaults 128, 4, 4, 384)
                         --no-eval               skip the held-out evaluation at the end
+  pipeline r1         The DeepSeek-R1 pipeline as one command, resumable: SFT cold start -> GRPO ->
+                      rejection sampling (verified, deduplicated, <= M per task) + SFT -> GRPO; one report
+                        --out DIR               the pipeline's directory (required; rerun to resume)
+                        --model DIR [--sft]     start from a model as is (or SFT it); default: SFT a new one
+                        --grpo-steps N --grpo2-steps N --rs-tasks N --rs-k K --rs-max-per-task M
+                                                (mcp-gym pipeline --help for every option)
   bench               Benchmark any MCP server: latency, throughput, fuzzing; agents on tasks
                         --stdio "CMD ARGS" | --url URL [--token T] [--header K:V]   the server
                         --concurrency 1,4,16,64 --calls N --duration-ms N --timeout-ms N
@@ -166,6 +173,8 @@ export async function main(argv: string[]): Promise<void> {
         return await sftCommand(rest);
       case 'train':
         return await trainCommand(rest);
+      case 'pipeline':
+        return await pipelineCommand(rest);
       case 'serve-policy':
         return await servePolicyCommand(rest);
       case 'start':

@@ -59,23 +59,31 @@ export function demoExamples(trajectories: Trajectory[], template: ChatTemplate,
   return { examples, dropped };
 }
 
+/**
+ * The expert's demonstrations on `demos` train tasks drawn with the seed (repeats allowed: a task
+ * drawn twice is demonstrated once and its trajectory used twice).
+ */
+export async function expertDemos(tasks: Task[], demos: number, seed: number): Promise<Trajectory[]> {
+  const rng = seededRandom(seed);
+  const pool = tasks.filter((t) => t.split === 'train');
+  if (pool.length === 0) throw new Error('sft needs train tasks');
+  const chosen: Task[] = [];
+  for (let i = 0; i < demos; i++) chosen.push(pool[Math.floor(rng() * pool.length)]!);
+  const unique = [...new Map(chosen.map((t) => [t.id, t])).values()];
+  const env = new Environment();
+  const got = await rollout(env, new ExpertPolicy(), unique, { concurrency: 16 });
+  await env.close();
+  const byId = new Map(got.trajectories.map((t) => [t.task_id, t]));
+  return chosen.map((t) => byId.get(t.id)!).filter(Boolean);
+}
+
 export async function runSft(o: SftOptions): Promise<SftResult> {
   const t0 = performance.now();
   const log = o.onLog ?? (() => {});
   const out = resolve(o.out);
   mkdirSync(out, { recursive: true });
   // Expert demonstrations on train tasks, drawn with the seed.
-  const rng = seededRandom(o.seed);
-  const pool = o.tasks.filter((t) => t.split === 'train');
-  if (pool.length === 0) throw new Error('sft needs train tasks');
-  const chosen: Task[] = [];
-  for (let i = 0; i < o.demos; i++) chosen.push(pool[Math.floor(rng() * pool.length)]!);
-  const unique = [...new Map(chosen.map((t) => [t.id, t])).values()];
-  const env = new Environment();
-  const demos = await rollout(env, new ExpertPolicy(), unique, { concurrency: 16 });
-  await env.close();
-  const byId = new Map(demos.trajectories.map((t) => [t.task_id, t]));
-  const trajectories = chosen.map((t) => byId.get(t.id)!).filter(Boolean);
+  const trajectories = await expertDemos(o.tasks, o.demos, o.seed);
 
   if (o.model !== undefined) return runHfSft(o, out, trajectories, t0);
   const maxLen = Number(o.architecture?.max_seq_len ?? 1024);
@@ -151,6 +159,60 @@ async function runHfSft(o: SftOptions, out: string, trajectories: Trajectory[], 
     // The copy has no ONNX export yet (the learner only keeps an existing one current): make it, for sampling.
     ensureHfOnnx(out, log);
     return { demos: examples.length, dropped: dropped + unrenderable, tokens, masked_tokens: masked, learner: trained, export: exported, seconds: (performance.now() - t0) / 1000 };
+  } finally {
+    await learner.close();
+  }
+}
+
+export interface ContinueSftOptions {
+  /** The model directory to train in place (the embedded model or a Hugging Face checkpoint, already exported). */
+  modelDir: string;
+  /** Token sequences with their loss masks (1 on the tokens to learn: the assistant's). */
+  examples: { ids: number[]; mask: number[] }[];
+  steps: number;
+  batchSize: number;
+  lr: number;
+  seed: number;
+  threads?: number;
+  onLog?: (line: string) => void;
+}
+
+export interface ContinueSftResult {
+  examples: number;
+  tokens: number;
+  masked_tokens: number;
+  learner: Record<string, unknown>;
+  seconds: number;
+}
+
+/**
+ * SFT of an existing model on given token sequences, in place: the learner loads `modelDir`
+ * (its weights, not a new model), trains with the loss on the masked tokens only, and exports the
+ * weights back (ONNX included) for the rollout side. The R1 pipeline's stage 3 feeds it the
+ * policy's own verified trajectories (their token sequences as sampled: nothing re-tokenised).
+ */
+export async function continueSft(o: ContinueSftOptions): Promise<ContinueSftResult> {
+  const t0 = performance.now();
+  const log = o.onLog ?? (() => {});
+  const dir = resolve(o.modelDir);
+  if (o.examples.length === 0) throw new Error('sft: no examples to train on');
+  o.examples.forEach((e, i) => {
+    if (e.ids.length !== e.mask.length) throw new Error(`sft: example ${i}: mask length ${e.mask.length} differs from ids length ${e.ids.length}`);
+  });
+  const data = join(dir, 'sft-data.jsonl');
+  writeFileSync(data, o.examples.map((e) => JSON.stringify({ ids: e.ids, mask: e.mask })).join('\n') + '\n');
+  const tokens = o.examples.reduce((s, e) => s + e.ids.length, 0);
+  const masked = o.examples.reduce((s, e) => s + e.mask.reduce((a, b) => a + b, 0), 0);
+  const hf = isHfModelDir(dir);
+  const learner = LearnerClient.start({ threads: o.threads, forwardStderr: false, hf });
+  try {
+    await learner.request('load', { model_dir: dir, device: 'cpu' });
+    log(`sft: ${o.examples.length} sequences, ${tokens} tokens, ${masked} with loss; ${o.steps} steps of ${o.batchSize}, lr ${o.lr}`);
+    const trained = await learner.request('sft', { data, steps: o.steps, batch_size: o.batchSize, lr: o.lr, seed: o.seed, warmup: Math.max(1, Math.round(o.steps * 0.05)) });
+    log(`sft: loss ${Number(trained.loss_first).toFixed(3)} -> ${Number(trained.loss_last).toFixed(3)}`);
+    await learner.request('export', { model_dir: dir, full: true });
+    if (hf) ensureHfOnnx(dir, log);
+    return { examples: o.examples.length, tokens, masked_tokens: masked, learner: trained, seconds: (performance.now() - t0) / 1000 };
   } finally {
     await learner.close();
   }
