@@ -12,7 +12,7 @@ import { flagsHelp, flagsOf, flagValues, parseArgsOptions } from './flags.ts';
 /** Every field of the training config is a flag (--snake-case), its help the field's description. */
 export const TRAIN_FLAGS = flagsOf(TrainConfigSchema);
 
-export const TRAIN_HELP = `mcp-gym train: train a policy with a preset (grpo, dapo, dr_grpo, gspo, rlvr, art, ruler)
+export const TRAIN_HELP = `mcp-gym train: train a policy with a preset (grpo, dapo, dr_grpo, gspo, rlvr, art, ruler, prorl, ppo)
 
 Usage: mcp-gym train [--preset P] [options]
 

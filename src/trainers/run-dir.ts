@@ -58,7 +58,7 @@ function readRows(file: string): Record<string, unknown>[] {
 }
 
 /** What makes a run the run it is: resuming with any of these changed would mix two runs in one directory. */
-export const RUN_IDENTITY = ['preset', 'model', 'suite', 'tasks', 'eval_tasks', 'max_difficulty', 'reward', 'group', 'tasks_per_step', 'loss', 'advantage', 'per_turn', 'seed', 'temperature', 'top_k', 'top_p', 'max_new_tokens', 'ruler', 'judge', 'ruler_weight', 'ruler_verifier_weight', 'ruler_rubric', 'policy', 'lora_rank', 'lora_alpha', 'lora_dropout', 'lora_targets', 'dtype', 'curriculum', 'curriculum_schedule', 'replay_fraction'] as const;
+export const RUN_IDENTITY = ['preset', 'model', 'suite', 'tasks', 'eval_tasks', 'max_difficulty', 'reward', 'group', 'tasks_per_step', 'loss', 'advantage', 'per_turn', 'seed', 'temperature', 'top_k', 'top_p', 'max_new_tokens', 'ruler', 'judge', 'ruler_weight', 'ruler_verifier_weight', 'ruler_rubric', 'policy', 'lora_rank', 'lora_alpha', 'lora_dropout', 'lora_targets', 'dtype', 'curriculum', 'curriculum_schedule', 'replay_fraction', 'composer_weights', 'gae_level'] as const;
 
 /** The differences between a run's recorded config and the one it is resumed with, as `field: was X, now Y`. */
 export function identityChanges(was: Record<string, unknown>, now: Record<string, unknown>): string[] {

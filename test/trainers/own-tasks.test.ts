@@ -69,6 +69,10 @@ describe('a resumed run cannot be mixed with another', () => {
     expect(() => new RunDir(run, { resume: true, model: made.model, config: resolveConfig({ preset: 'art', group: 4, suite: 'calculator', reward: 'rlvr' }) })).toThrow(
       /holds another run \(reward: the run has "art", not "rlvr"; group: the run has 8, not 4\)/,
     );
+    // The composer's weights and the curriculum change what is trained on: refused too.
+    expect(() => new RunDir(run, { resume: true, model: made.model, config: resolveConfig({ preset: 'art', group: 8, suite: 'calculator', composer_weights: { correctness: 1, reasoning: 0.5 }, curriculum: 'adaptive' }) })).toThrow(
+      /curriculum: the run has "off", not "adaptive"; composer_weights: the run has \{"correctness":1\}, not \{"correctness":1,"reasoning":0.5\}/,
+    );
     // The same settings (more steps is fine) resume.
     const same = new RunDir(run, { resume: true, model: made.model, config: { ...made, steps: 99 } });
     expect(same.state.step).toBe(1);
