@@ -21,6 +21,7 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { MAIN_JOB } from '../src/cli/train.ts';
 import { train, type TrainConfigInput } from '../src/trainers/index.ts';
+import { parseSets } from './sets.ts';
 
 const { values } = parseArgs({
   options: {
@@ -36,13 +37,7 @@ const { values } = parseArgs({
   },
 });
 
-const extra: Record<string, unknown> = {};
-for (const kv of values.set as string[]) {
-  const i = kv.indexOf('=');
-  if (i < 1) throw new Error(`--set ${kv}: expected field=value`);
-  const v = kv.slice(i + 1);
-  extra[kv.slice(0, i)] = v === 'true' ? true : v === 'false' ? false : Number.isFinite(Number(v)) ? Number(v) : v;
-}
+const extra = parseSets(values.set as string[]);
 const modes = String(values.staleness).split(',').map(Number);
 const base: Partial<TrainConfigInput> = {
   ...MAIN_JOB,

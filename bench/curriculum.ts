@@ -22,6 +22,7 @@ import { OnnxPolicy } from '../src/agents/index.ts';
 import { MAIN_JOB } from '../src/cli/train.ts';
 import { Environment, rollout, type Task } from '../src/env/index.ts';
 import { resolveConfig, train, trainingTasks, wilson, type TrainConfigInput } from '../src/trainers/index.ts';
+import { parseSets } from './sets.ts';
 
 const { values } = parseArgs({
   options: {
@@ -37,13 +38,7 @@ const { values } = parseArgs({
   },
 });
 
-const extra: Record<string, unknown> = {};
-for (const kv of values.set as string[]) {
-  const i = kv.indexOf('=');
-  if (i < 1) throw new Error(`--set ${kv}: expected field=value`);
-  const v = kv.slice(i + 1);
-  extra[kv.slice(0, i)] = v === 'true' ? true : v === 'false' ? false : Number.isFinite(Number(v)) ? Number(v) : v;
-}
+const extra = parseSets(values.set as string[]);
 const base: Partial<TrainConfigInput> = {
   ...MAIN_JOB,
   max_difficulty: 5,

@@ -19,6 +19,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { train, type TrainConfigInput } from '../src/trainers/index.ts';
+import { parseSets } from './sets.ts';
 
 const { values } = parseArgs({
   options: {
@@ -35,13 +36,7 @@ const { values } = parseArgs({
   },
 });
 
-const extra: Record<string, unknown> = {};
-for (const kv of values.set as string[]) {
-  const i = kv.indexOf('=');
-  if (i < 1) throw new Error(`--set ${kv}: expected field=value`);
-  const v = kv.slice(i + 1);
-  extra[kv.slice(0, i)] = v === 'true' ? true : v === 'false' ? false : Number.isFinite(Number(v)) ? Number(v) : v;
-}
+const extra = parseSets(values.set as string[]);
 const tasks = Number(values.tasks);
 const group = Number(values.group);
 const common: Partial<TrainConfigInput> = {
@@ -91,7 +86,7 @@ const pct = (x: number) => `${(100 * x).toFixed(1)}%`;
 const num = (x: unknown) => (typeof x === 'number' ? x : null);
 const f3 = (x: number | null) => (x === null ? '-' : x.toFixed(3));
 const rows: Row[] = [];
-console.log(`ppo-vs-grpo bench: calculator (difficulty <= 1), ${common.steps} steps of ${tasks} tasks x ${group} (${Number(common.steps) * tasks * group} episodes each), reward art, seed ${common.seed}, lr ${common.lr}, epochs 2, minibatch ${common.minibatch_size}, held-out ${common.eval_limit} tasks x ${common.eval_samples}${Object.keys(extra).length ? `; ${JSON.stringify(extra)}` : ''}`);
+console.log(`ppo-vs-grpo bench: calculator (difficulty <= 1), ${common.steps} steps of ${tasks} tasks x ${group} (${Number(common.steps) * tasks * group} episodes each), reward art, seed ${common.seed}, lr ${common.lr}, epochs ${common.epochs}, minibatch ${common.minibatch_size}, held-out ${common.eval_limit} tasks x ${common.eval_samples}${Object.keys(extra).length ? `; ${JSON.stringify(extra)}` : ''}`);
 for (const s of subjects) {
   const dir = mkdtempSync(join(tmpdir(), `mcp-gym-bench-ppo-${s.name}-`));
   const metrics: Record<string, unknown>[] = [];

@@ -27,6 +27,32 @@ const checkpointStep = (runDir: string) => {
   return { state: state.step, learner: meta.step };
 };
 
+/**
+ * Runs the CLI in its own process group and, once `steps` lines of metrics are written, signals the
+ * group as a terminal's Ctrl-C signals the foreground group; resolves with its exit code and output.
+ */
+async function interruptAfter(args: string[], metricsFile: string, steps: number): Promise<{ code: number | null; out: string }> {
+  const child = spawn(process.execPath, args, { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+  let out = '';
+  child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+  child.stderr.on('data', (d: Buffer) => (out += d.toString()));
+  const exited = new Promise<number | null>((res) => child.on('exit', (c) => res(c)));
+  await new Promise<void>((res, rej) => {
+    const t = setInterval(() => {
+      if (existsSync(metricsFile) && readFileSync(metricsFile, 'utf8').split('\n').filter((l) => l.trim()).length >= steps) {
+        clearInterval(t);
+        process.kill(-child.pid!, 'SIGINT');
+        res();
+      }
+    }, 100);
+    child.on('exit', () => {
+      clearInterval(t);
+      rej(new Error(`exited before step ${steps}:\n${out}`));
+    });
+  });
+  return { code: await exited, out };
+}
+
 describe('the training loop under faults', () => {
   it('a learner killed mid-step is restarted from the last checkpoint and the run goes on', async () => {
     const runDir = tmp('learner');
@@ -149,26 +175,8 @@ describe('the training loop under faults', () => {
   it('Ctrl-C stops the CLI cleanly with a checkpoint, and --resume continues to the end', async () => {
     const runDir = tmp('sigint');
     const args = [join(ROOT, 'bin', 'mcp-gym.js'), 'train', '--preset', 'art', '--suite', 'calculator', '--max-difficulty', '1', '--model', MODEL, '--steps', '4', '--tasks-per-step', '4', '--group', '4', '--eval-limit', '8', '--eval-samples', '1', '--eval-every', '0', '--run', runDir, '--json'];
-    // Its own process group, signalled as a terminal's Ctrl-C signals the foreground group.
-    const first = spawn(process.execPath, args, { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
-    let out = '';
-    first.stdout.on('data', (d: Buffer) => (out += d.toString()));
-    first.stderr.on('data', (d: Buffer) => (out += d.toString()));
     const metricsFile = join(runDir, 'metrics.jsonl');
-    await new Promise<void>((res, rej) => {
-      const t = setInterval(() => {
-        if (existsSync(metricsFile) && readFileSync(metricsFile, 'utf8').trim()) {
-          clearInterval(t);
-          process.kill(-first.pid!, 'SIGINT');
-          res();
-        }
-      }, 100);
-      first.on('exit', () => {
-        clearInterval(t);
-        rej(new Error(`exited before the first step:\n${out}`));
-      });
-    });
-    const code = await new Promise<number | null>((res) => first.on('exit', (c) => res(c)));
+    const { code, out } = await interruptAfter(args, metricsFile, 1);
     expect(code, out).toBe(0);
     expect(out).toContain('continue with --resume');
     const stoppedAt = JSON.parse(out.trim().split('\n').pop()!) as { stopped_at_step: number };
@@ -200,26 +208,10 @@ describe('the training loop under faults', () => {
     const flags = { max_difficulty: 3, steps: 5, tasks_per_step: 4, group: 4, curriculum: 'adaptive', curriculum_window: 1, curriculum_low: 0.1, curriculum_high: 0.2, replay_fraction: 0.5 } as const;
     const args = [join(ROOT, 'bin', 'mcp-gym.js'), 'train', '--preset', 'art', '--suite', 'calculator', '--model', MODEL, '--eval-limit', '4', '--eval-samples', '1', '--eval-every', '0', '--run', runDir, '--json',
       ...Object.entries(flags).flatMap(([k, v]) => [`--${k.replace(/_/g, '-')}`, String(v)])];
-    const first = spawn(process.execPath, args, { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
-    let out = '';
-    first.stdout.on('data', (d: Buffer) => (out += d.toString()));
-    first.stderr.on('data', (d: Buffer) => (out += d.toString()));
     const metricsFile = join(runDir, 'metrics.jsonl');
     // Stopped after step 2, so that the state stored holds levels, windows and replayed groups.
-    await new Promise<void>((res, rej) => {
-      const t = setInterval(() => {
-        if (existsSync(metricsFile) && readFileSync(metricsFile, 'utf8').trim().split('\n').length >= 2) {
-          clearInterval(t);
-          process.kill(-first.pid!, 'SIGINT');
-          res();
-        }
-      }, 100);
-      first.on('exit', () => {
-        clearInterval(t);
-        rej(new Error(`exited before the second step:\n${out}`));
-      });
-    });
-    expect(await new Promise<number | null>((res) => first.on('exit', (c) => res(c))), out).toBe(0);
+    const { code, out } = await interruptAfter(args, metricsFile, 2);
+    expect(code, out).toBe(0);
     const stoppedAt = (JSON.parse(out.trim().split('\n').pop()!) as { stopped_at_step: number }).stopped_at_step;
     expect(stoppedAt).toBeGreaterThanOrEqual(2);
     expect(stoppedAt).toBeLessThan(5);
