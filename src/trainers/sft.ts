@@ -11,7 +11,17 @@ import { seededRandom } from '../../lib/index.ts';
 import { isHfModelDir, LearnerClient } from './learner-client.ts';
 import { ensureHfOnnx } from './hf-onnx.ts';
 
-export interface SftOptions {
+/** The SFT run's settings, for a new model and for one continued alike. */
+export interface SftSchedule {
+  steps: number;
+  batchSize: number;
+  lr: number;
+  seed: number;
+  threads?: number;
+  onLog?: (line: string) => void;
+}
+
+export interface SftOptions extends SftSchedule {
   tasks: Task[];
   /**
    * A Hugging Face checkpoint to fine-tune (copied to `out`; its chat template renders the
@@ -26,12 +36,6 @@ export interface SftOptions {
   maxToolResultBytes?: number;
   /** List the tool names in a system turn (longer prompts; useful when tasks mix servers). */
   systemTools?: boolean;
-  steps: number;
-  batchSize: number;
-  lr: number;
-  seed: number;
-  threads?: number;
-  onLog?: (line: string) => void;
 }
 
 export interface SftResult {
@@ -164,17 +168,11 @@ async function runHfSft(o: SftOptions, out: string, trajectories: Trajectory[], 
   }
 }
 
-export interface ContinueSftOptions {
+export interface ContinueSftOptions extends SftSchedule {
   /** The model directory to train in place (the embedded model or a Hugging Face checkpoint, already exported). */
   modelDir: string;
   /** Token sequences with their loss masks (1 on the tokens to learn: the assistant's). */
   examples: { ids: number[]; mask: number[] }[];
-  steps: number;
-  batchSize: number;
-  lr: number;
-  seed: number;
-  threads?: number;
-  onLog?: (line: string) => void;
 }
 
 export interface ContinueSftResult {
