@@ -15,7 +15,7 @@ export {
   MAX_DIGITS,
 } from './expression.ts';
 export type { ExprNode, BinaryOp, FunctionName } from './expression.ts';
-export { mulberry32, seededRandom, SeededRandom } from './random.ts';
+export { mulberry32, seededRandom, SeededRandom, CountedRandom } from './random.ts';
 export type { RandomFn } from './random.ts';
 export { fnv1a, sha256Hex } from './hash.ts';
 export { esc } from './html.ts';

@@ -24,6 +24,40 @@ export function seededRandom(seed: number): RandomFn {
   return mulberry32(seed);
 }
 
+/**
+ * A seeded generator that counts its numbers and can be put back to any count from its start: what a
+ * checkpoint stores of a run's task draws and replay draws (resume and rollback draw on from there).
+ */
+export class CountedRandom {
+  private gen: RandomFn;
+  private n = 0;
+
+  constructor(
+    private readonly seed: number,
+    count = 0,
+  ) {
+    this.gen = seededRandom(seed);
+    this.seek(count);
+  }
+
+  /** Numbers drawn so far. */
+  get count(): number {
+    return this.n;
+  }
+
+  /** Back to the start, then `count` numbers on. */
+  seek(count: number): void {
+    this.gen = seededRandom(this.seed);
+    for (let i = 0; i < count; i++) this.gen();
+    this.n = count;
+  }
+
+  next(): number {
+    this.n++;
+    return this.gen();
+  }
+}
+
 /** Helpers over a seeded generator: integers, picks, shuffles, digit strings. */
 export class SeededRandom {
   private readonly next: RandomFn;

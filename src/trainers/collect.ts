@@ -15,7 +15,7 @@
  */
 import { join } from 'node:path';
 import pLimit from 'p-limit';
-import { seededRandom } from '../../lib/index.ts';
+import { CountedRandom } from '../../lib/index.ts';
 import { makeChatModel } from '../agents/index.ts';
 import { applyRuler, JudgeError, rollout, type ChatModel, type Environment, type Policy, type RulerOptions, type Task, type Trajectory } from '../env/index.ts';
 import { isZeroVariance } from './advantages.ts';
@@ -25,29 +25,25 @@ import type { Curriculum } from './curriculum.ts';
 
 /** Draws train tasks with a seeded generator that can be replayed to any point (resume, rollback). */
 export class TaskSampler {
-  private next: () => number;
-  private count = 0;
+  private readonly rng: CountedRandom;
 
   constructor(
     private readonly tasks: Task[],
-    private readonly seed: number,
+    seed: number,
     draws = 0,
   ) {
     if (tasks.length === 0) throw new Error('TaskSampler: no tasks to sample from');
-    this.next = seededRandom(seed);
-    this.seek(draws);
+    this.rng = new CountedRandom(seed, draws);
   }
 
   /** Draws made so far (recorded with each checkpoint). */
   get draws(): number {
-    return this.count;
+    return this.rng.count;
   }
 
   /** Replays the generator to `draws` draws from its start. */
   seek(draws: number): void {
-    this.next = seededRandom(this.seed);
-    for (let i = 0; i < draws; i++) this.next();
-    this.count = draws;
+    this.rng.seek(draws);
   }
 
   draw(): Task {
@@ -56,8 +52,7 @@ export class TaskSampler {
 
   /** One number of the generator, in [0, 1), counted as a draw (the curriculum draws with these). */
   random(): number {
-    this.count++;
-    return this.next();
+    return this.rng.next();
   }
 }
 

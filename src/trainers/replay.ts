@@ -14,7 +14,7 @@
  * generator; `snapshot` (entries and the generator's count) is stored with each checkpoint, and
  * `restore` brings it back, so a resumed run draws what an uninterrupted one draws.
  */
-import { seededRandom } from '../../lib/index.ts';
+import { CountedRandom } from '../../lib/index.ts';
 import { groupAdvantages, isZeroVariance } from './advantages.ts';
 import type { KeptGroup } from './batch.ts';
 
@@ -66,8 +66,7 @@ export function groupPriority(g: KeptGroup, advantage: ReplayOptions['advantage'
 
 export class ReplayBuffer {
   private entries: ReplayEntry[] = [];
-  private next: () => number;
-  private count = 0;
+  private readonly rng: CountedRandom;
 
   constructor(
     readonly o: ReplayOptions,
@@ -76,7 +75,7 @@ export class ReplayBuffer {
     if (!(o.fraction > 0 && o.fraction < 1)) throw new Error(`replay_fraction: must be in (0, 1) for a replay buffer, got ${o.fraction}`);
     if (!(Number.isInteger(o.capacity) && o.capacity >= 1)) throw new Error(`replay_capacity: must be an integer >= 1, got ${o.capacity}`);
     if (!(Number.isInteger(o.maxAge) && o.maxAge >= 1)) throw new Error(`replay_max_age: must be an integer >= 1, got ${o.maxAge}`);
-    this.next = seededRandom(o.seed);
+    this.rng = new CountedRandom(o.seed);
     this.restore(snapshot);
   }
 
@@ -87,14 +86,12 @@ export class ReplayBuffer {
   /** Back to a snapshot (undefined: empty, the generator at its start). */
   restore(s?: ReplaySnapshot): void {
     this.entries = [...(s?.entries ?? [])];
-    this.next = seededRandom(this.o.seed);
-    this.count = s?.draws ?? 0;
-    for (let i = 0; i < this.count; i++) this.next();
+    this.rng.seek(s?.draws ?? 0);
   }
 
   /** What a checkpoint stores: the entries (shared: never changed once added) and the generator's count. */
   snapshot(): ReplaySnapshot {
-    return { draws: this.count, entries: [...this.entries] };
+    return { draws: this.rng.count, entries: [...this.entries] };
   }
 
   /** The number of groups to replay in a batch of `tasksPerStep`: round(fraction × tasksPerStep), at most tasksPerStep − 1. */
@@ -145,7 +142,6 @@ export class ReplayBuffer {
   }
 
   private random(): number {
-    this.count++;
-    return this.next();
+    return this.rng.next();
   }
 }
