@@ -4,8 +4,10 @@
  * they start in (setup calls), how many turns it has, and how success is checked.
  */
 import { readFileSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
 import { z } from 'zod';
 import { HttpSpecSchema, InProcessSpecSchema, StdioSpecSchema } from '../tools/index.ts';
+import { resolveTaskFixtures } from './fixtures.ts';
 
 const Json = z.json();
 
@@ -151,6 +153,20 @@ function fieldOf(path: PropertyKey[]): string {
   return path.map((p, i) => (typeof p === 'number' ? `[${p}]` : `${i ? '.' : ''}${String(p)}`)).join('');
 }
 
+/**
+ * The issue to report. A server spec that fails every option of `ServerRefSchema` (a stdio spec
+ * with `fixtures.env.A: 1`) is one issue, "Invalid input"; the option its `transport` chose says
+ * what is wrong, at which field.
+ */
+function unionIssue(issue: z.core.$ZodIssue): { path: PropertyKey[]; message: string } {
+  if (issue.code !== 'invalid_union') return issue;
+  const otherKind = (e: z.core.$ZodIssue) => (e.code === 'invalid_type' && e.path.length === 0) || (e.code === 'invalid_value' && e.path.length === 1 && e.path[0] === 'transport');
+  const meant = issue.errors.filter((errors) => errors.length > 0 && !errors.some(otherKind));
+  if (meant.length !== 1) return issue;
+  const inner = unionIssue(meant[0]![0]!);
+  return { path: [...issue.path, ...inner.path], message: inner.message };
+}
+
 /** How deeply a task's JSON may nest: far more than any task needs, far less than what overflows the stack. */
 export const MAX_TASK_DEPTH = 256;
 
@@ -198,11 +214,14 @@ export function defineTask(input: TaskInput): Task {
   }
   const r = TaskSchema.safeParse(input);
   if (!r.success) {
-    const issue = r.error.issues[0]!;
+    const issue = unionIssue(r.error.issues[0]!);
     const id = typeof (input as { id?: unknown }).id === 'string' ? ` '${(input as { id: string }).id}'` : '';
     throw new Error(`Invalid task${id}: ${fieldOf(issue.path) || '(task)'}: ${issue.message}`);
   }
-  return r.data;
+  // A fixture's relative `copy` is the working directory's; one that does not exist is refused now.
+  const fx = resolveTaskFixtures(r.data, process.cwd());
+  if (fx.problem) throw new Error(`Invalid task '${r.data.id}': ${fx.problem.field}: ${fx.problem.reason}`);
+  return fx.task;
 }
 
 function parseOne(value: unknown, file: string, line: number | undefined, prefix = ''): Task {
@@ -216,8 +235,13 @@ function parseOne(value: unknown, file: string, line: number | undefined, prefix
     if (err instanceof RangeError) throw new TaskFileError(file, line, prefix.replace(/\.$/, ''), `cannot be checked: ${err.message}`);
     throw err;
   }
-  if (r.success) return r.data;
-  const issue = r.error.issues[0]!;
+  if (r.success) {
+    // A fixture's relative `copy` is the task file's; one that does not exist is refused here, before any episode.
+    const fx = resolveTaskFixtures(r.data, dirname(resolve(file)));
+    if (fx.problem) throw new TaskFileError(file, line, prefix + fx.problem.field, fx.problem.reason);
+    return fx.task;
+  }
+  const issue = unionIssue(r.error.issues[0]!);
   throw new TaskFileError(file, line, (prefix + fieldOf(issue.path)).replace(/\.$/, ''), issue.message);
 }
 

@@ -21,6 +21,7 @@ import {
 import { describeExit, ProcessStdioTransport } from './stdio.ts';
 import { createLinkedFetch } from './http-fetch.ts';
 import { DEFAULT_MAX_RESULT_BYTES, tooLargeMessage, tooLargeOf, type TooLarge } from './limits.ts';
+import { prepareFixture, type Fixture } from './fixtures.ts';
 
 export const EPISODE_META_KEY = 'mcp-gym/episode';
 const INVALID_PARAMS = -32602;
@@ -80,6 +81,8 @@ export class ToolClient {
   private toolList?: ToolInfo[];
   private restartTimes: number[] = [];
   private closed = false;
+  /** A stdio spec's fixtures: this connection's own directory, removed when it closes. */
+  private fixture?: Fixture;
   private readonly options: Required<Omit<ConnectOptions, 'name'>> & { name: string };
 
   private constructor(spec: ServerSpec, options: ConnectOptions) {
@@ -104,7 +107,13 @@ export class ToolClient {
   /** Connects to a server and returns a client; throws with a clear message if it cannot. */
   static async connect(spec: ServerSpec, options: ConnectOptions = {}): Promise<ToolClient> {
     const client = new ToolClient(spec, options);
-    client.live = await client.open();
+    if (client.spec.transport === 'stdio') client.fixture = await prepareFixture(client.spec);
+    try {
+      client.live = await client.open();
+    } catch (err) {
+      await client.fixture?.remove();
+      throw err;
+    }
     return client;
   }
 
@@ -137,11 +146,12 @@ export class ToolClient {
     let transport: Transport;
     let closeServer: (() => Promise<void>) | undefined;
     if (spec.transport === 'stdio') {
+      const run = this.fixture?.launch ?? spec; // with fixtures: `{fixture}` filled in with this connection's directory
       transport = new ProcessStdioTransport({
-        command: spec.command,
-        args: spec.args,
-        env: spec.env,
-        cwd: spec.cwd,
+        command: run.command,
+        args: run.args,
+        env: run.env,
+        cwd: run.cwd,
         forwardStderr: this.options.forwardStderr,
         maxMessageBytes: this.options.maxResultBytes,
       });
@@ -339,7 +349,10 @@ export class ToolClient {
     await this.connecting?.catch(() => {});
     const live = this.live;
     this.live = undefined;
-    if (!live) return;
+    if (!live) {
+      await this.fixture?.remove();
+      return;
+    }
     const t = live.transport;
     if (t instanceof StreamableHTTPClientTransport && t.sessionId) {
       await t.terminateSession().catch(() => {});
@@ -348,6 +361,7 @@ export class ToolClient {
     await t.close().catch(() => {});
     await live.closeServer?.().catch(() => {});
     if (this.spec.transport === 'inprocess') await this.spec.onClose?.();
+    await this.fixture?.remove(); // after the server's process tree has ended
   }
 }
 

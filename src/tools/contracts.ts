@@ -52,6 +52,21 @@ export const ToolInfoSchema = z.object({
 });
 export type ToolInfo = z.infer<typeof ToolInfoSchema>;
 
+/**
+ * Fixtures of a stdio server (src/tools/fixtures.ts): each connection gets a fresh directory of its
+ * own under the system's temporary directory, removed when the connection closes. `{fixture}` in
+ * `args`, `env` values and `cwd` (and in `fixtures.args`, `fixtures.env`) is that directory's path.
+ */
+export const FixturesSchema = z.strictObject({
+  /** A directory (its contents are copied into the fixture directory) or a file (copied into it under its own name). Relative: to the task file, or the working directory. */
+  copy: z.string().min(1).optional(),
+  /** Added to the server's environment (over `env`). */
+  env: z.record(z.string(), z.string()).optional(),
+  /** Appended to the server's arguments. */
+  args: z.array(z.string()).optional(),
+});
+export type Fixtures = z.output<typeof FixturesSchema>;
+
 export const StdioSpecSchema = z.object({
   transport: z.literal('stdio'),
   command: z.string().min(1),
@@ -63,6 +78,8 @@ export const StdioSpecSchema = z.object({
   restart: z.boolean().default(true),
   /** Give up after this many restarts within a minute. Default 5. */
   maxRestartsPerMinute: z.number().int().min(0).default(5),
+  /** A fresh copy of the server's state for each connection (each episode): see `FixturesSchema`. */
+  fixtures: FixturesSchema.optional(),
 });
 
 export const HttpSpecSchema = z.object({
@@ -71,6 +88,12 @@ export const HttpSpecSchema = z.object({
   headers: z.record(z.string(), z.string()).optional(),
   /** Sent as `Authorization: Bearer <token>`. */
   token: z.string().optional(),
+  /** Refused: one HTTP server serves every episode, so there is no per-episode process to point at a copy. */
+  // A refinement, not z.never(): its issue does not abort, so a task's server union reports it rather than "Invalid input".
+  fixtures: z
+    .unknown()
+    .refine(() => false, { error: 'fixtures apply only to stdio servers (a process per episode); an HTTP server is shared by all episodes and must keep one state per mcp-gym/episode key instead' })
+    .optional(),
 });
 
 /** A server in this process: a factory of SDK server instances, reached over the in-memory transport. */
