@@ -4,6 +4,7 @@
  * CPU time and memory throughout; and optionally agent success on a set of tasks.
  */
 import { ToolClient, type ConnectOptions, type ServerSpec, type ToolInfo } from '../tools/index.ts';
+import { toolSurface } from '../tools/index.ts';
 import type { Policy, Task } from '../env/index.ts';
 import { fnv1a } from '../../lib/index.ts';
 import { generateArguments, type Args } from './args.ts';
@@ -83,6 +84,7 @@ export async function runBench(options: BenchOptions): Promise<BenchReport> {
       const listed = await client.listTools({ timeoutMs });
       report.list_tools_ms = performance.now() - l0;
       report.tool_count = listed.length;
+      report.tool_surface = toolSurface(listed);
       log(`connected in ${report.connect_ms.toFixed(1)} ms; ${listed.length} tools listed in ${report.list_tools_ms.toFixed(1)} ms`);
       const exclude = new Set(options.exclude ?? []);
       for (const name of exclude) if (!listed.some((t) => t.name === name)) report.warnings.push(`--exclude names '${name}', which the server does not list`);

@@ -21,3 +21,27 @@ export { createLinkedFetch, linkedFetch, linkedListeners } from './http-fetch.ts
 export type { FetchFn, LinkedFetchOptions } from './http-fetch.ts';
 export { DEFAULT_MAX_RESULT_BYTES, ResultTooLargeError, tooLargeMessage } from './limits.ts';
 export type { TooLarge } from './limits.ts';
+export { FixturesSchema } from './contracts.ts';
+export type { Fixtures } from './contracts.ts';
+export { FIXTURE_PLACEHOLDER, FixtureError, checkFixtures, prepareFixture } from './fixtures.ts';
+export type { Fixture, Launch } from './fixtures.ts';
+export {
+  TOOL_SURFACE_FILE,
+  canonicalJson,
+  canonicalHash,
+  toolFingerprint,
+  toolSurface,
+  surfacesHash,
+  compareSurfaces,
+  compareSurfaceSets,
+  isEmptyDiff,
+  hasDrift,
+  describeDrift,
+  driftWarning,
+  readToolSurfaces,
+  writeToolSurfaces,
+  ToolFingerprintSchema,
+  ServerSurfaceSchema,
+  ToolSurfaceFileSchema,
+} from './surface.ts';
+export type { ToolFingerprint, ServerSurface, ToolSurfaces, ToolSurfaceFile, SurfacePart, SurfaceDiff, SurfacesDrift } from './surface.ts';

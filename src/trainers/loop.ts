@@ -56,6 +56,8 @@ export interface TrainOptions {
   judge?: ChatModel;
   onStep?: (m: Record<string, unknown>) => void;
   onLog?: (line: string) => void;
+  /** Warnings (a resumed run whose tools drifted from those it was trained with); default: onLog as `warning: ...`. */
+  onWarning?: (message: string) => void;
   /** Options of the environment (e.g. a tool server's delay, the built-in rewards' weights); `bundled_servers` in the config wins. */
   environment?: EnvironmentOptions;
   /** For tests: called as a step's rollouts start (e.g. to kill a tool server mid-run). */
@@ -325,11 +327,16 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
   const title = `mcp-gym training run: ${c.preset} on ${source}`;
   // The composer's weights: the config's composer_weights, those given in environment.rewards win.
   const env = new Environment({ ...o.environment, rewards: { ...o.environment?.rewards, composer: { ...c.composer_weights, ...(o.environment?.rewards?.composer as Record<string, number> | undefined) } }, bundled: c.bundled_servers, reward: o.reward ?? o.environment?.reward ?? c.reward });
+  // Robustness training (`faults`): the training rollouts meet the faults, the held-out evaluations see the true servers.
+  const collectEnv = c.faults.trim() ? env.withFaults({ spec: c.faults, seed: c.seed }) : env;
   let session: LearnerSession | undefined;
   let policy: RolloutPolicy | undefined;
   let judging: Awaited<ReturnType<typeof rulerJudge>> | undefined;
   let stopPipeline: (() => Promise<void>) | undefined;
   try {
+    // The servers' tool surfaces (src/tools/surface.ts), recorded in the run and its model; a resumed run says what drifted.
+    const drift = run.recordToolSurfaces(await env.toolSurfaces([...trainTasks, ...held]), o.resume === true);
+    if (drift) (o.onWarning ?? ((m: string) => log(`warning: ${m}`)))(drift);
     judging = await rulerJudge(c, run.dir, o.judge);
     // In-process sampling of a Hugging Face checkpoint needs its ONNX export (the learner keeps it
     // current after each step); a resumed run's is updated by exportWeights below.
@@ -399,7 +406,7 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
       const levels = curriculum?.levels(step);
       const replayed = replay?.draw(step, replay.target(c.tasks_per_step));
       const got = await collectGroups({
-        env, policy: pol, sampler, curriculum, step, tasksPerStep: c.tasks_per_step - (replayed?.groups.length ?? 0), group: c.group, concurrency: c.concurrency,
+        env: collectEnv, policy: pol, sampler, curriculum, step, tasksPerStep: c.tasks_per_step - (replayed?.groups.length ?? 0), group: c.group, concurrency: c.concurrency,
         dynamicSampling: c.dynamic_sampling, dynamicSamplingOn: c.dynamic_sampling_on, maxResampleRounds: c.max_resample_rounds,
         overlong: { max: c.overlong_max, cache: c.overlong_cache }, judge, signal,
       });

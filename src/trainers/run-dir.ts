@@ -7,6 +7,7 @@
 import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join, resolve, sep } from 'node:path';
 import { JsonlWriter, type Trajectory } from '../env/index.ts';
+import { driftWarning, readToolSurfaces, writeToolSurfaces, type ToolSurfaces } from '../tools/index.ts';
 import type { CurriculumState } from './curriculum.ts';
 import type { ReplaySnapshot } from './replay.ts';
 import { writeReport } from './report.ts';
@@ -58,7 +59,7 @@ function readRows(file: string): Record<string, unknown>[] {
 }
 
 /** What makes a run the run it is: resuming with any of these changed would mix two runs in one directory. */
-export const RUN_IDENTITY = ['preset', 'model', 'suite', 'tasks', 'eval_tasks', 'max_difficulty', 'reward', 'group', 'tasks_per_step', 'loss', 'advantage', 'per_turn', 'seed', 'temperature', 'top_k', 'top_p', 'max_new_tokens', 'ruler', 'judge', 'ruler_weight', 'ruler_verifier_weight', 'ruler_rubric', 'policy', 'lora_rank', 'lora_alpha', 'lora_dropout', 'lora_targets', 'dtype', 'curriculum', 'curriculum_schedule', 'replay_fraction', 'composer_weights', 'gae_level'] as const;
+export const RUN_IDENTITY = ['preset', 'model', 'suite', 'tasks', 'eval_tasks', 'max_difficulty', 'reward', 'group', 'tasks_per_step', 'loss', 'advantage', 'per_turn', 'seed', 'temperature', 'top_k', 'top_p', 'max_new_tokens', 'ruler', 'judge', 'ruler_weight', 'ruler_verifier_weight', 'ruler_rubric', 'policy', 'lora_rank', 'lora_alpha', 'lora_dropout', 'lora_targets', 'dtype', 'curriculum', 'curriculum_schedule', 'replay_fraction', 'composer_weights', 'gae_level', 'faults'] as const;
 
 /** The differences between a run's recorded config and the one it is resumed with, as `field: was X, now Y`. */
 export function identityChanges(was: Record<string, unknown>, now: Record<string, unknown>): string[] {
@@ -166,6 +167,30 @@ export class RunDir {
     this.state = JSON.parse(readFileSync(this.stateFile, 'utf8')) as RunState;
     this.pendingReplay = undefined;
     this.metrics.splice(0, this.metrics.length, ...this.metrics.filter((m) => Number(m.step) <= this.state.step));
+  }
+
+  /**
+   * Records the tool surface of the run's servers (src/tools/surface.ts) as tool-surface.json in
+   * the run directory and in its model directory (the model the run trains). On a resume, first
+   * compares it with the recorded one: the warning it returns names the tools that changed. A
+   * server not reached now keeps its recorded surface.
+   */
+  recordToolSurfaces(surfaces: ToolSurfaces, resume: boolean): string | undefined {
+    let warning: string | undefined;
+    let recorded: ToolSurfaces = {};
+    if (resume) {
+      warning = driftWarning(this.dir, surfaces, 'this run was trained with');
+      try {
+        recorded = readToolSurfaces(this.dir)?.servers ?? {};
+      } catch {
+        recorded = {};
+      }
+    }
+    const all = { ...recorded, ...surfaces };
+    if (Object.keys(all).length === 0) return warning;
+    writeToolSurfaces(this.dir, all);
+    if (existsSync(this.modelDir)) writeToolSurfaces(this.modelDir, all);
+    return warning;
   }
 
   writeTrajectories(ts: Trajectory[]): void {
