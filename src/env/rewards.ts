@@ -18,6 +18,7 @@ import { z } from 'zod';
 import type { Task } from './task.ts';
 import type { CheckResult, ToolStep, Turn } from './types.ts';
 import { checkScore, hasAnswerFormat, solved } from './checks.ts';
+import { sabotaged } from './faults.ts';
 
 // ---------------------------------------------------------------------------------------------
 // The composer's parts: four built in, and the user's (registerRewardPart), weighted by name.
@@ -168,11 +169,17 @@ export function isUseful(step: Pick<ToolStep, 'isError' | 'structured' | 'text'>
   return step.text.trim().length > 0;
 }
 
+/**
+ * A step with an injected timeout, error or malformed result (src/env/faults.ts) is scored as a
+ * useful success: the fault is not the agent's. A call to a distractor tool is the agent's choice,
+ * scored as a call to a tool that does not help: its result is never useful.
+ */
 export function stepReward(step: ToolStep, relevant: Set<string>, cfg: RewardConfig['art']): number {
   let r = 0;
-  if (!step.isError) r += cfg.step_success;
+  const forgiven = sabotaged(step);
+  if (!step.isError || forgiven) r += cfg.step_success;
   if (relevant.size === 0 || relevant.has(`${step.server}.${step.tool}`)) r += cfg.step_relevant;
-  if (isUseful(step)) r += cfg.step_useful;
+  if ((isUseful(step) && step.fault !== 'distractor') || forgiven) r += cfg.step_useful;
   return r;
 }
 
@@ -220,14 +227,15 @@ export function scoreParts(task: Task, turns: Pick<Turn, 'tool_results'>[], answ
 
   // ART
   const base = success ? cfg.art.base : 0;
-  const eff = efficiency(turns.length, cfg.art);
+  // A turn whose every call was sabotaged (an injected fault) is not counted against efficiency: the retry it asks for is not the agent's fault.
+  const eff = efficiency(turns.length - turns.filter((t) => t.tool_results.length > 0 && t.tool_results.every(sabotaged)).length, cfg.art);
   const tools = artSteps.reduce((a, b) => a + b, 0);
   const art = base + cfg.art.efficiency_weight * eff + cfg.art.steps_weight * tools;
 
   // RLVR shaping: correct steps = tool calls that succeeded on a relevant tool; each correct step
   // earns its share of the steps weight (so the step rewards sum to steps · fraction).
   const format = answer !== null && hasAnswerFormat(answer) ? 1 : 0;
-  const correct = (s: ToolStep) => !s.isError && (relevant.size === 0 || relevant.has(`${s.server}.${s.tool}`));
+  const correct = (s: ToolStep) => (!s.isError || sabotaged(s)) && (relevant.size === 0 || relevant.has(`${s.server}.${s.tool}`));
   const correctSteps = steps.filter(correct).length;
   const stepsFraction = steps.length ? correctSteps / steps.length : 0;
   const rlvr = cfg.rlvr.format * format + cfg.rlvr.steps * stepsFraction + cfg.rlvr.final * (success ? 1 : 0);

@@ -13,6 +13,7 @@ import { BUNDLED_MODEL_DIR } from '../paths.ts';
 import { isHfModelDir } from './learner-client.ts';
 import { LearnerConfigSchema, type LearnerConfigInput } from './protocol.ts';
 import { composerWeightsSchema } from '../env/rewards.ts';
+import { FaultSpecError, parseFaults } from '../env/index.ts';
 import { CURRICULUM_MODES, parseSchedule } from './curriculum.ts';
 import { REPLAY_PRIORITIES } from './replay.ts';
 
@@ -65,6 +66,18 @@ export const TrainConfigSchema = z
     max_staleness: z.number().int().min(0).max(8).default(1).describe('asynchronous training: the rollouts of the next steps are collected while the learner trains, sampled by weights at most this many steps older than those trained from (groups staler than that are dropped); 0: the synchronous loop'),
     checkpoint_every: z.number().int().min(1).default(1).describe('a learner checkpoint (and state.json) every N steps; a learner that dies costs the steps since'),
     bundled_servers: z.enum(['inprocess', 'stdio']).default('inprocess').describe('how the bundled tool servers run: in this process (fastest) or as stdio child processes'),
+    faults: z
+      .string()
+      .superRefine((v, ctx) => {
+        if (v.trim() === '') return;
+        try {
+          parseFaults(v);
+        } catch (err) {
+          ctx.addIssue({ code: 'custom', message: err instanceof FaultSpecError ? err.detail : (err as Error).message });
+        }
+      })
+      .default('')
+      .describe('robustness training: faults injected into the agent\'s tool calls of the training rollouts (not the held-out evaluations), drawn from the seed: timeout=p,error=p,malformed=p,slow=<ms>ms@p,distractors=N (empty: none)'),
     policy: z.string().regex(/^(onnx|openai:.+)$/, "onnx, or openai:<model> (a server: --base-url)").default('onnx').describe('what samples the rollouts: onnx (the model in-process) or openai:<model> (an OpenAI-compatible server that returns token ids and loads new weights, e.g. mcp-gym serve-policy; needs base_url)'),
     base_url: z.string().url().optional().describe('the policy server\'s base URL (up to and with /v1), with policy openai:<model>'),
     api_key_env: z.string().min(1).optional().describe('the environment variable holding the policy server\'s key (default OPENAI_API_KEY)'),
