@@ -9,6 +9,7 @@ import { Environment, failureCauses, rollout, type EnvironmentOptions, type Fail
 
 export { passAtK, passHatK } from '../../lib/index.ts';
 import { passAtK, passHatK } from '../../lib/index.ts';
+import { toolFeedback, type Feedback } from './feedback.ts';
 
 export interface TaskAgentStats {
   task: string;
@@ -53,6 +54,8 @@ export interface AgentReport {
   failures: FailureCause[];
   seconds: number;
   per_task: TaskAgentStats[];
+  /** Per tool of each server: calls, argument errors by field, errors, empty results, time (src/bench/feedback.ts); set by runAgentBench. */
+  feedback?: Feedback;
 }
 
 /** The statistics of one task's trajectories (`k` = how many were asked for). */
@@ -141,7 +144,8 @@ export async function runAgentBench(policy: Policy, tasks: Task[], options: Agen
       byTask.set(t.task_id, list);
     }
     const perTask = tasks.filter((t) => byTask.has(t.id)).map((t) => taskStats(t.id, byTask.get(t.id)!));
-    return agentReport(policy.id, k, perTask, r.seconds, failureCauses(r.trajectories));
+    const servers = new Map(tasks.map((t) => [t.id, Object.keys(t.servers)]));
+    return { ...agentReport(policy.id, k, perTask, r.seconds, failureCauses(r.trajectories)), feedback: toolFeedback(r.trajectories, { serversOf: (id) => servers.get(id) }) };
   } finally {
     await env.close();
   }

@@ -11,8 +11,9 @@
  */
 import { esc } from '../../lib/index.ts';
 import { failureCauses, type FailureCause, type Task, type Trajectory } from '../env/index.ts';
-import { fmt } from './report.ts';
+import { fmt, renderFeedbackHtml } from './report.ts';
 import { taskStats, type TaskAgentStats } from './agent.ts';
+import { toolFeedback, type Feedback } from './feedback.ts';
 
 /** A mean over tasks with its 95% interval. */
 export interface Estimate {
@@ -67,8 +68,12 @@ export interface EvalReport {
   failed_episodes: number;
   task_errors: number;
   failures: FailureCause[];
+  /** The tool-surface hashes the episodes saw, by server alias (src/tools/surface.ts); two or more: the server changed during the evaluation. */
+  tool_surface: Record<string, string[]>;
   seconds: number;
   per_task: EvalTaskRow[];
+  /** Feedback for server authors: per tool of each server, calls, argument errors by field, errors, empty results, time (src/bench/feedback.ts). */
+  feedback: Feedback;
 }
 
 function suiteOf(t: Task): string {
@@ -105,6 +110,7 @@ export function evalReport(policy: string, k: number, tasks: Task[], trajectorie
     });
   }
   const K = k;
+  const serversOf = new Map(tasks.map((t) => [t.id, Object.keys(t.servers ?? {})]));
   const at = (j: number) => rows.filter((r) => r.runs >= j);
   const passAt: Record<string, number> = {};
   const passHat: Record<string, number> = {};
@@ -189,9 +195,23 @@ export function evalReport(policy: string, k: number, tasks: Task[], trajectorie
     failed_episodes: sum((r) => r.failed_episodes),
     task_errors: sum((r) => r.task_errors),
     failures: failureCauses(trajectories),
+    tool_surface: surfaceHashes(trajectories),
     seconds,
     per_task: rows,
+    feedback: toolFeedback(trajectories, { serversOf: (id) => serversOf.get(id) }),
   };
+}
+
+/** The distinct tool-surface hashes of each server alias over the trajectories, in order of first sight. */
+function surfaceHashes(trajectories: Trajectory[]): Record<string, string[]> {
+  const out: Record<string, string[]> = {};
+  for (const t of trajectories) {
+    for (const [alias, hash] of Object.entries(t.tool_surface ?? {})) {
+      const seen = (out[alias] ??= []);
+      if (!seen.includes(hash)) seen.push(hash);
+    }
+  }
+  return Object.fromEntries(Object.keys(out).sort().map((k) => [k, out[k]!]));
 }
 
 const pct = (x: number) => `${(100 * x).toFixed(1)}%`;
@@ -214,6 +234,8 @@ export function evalRows(r: EvalReport): [string, string][] {
     ['failed episodes', String(r.failed_episodes)],
     ['task errors', String(r.task_errors)],
   ];
+  const surfaces = Object.entries(r.tool_surface ?? {});
+  if (surfaces.length) rows.push(['tool surface', surfaces.map(([alias, hashes]) => `${alias} ${hashes.map((h) => h.slice(0, 12)).join(' / ')}`).join(', ')]);
   if (r.token_drift_turns) rows.push(['token drift', `${r.token_drift_turns} turns re-tokenised by the server (not trainable)`]);
   if (Object.keys(r.stop_reasons).length) rows.push(['stop reasons', Object.entries(r.stop_reasons).map(([k, v]) => `${k} ${v}`).join(', ')]);
   const suites = Object.entries(r.by_suite);
@@ -277,6 +299,7 @@ table{border-collapse:collapse;margin:8px 0}th,td{padding:3px 10px;border-bottom
 <section><h2>pass@k and pass^k</h2>${table([['k', ...Object.keys(r.pass_at)], ['pass@k', ...Object.values(r.pass_at)], ['pass^k', ...Object.values(r.pass_hat)]])}</section>
 <section><h2>Tasks</h2>${table(perTask)}</section>
 <section><h2>Tool calls by tool</h2>${table(byTool)}</section>
+${r.feedback ? renderFeedbackHtml(r.feedback) : ''}
 ${r.failures.length ? `<section><h2>Failed episodes by cause</h2>${table(causes)}</section>` : ''}
 <section><h2>Episodes not solved (${unsolved.length}${unsolved.length < trajectories.filter((t) => !t.success).length ? ' shown' : ''})</h2>${unsolved.map(trajectoryHtml).join('\n') || '<p>None: every episode was solved.</p>'}</section>
 </body></html>

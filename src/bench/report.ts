@@ -4,7 +4,9 @@
  * network): latency histograms, throughput against concurrency, the fuzz table.
  */
 import { esc } from '../../lib/index.ts';
+import type { ServerSurface } from '../tools/index.ts';
 import type { AgentReport } from './agent.ts';
+import { feedbackSections, type Feedback } from './feedback.ts';
 import type { FuzzReport, Outcome, ReplayResult } from './fuzz.ts';
 import type { Histogram } from './latency.ts';
 import type { ToolLoad } from './load.ts';
@@ -20,6 +22,8 @@ export interface BenchReport {
   list_tools_ms?: number;
   /** Tools the server lists. */
   tool_count?: number;
+  /** The server's tool surface (src/tools/surface.ts): its hash, and each tool's (and its parts'). */
+  tool_surface?: ServerSurface;
   concurrency: number[];
   calls_per_level: number;
   /** Load figures by tool. */
@@ -72,6 +76,7 @@ export function renderText(r: BenchReport): string {
       `connect ${fmt(r.connect_ms ?? 0)} ms, tools/list ${fmt(r.list_tools_ms ?? 0)} ms, ${r.tool_count ?? 0} tools` +
         (r.excluded.length ? ` (excluded: ${r.excluded.join(', ')})` : ''),
     );
+    if (r.tool_surface) out.push(`tool surface: ${r.tool_surface.hash}`);
   }
   if (r.skipped?.length) {
     out.push(`skipped ${r.skipped.length} tool${r.skipped.length === 1 ? '' : 's'} that may write (not called; --allow-writes calls them):`);
@@ -139,12 +144,36 @@ export function renderText(r: BenchReport): string {
     out.push(textTable(rows));
     if (a.per_task.length > shown.length) out.push(`(${a.per_task.length - shown.length} more tasks in --json and --html)`);
     out.push(`success rate ${pct(a.success_rate)}, pass@1 ${fmt(a.pass_at_k['1'] ?? 0)}, pass@${K} ${fmt(a.pass_at_k[String(K)] ?? 0)}, pass^${K} ${fmt(a.pass_hat_k[String(K)] ?? 0)}, tool errors ${a.tool_errors} (${pct(a.tool_error_rate)} of calls), failed episodes ${a.failed_episodes}`);
+    if (a.feedback) out.push('', renderFeedbackText(a.feedback));
   }
   if (r.warnings.length) {
     out.push('');
     for (const w of r.warnings) out.push(`warning: ${w}`);
   }
   return out.join('\n');
+}
+
+/** Feedback for server authors (src/bench/feedback.ts) for a terminal: a table per server, then its argument errors by field and the tools never called. */
+export function renderFeedbackText(f: Feedback): string {
+  const out = [`feedback for server authors: ${f.tool_calls} tool calls in ${f.episodes} episodes (time: share of the episodes' ${fmt(f.episode_ms)} ms)`];
+  for (const s of feedbackSections(f)) {
+    out.push(`${s.heading}`);
+    if (s.rows.length > 1) out.push(textTable(s.rows).replace(/^/gm, '  '));
+    for (const n of s.notes) out.push(`  ${n}`);
+  }
+  if (f.unknown_tools.length) out.push(`tools called that no server offers: ${f.unknown_tools.map((u) => `${u.name} (${u.calls})`).join(', ')}`);
+  return out.join('\n');
+}
+
+/** The same as an HTML section. */
+export function renderFeedbackHtml(f: Feedback): string {
+  const parts = [`<section><h2>Feedback for server authors</h2><p>${f.tool_calls} tool calls in ${f.episodes} episodes; time is the share of the episodes' ${esc(fmt(f.episode_ms))} ms.</p>`];
+  for (const s of feedbackSections(f)) {
+    parts.push(`<h3>${esc(s.heading)}</h3>${s.rows.length > 1 ? htmlTable(s.rows) : ''}${s.notes.length ? `<ul>${s.notes.map((n) => `<li>${esc(n)}</li>`).join('')}</ul>` : ''}`);
+  }
+  if (f.unknown_tools.length) parts.push(`<p>Tools called that no server offers: ${esc(f.unknown_tools.map((u) => `${u.name} (${u.calls})`).join(', '))}</p>`);
+  parts.push('</section>');
+  return parts.join('');
 }
 
 /** The report as one JSON-ready object: saved failing inputs are listed without their (possibly huge) arguments. */
@@ -162,6 +191,7 @@ export function reportJson(r: BenchReport): Record<string, unknown> {
     connect_ms: r.connect_ms,
     list_tools_ms: r.list_tools_ms,
     tool_count: r.tool_count,
+    ...(r.tool_surface ? { tool_surface: r.tool_surface } : {}),
     concurrency: r.concurrency,
     calls_per_level: r.calls_per_level,
     tools,
@@ -329,6 +359,7 @@ export function renderHtml(r: BenchReport): string {
       ['connect ms', r.connect_ms ?? 0],
       ['tools/list ms', r.list_tools_ms ?? 0],
       ['tools', r.tool_count ?? 0],
+      ['tool surface', r.tool_surface?.hash ?? '(none)'],
       ['excluded', r.excluded.join(', ') || '(none)'],
       ['skipped (may write)', r.skipped?.map((s) => s.tool).join(', ') || '(none)'],
     ];
@@ -337,6 +368,11 @@ export function renderHtml(r: BenchReport): string {
       facts.push(['server CPU ms (all / during the benchmark)', `${fmt(r.process.cpu_ms)} / ${fmt(r.process.cpu_ms_window)}`], ['server peak memory MB', r.process.peak_rss_mb]);
     }
     sections.push(`<section><h2>Server</h2>${htmlTable(facts).replace(/<thead>.*?<\/thead>/, '')}</section>`);
+    if (r.tool_surface) {
+      const rows: (string | number)[][] = [['tool', 'hash', 'description', 'input schema', 'output schema']];
+      for (const [name, f] of Object.entries(r.tool_surface.tools)) rows.push([name, f.hash.slice(0, 16), f.description.slice(0, 16), f.input_schema.slice(0, 16), f.output_schema.slice(0, 16)]);
+      sections.push(`<section><h2>Tool surface</h2><p>SHA-256 of each tool's canonical JSON (first 16 hex digits; in full in <code>--json</code>). Server: <code>${esc(r.tool_surface.hash)}</code>.</p>${htmlTable(rows)}</section>`);
+    }
   }
   if (r.skipped?.length) {
     sections.push(
@@ -380,6 +416,7 @@ export function renderHtml(r: BenchReport): string {
     for (const t of a.per_task) rows.push([t.task, t.runs, t.success_rate, t.pass_at[0] ?? 0, t.pass_at[K - 1] ?? 0, t.pass_hat[K - 1] ?? 0, t.mean_turns, t.mean_tool_calls, t.tool_errors, t.mean_episode_ms, t.mean_tool_ms]);
     rows.push(['mean', a.episodes, a.success_rate, a.pass_at_k['1'] ?? 0, a.pass_at_k[String(K)] ?? 0, a.pass_hat_k[String(K)] ?? 0, a.mean_turns, a.mean_tool_calls, a.tool_errors, a.mean_episode_ms, a.mean_tool_ms]);
     sections.push(`<section><h2>Agent success</h2><p>Policy ${esc(a.policy)}, ${a.tasks} tasks x ${K} runs.</p>${passSvg(a)}${htmlTable(rows)}</section>`);
+    if (a.feedback) sections.push(renderFeedbackHtml(a.feedback));
   }
   if (r.warnings.length) sections.push(`<section><h2>Warnings</h2><ul>${r.warnings.map((w) => `<li>${esc(w)}</li>`).join('')}</ul></section>`);
   return `<!doctype html>
