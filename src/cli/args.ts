@@ -1,4 +1,7 @@
 /** Command-line argument helpers. */
+import { splitCommandLine } from '../bench/index.ts';
+import type { ServerSpec } from '../tools/index.ts';
+
 export class UsageError extends Error {}
 
 export function intFlag(value: string | undefined, flag: string, fallback: number): number {
@@ -80,4 +83,31 @@ export function apiOptionsFrom(v: Partial<Record<keyof typeof API_FLAGS, string 
     }
   }
   return Object.fromEntries(Object.entries(o).filter(([, x]) => x !== undefined));
+}
+
+/** The server of `--stdio "<command line>"` or `--url U` (with `--token`, `--header K:V`), or undefined. */
+export function serverFromFlags(values: { stdio?: string; url?: string; token?: string; header?: string[] }): ServerSpec | undefined {
+  if (values.stdio !== undefined) {
+    let words: string[];
+    try {
+      words = splitCommandLine(values.stdio);
+    } catch (err) {
+      throw new UsageError(`--stdio: ${(err as Error).message}`);
+    }
+    if (!words.length) throw new UsageError('--stdio needs a command line, e.g. --stdio "npx mcp-gym serve kv"');
+    return { transport: 'stdio', command: words[0]!, args: words.slice(1) };
+  }
+  if (values.url === undefined) return undefined;
+  try {
+    new URL(values.url);
+  } catch {
+    throw new UsageError(`--url must be a URL, got '${values.url}'`);
+  }
+  const headers: Record<string, string> = {};
+  for (const h of values.header ?? []) {
+    const i = h.indexOf(':');
+    if (i <= 0) throw new UsageError(`--header must be K:V, got '${h}'`);
+    headers[h.slice(0, i).trim()] = h.slice(i + 1).trim();
+  }
+  return { transport: 'http', url: values.url, ...(Object.keys(headers).length ? { headers } : {}), ...(values.token !== undefined ? { token: values.token } : {}) };
 }

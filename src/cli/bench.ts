@@ -5,9 +5,8 @@ import { parseArgs } from 'node:util';
 import { makePolicy } from '../agents/index.ts';
 import { loadTasks, type Task } from '../env/index.ts';
 import { generateSuite, SUITE_NAMES } from '../env/suites/index.ts';
-import type { ServerSpec } from '../tools/index.ts';
-import { parseExamples, readFailures, renderHtml, renderText, reportJson, runBench, splitCommandLine, type BenchOptions } from '../bench/index.ts';
-import { API_FLAGS, apiOptionsFrom, intFlag, UsageError } from './args.ts';
+import { parseExamples, readFailures, renderHtml, renderText, reportJson, runBench, type BenchOptions } from '../bench/index.ts';
+import { API_FLAGS, apiOptionsFrom, intFlag, serverFromFlags, UsageError } from './args.ts';
 
 export const BENCH_HELP = `Usage: mcp-gym bench (--stdio "<command line>" | --url URL) [options]
        mcp-gym bench --tasks <suite|file> --policy P [-k K]
@@ -118,30 +117,7 @@ export async function benchCommand(argv: string[]): Promise<void> {
   if (values.replay !== undefined && values.stdio === undefined && values.url === undefined) throw new UsageError('--replay needs the server: --stdio or --url');
   if ((values.token !== undefined || values.header) && values.url === undefined) throw new UsageError('--token and --header go with --url');
 
-  let server: ServerSpec | undefined;
-  if (values.stdio !== undefined) {
-    let words: string[];
-    try {
-      words = splitCommandLine(values.stdio);
-    } catch (err) {
-      throw new UsageError(`--stdio: ${(err as Error).message}`);
-    }
-    if (!words.length) throw new UsageError('--stdio needs a command line, e.g. --stdio "npx mcp-gym serve kv"');
-    server = { transport: 'stdio', command: words[0]!, args: words.slice(1) };
-  } else if (values.url !== undefined) {
-    try {
-      new URL(values.url);
-    } catch {
-      throw new UsageError(`--url must be a URL, got '${values.url}'`);
-    }
-    const headers: Record<string, string> = {};
-    for (const h of values.header ?? []) {
-      const i = h.indexOf(':');
-      if (i <= 0) throw new UsageError(`--header must be K:V, got '${h}'`);
-      headers[h.slice(0, i).trim()] = h.slice(i + 1).trim();
-    }
-    server = { transport: 'http', url: values.url, ...(Object.keys(headers).length ? { headers } : {}), ...(values.token !== undefined ? { token: values.token } : {}) };
-  }
+  const server = serverFromFlags(values);
 
   const seed = intFlag(values.seed, '--seed', 1);
   const timeoutMs = intFlag(values['timeout-ms'], '--timeout-ms', 10_000);
