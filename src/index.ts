@@ -23,6 +23,9 @@ export type { Task, TaskInput, Check, Matcher, ServerRef } from './env/index.ts'
 /** One client for any MCP server (stdio, streamable HTTP, in-process): a call never throws. */
 export { ToolClient } from './tools/index.ts';
 export type { ServerSpec, ToolResult, ToolInfo, CallOptions } from './tools/index.ts';
+/** Tool-surface drift: a hash of a server's tools (names, descriptions, schemas), and what changed between two. */
+export { toolSurface, compareSurfaces, compareSurfaceSets, describeDrift, readToolSurfaces } from './tools/index.ts';
+export type { ServerSurface, SurfaceDiff, SurfacesDrift } from './tools/index.ts';
 /** The bundled MCP servers (calculator, kv, files, search, sql), by name. */
 export { bundledServers } from '../servers/index.ts';
 
@@ -66,6 +69,9 @@ export type { RewardPartFn } from './env/rewards.ts';
 /** The four built-in rewards (registered as art, rlvr, composer, verifier). */
 export { artReward, rlvrReward, composerReward, verifierReward, RewardConfigSchema } from './env/index.ts';
 export type { RewardFn, RewardResult, Episode, RewardConfig } from './env/index.ts';
+/** Verified task synthesis: a generator (any ChatModel) proposes tasks for servers; kept only when verified on real episodes. */
+export { synthesizeTasks, REJECTION_REASONS } from './env/index.ts';
+export type { SynthesisOptions, SynthesisResult, Rejection, RejectionReason } from './env/index.ts';
 /** RULER: a judge (any ChatModel) scores a group's trajectories, listwise or pairwise; applyRuler writes the combined reward. */
 export { rulerScore, applyRuler, JudgeError } from './env/index.ts';
 export type { RulerOptions, RulerScores } from './env/index.ts';

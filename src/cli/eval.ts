@@ -13,10 +13,14 @@ import { parseArgs } from 'node:util';
 import pLimit from 'p-limit';
 import { makeChatModel, makePolicy } from '../agents/index.ts';
 import { evalReport, evalRows, renderEvalHtml } from '../bench/eval.ts';
+import { renderFeedbackText } from '../bench/index.ts';
 import { applyRuler, JudgeError, rollout, TrajectoryWriter, type ChatModel, type RulerOptions, type Task, type Trajectory } from '../env/index.ts';
 import { SUITE_NAMES } from '../env/suites/index.ts';
+import { compareSurfaceSets, driftWarning, readToolSurfaces, surfacesHash, type SurfacesDrift, type ToolSurfaces } from '../tools/index.ts';
 import { API_FLAGS, API_HELP, apiOptionsFrom, intFlag, numFlag, UsageError } from './args.ts';
 import { applyModelFlag, checkResume, cliEnvironment, RUN_FLAGS, runSettings, selectTasks } from './rollout.ts';
+import { TAPE_HELP, tapeOptions } from './record-replay.ts';
+import { FAULTS_HELP, faultedEval, faultOptions, printFaultComparison } from './faults.ts';
 import { ProgressBar, table } from './ui.ts';
 
 export const EVAL_HELP = `mcp-gym eval: a policy on a task suite or a task file, k samples per task
@@ -37,6 +41,9 @@ export const EVAL_HELP = `mcp-gym eval: a policy on a task suite or a task file,
   --reward R              art (default), rlvr, composer, verifier
   --temperature T         sampling temperature (onnx and API policies)
   --timeout-ms N          a tool call's limit      --stdio   bundled servers as stdio processes
+${TAPE_HELP}
+${FAULTS_HELP}
+                          (eval runs the tasks twice, without and with the faults, side by side; DIR/faults/)
 RULER (an LLM judge scores each task's k episodes together):
   --ruler listwise|pairwise  --judge openai:<model>|anthropic:<model>  --judge-base-url URL  --judge-api-key-env NAME
   --ruler-votes N (pairwise, default 3)  --ruler-weight W (default 1)  --ruler-verifier-weight W (default 0)  --ruler-rubric TEXT
@@ -89,6 +96,7 @@ export async function evalCommand(argv: string[]): Promise<void> {
     tasks = suites.flatMap((suite) => selectTasks({ ...values, suite }, counts));
   }
 
+  const tape = tapeOptions(values, values.resume === true);
   const outDir = values.out ?? join('runs', `eval-${new Date().toISOString().replace(/[:.]/g, '-')}`);
   const file = join(outDir, 'trajectories.jsonl');
   if (!values.resume && existsSync(file) && statSync(file).size > 0) {
@@ -114,7 +122,10 @@ export async function evalCommand(argv: string[]): Promise<void> {
     const { baseURL, apiKeyEnv, maxTokens, thinking } = api as { baseURL?: string; apiKeyEnv?: string; maxTokens?: number; thinking?: unknown };
     writeFileSync(runFile, JSON.stringify({ ...settings, kind: 'eval', api: { base_url: baseURL ?? null, api_key_env: apiKeyEnv ?? null, max_tokens: maxTokens ?? null, thinking: thinking ?? null }, started_at: new Date().toISOString() }, null, 2) + '\n');
   }
-  const env = cliEnvironment(values, reward);
+  const env = cliEnvironment(values, reward, {}, tape);
+  // --faults: the same environment with the faults, for a second run beside the first.
+  const faults = faultOptions(values);
+  const faultEnv = faults ? env.withFaults(faults) : undefined;
   const bar = new ProgressBar('eval', tasks.length * k);
   let successes = 0;
   const ac = new AbortController();
@@ -122,6 +133,7 @@ export async function evalCommand(argv: string[]): Promise<void> {
   const onSigint = () => ac.abort();
   process.once('SIGINT', onSigint);
   try {
+    const surface = await evalToolSurface(env, tasks, values.policy!);
     const result = await rollout(env, policy, tasks, {
       group: k,
       concurrency,
@@ -155,8 +167,10 @@ export async function evalCommand(argv: string[]): Promise<void> {
       renameSync(tmp, file);
     }
     const report = evalReport(policy.id, k, tasks, result.trajectories, result.seconds);
+    const faulted = faults && faultEnv && !ac.signal.aborted ? await faultedEval({ env: faultEnv, policy, tasks, k, concurrency, outDir, resume: values.resume === true, signal: ac.signal, faults, without: report }) : undefined;
     const usage = policy.usage?.();
-    const out = { ...report, usage: usage ?? null, ...(judged ? { judge: { id: judge!.id, mode: ruler, ...judged, usage: (judge as { usage?: () => unknown }).usage?.() ?? null } } : {}), resumed: result.resumed, out: file, interrupted: ac.signal.aborted };
+    const out = { ...report, tool_surfaces: surface, usage: usage ?? null, ...(judged ? { judge: { id: judge!.id, mode: ruler, ...judged, usage: (judge as { usage?: () => unknown }).usage?.() ?? null } } : {}), resumed: result.resumed, out: file, interrupted: ac.signal.aborted };
+    if (faulted) Object.assign(out, { faults: { ...faulted.comparison, out: faulted.out, report: { ...faulted.report, per_task: undefined } } });
     writeFileSync(join(outDir, 'eval.json'), JSON.stringify(out, null, 2) + '\n');
     const html = renderEvalHtml(report, result.trajectories);
     const htmlFile = join(outDir, 'report.html');
@@ -167,12 +181,14 @@ export async function evalCommand(argv: string[]): Promise<void> {
     }
     console.log(`\n${report.tasks} tasks x ${k} = ${result.trajectories.length} episodes (${result.resumed} resumed) with policy '${policy.id}' -> ${file}`);
     console.log(table([['', ''], ...evalRows(report)]).split('\n').slice(1).join('\n'));
+    if (faulted) printFaultComparison(faulted.comparison, k);
     if (usage) console.log(`API usage: ${usage.requests} requests (${usage.failed_requests} refused or failed after retries), ${usage.prompt_tokens} prompt + ${usage.completion_tokens} completion tokens this invocation`);
     if (judged) console.log(`RULER (${ruler}, judge ${judge!.id}): ${judged.groups} groups judged, ${judged.failures} failed (their episodes keep the verifier's reward)${judged.first_error ? `: ${judged.first_error}` : ''}; ${judged.calls} judge requests, ${judged.cached} answers from the cache`);
     if (report.failures.length) {
       console.log('\nFailed episodes by cause:');
       for (const f of report.failures.slice(0, 10)) console.log(`  ${String(f.episodes).padStart(5)}  ${f.kind === 'task_error' ? 'task error: ' : ''}${f.cause}`);
     }
+    console.log(`\n${renderFeedbackText(report.feedback)}`);
     console.log(`\nreport: ${htmlFile}${values.html ? ` and ${values.html}` : ''}; figures: ${join(outDir, 'eval.json')}`);
     if (ac.signal.aborted) console.log('\nInterrupted: the finished episodes are saved; continue with --resume.');
     if (values.json) console.log(JSON.stringify(out));
@@ -182,6 +198,29 @@ export async function evalCommand(argv: string[]): Promise<void> {
     await policy.close?.();
     await judge?.close?.();
   }
+}
+
+/**
+ * The tool surface of the tasks' servers (src/tools/surface.ts), for eval.json; with a model
+ * directory (`onnx:<dir>`) that recorded the surface it was trained with, a warning on stderr
+ * naming the tools that changed and the servers it was not trained with.
+ */
+async function evalToolSurface(env: ReturnType<typeof cliEnvironment>, tasks: Task[], policy: string): Promise<{ hash: string; servers: ToolSurfaces; drift?: SurfacesDrift }> {
+  const servers = await env.toolSurfaces(tasks);
+  const out: { hash: string; servers: ToolSurfaces; drift?: SurfacesDrift } = { hash: surfacesHash(servers), servers };
+  const dir = policy.startsWith('onnx:') ? policy.slice('onnx:'.length) : undefined;
+  if (!dir) return out;
+  const warning = driftWarning(dir, servers, `the model ${dir} was trained with`);
+  if (warning) {
+    process.stderr.write(`mcp-gym: warning: ${warning}\n`);
+    try {
+      const recorded = readToolSurfaces(dir);
+      if (recorded) out.drift = compareSurfaceSets(recorded.servers, servers);
+    } catch {
+      // the warning said why it cannot be read
+    }
+  }
+  return out;
 }
 
 /** Judges each task's episodes as a group (RULER), four groups at a time; a group the judge fails on keeps its rewards and is counted. */

@@ -8,6 +8,7 @@ import { sftCommand } from './sft.ts';
 import { pipelineCommand } from './pipeline.ts';
 import { startCommand, trainCommand } from './train.ts';
 import { benchCommand } from './bench.ts';
+import { tasksCommand } from './tasks.ts';
 import { evalCommand } from './eval.ts';
 import { servePolicyCommand } from './serve-policy.ts';
 
@@ -56,6 +57,10 @@ Commands:
                         --export-openai F       also write successful trajectories as OpenAI fine-tuning JSONL
                         --delay-ms N            slow every bundled server call by N ms
                         --stdio                 run bundled servers as stdio processes (default: in-process)
+                        --record F              record every tool list and call (results, latency) in F (JSONL)
+                        --replay F              serve the tool traffic from a recording F, starting no server
+                        --faults SPEC           inject faults into the agent's calls (seeded by --seed), e.g.
+                                                timeout=0.05,error=0.05,malformed=0.02,slow=200ms@0.1,distractors=5
                         --temperature T         sampling temperature of an onnx policy (default 1)
   eval                Evaluate a policy: k samples per task; pass@1, pass@k, pass^k, reward, tool errors,
                       tokens, with 95% intervals; trajectories, eval.json and an HTML report
@@ -88,6 +93,11 @@ Commands:
                         --fuzz [--fuzz-cases N] [--seed S] [--save-failures F] | --replay F
                         --tasks S|F --policy P -k K   agent success: pass@k and pass^k
                         --json --html F               (mcp-gym bench --help for all options)
+  tasks generate      Verified task synthesis: a generator model proposes tasks for a server; kept only if
+                      valid, not a near-duplicate, its reference solution passes every check on a fresh
+                      episode and doing nothing fails them; rejections counted by reason
+                        --stdio "CMD ARGS" | --url URL | --server NAME   --generator openai:<m>|anthropic:<m>
+                        -n N --out tasks.jsonl                           (mcp-gym tasks --help for all options)
   demo                Start every bundled server over stdio, list its tools, run example calls
   help                Show this help
 
@@ -181,6 +191,8 @@ export async function main(argv: string[]): Promise<void> {
         return await startCommand(rest);
       case 'bench':
         return await benchCommand(rest);
+      case 'tasks':
+        return await tasksCommand(rest);
       default:
         throw new UsageError(`Unknown command '${command}'. Run 'mcp-gym --help' for the list of commands.`);
     }

@@ -10,6 +10,9 @@ import { describeSuites, generateSuite, SUITE_NAMES } from '../env/suites/index.
 import { ProgressBar, table } from './ui.ts';
 import { API_FLAGS, apiOptionsFrom, UsageError, intFlag } from './args.ts';
 import { ensureHfOnnx } from '../trainers/hf-onnx.ts';
+import { TAPE_FLAGS, tapeOptions } from './record-replay.ts';
+import { faultOptions, faultsSetting } from './faults.ts';
+import { faultCounts, type FaultOptions } from '../env/index.ts';
 
 export async function suitesCommand(): Promise<void> {
   const rows: (string | number)[][] = [['suite', 'train', 'eval', 'servers', 'families']];
@@ -77,6 +80,8 @@ export interface RunSettings {
   eval_tasks: number | null;
   reward: string;
   temperature: number | null;
+  /** `--faults`, in a fixed order (src/env/faults.ts); null without. */
+  faults?: string | null;
 }
 
 const SETTING_FLAGS: [keyof RunSettings, string][] = [
@@ -91,6 +96,7 @@ const SETTING_FLAGS: [keyof RunSettings, string][] = [
   ['eval_tasks', '--eval-tasks'],
   ['reward', '--reward'],
   ['temperature', '--temperature'],
+  ['faults', '--faults'],
 ];
 
 /** Why a run made with `was` cannot be continued with `now` (naming the first difference), or undefined. */
@@ -116,7 +122,7 @@ export function settingsMismatch(dir: string, was: Partial<RunSettings>, now: Ru
   return undefined;
 }
 
-type SettingValues = { policy?: string; suite?: string; tasks?: string; split?: string; limit?: string; 'max-difficulty'?: string; seed?: string; 'eval-tasks'?: string; temperature?: string };
+type SettingValues = { policy?: string; suite?: string; tasks?: string; split?: string; limit?: string; 'max-difficulty'?: string; seed?: string; 'eval-tasks'?: string; temperature?: string; faults?: string };
 
 /** A run's settings from its flags (the task file by path and content hash). */
 export function runSettings(values: SettingValues, group: number, reward: string): RunSettings {
@@ -133,6 +139,7 @@ export function runSettings(values: SettingValues, group: number, reward: string
     eval_tasks: num(values['eval-tasks']),
     reward,
     temperature: num(values.temperature),
+    faults: faultsSetting(faultOptions(values)),
   };
 }
 
@@ -169,6 +176,8 @@ export const RUN_FLAGS = {
   temperature: { type: 'string' },
   'timeout-ms': { type: 'string' },
   stdio: { type: 'boolean', default: false },
+  faults: { type: 'string' },
+  ...TAPE_FLAGS,
 } as const;
 
 /**
@@ -194,9 +203,11 @@ export function applyModelFlag(values: { policy?: string; model?: string }, argv
  * tool call's limit (`--timeout-ms`), the reward, and warnings on stderr (the first on a line of
  * its own, after the progress bar).
  */
-export function cliEnvironment(values: { stdio?: boolean; 'timeout-ms'?: string }, reward: string, serverOptions: { delayMs?: number } = {}): Environment {
+export function cliEnvironment(values: { stdio?: boolean; 'timeout-ms'?: string }, reward: string, serverOptions: { delayMs?: number } = {}, tape: ReturnType<typeof tapeOptions> = {}, faults?: FaultOptions): Environment {
   let warned = false;
   return new Environment({
+    ...tape,
+    ...(faults ? { faults } : {}),
     bundled: values.stdio ? 'stdio' : 'inprocess',
     serverOptions,
     callTimeoutMs: values['timeout-ms'] === undefined ? undefined : intFlag(values['timeout-ms'], '--timeout-ms', 10_000),
@@ -227,6 +238,7 @@ export async function rolloutCommand(argv: string[]): Promise<void> {
   const reward = values.reward!;
   if (!['art', 'rlvr', 'composer', 'verifier'].includes(reward)) throw new UsageError(`--reward must be art, rlvr, composer or verifier, got '${reward}'`);
   const tasks = selectTasks(values, values['eval-tasks'] === undefined ? {} : { eval: intFlag(values['eval-tasks'], '--eval-tasks', 40) });
+  const tape = tapeOptions(values, values.resume === true);
   const outDir = values.out ?? join('runs', `rollout-${new Date().toISOString().replace(/[:.]/g, '-')}`);
   const file = join(outDir, 'trajectories.jsonl');
   const held = existsSync(file) && statSync(file).size > 0;
@@ -246,7 +258,7 @@ export async function rolloutCommand(argv: string[]): Promise<void> {
   mkdirSync(outDir, { recursive: true });
   // Recorded when the run starts, so that a resumed run can be checked against it.
   if (!existsSync(runFile) || !values.resume) writeFileSync(runFile, JSON.stringify({ ...settings, started_at: new Date().toISOString() }, null, 2) + '\n');
-  const env = cliEnvironment(values, reward, { delayMs: values['delay-ms'] === undefined ? undefined : intFlag(values['delay-ms'], '--delay-ms', 0) });
+  const env = cliEnvironment(values, reward, { delayMs: values['delay-ms'] === undefined ? undefined : intFlag(values['delay-ms'], '--delay-ms', 0) }, tape, faultOptions(values));
   const bar = new ProgressBar('rollout', tasks.length * group);
   let successes = 0;
   const ac = new AbortController();
@@ -276,6 +288,7 @@ export async function rolloutCommand(argv: string[]): Promise<void> {
     }
     console.log(`\n${tasks.length} tasks x ${group} = ${result.trajectories.length} episodes (${result.resumed} resumed) with policy '${policy.id}' -> ${file}`);
     printSummary(summary);
+    if (values.faults !== undefined) console.log(`injected faults (--faults ${settings.faults}): ${Object.entries(faultCounts(result.trajectories)).map(([k, v]) => `${k} ${v}`).join(', ') || 'none'}`);
     if (ac.signal.aborted) console.log('\nInterrupted: the finished episodes are saved; continue with --resume.');
     if (values.json) console.log(JSON.stringify(summary));
   } finally {

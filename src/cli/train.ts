@@ -8,6 +8,7 @@ import { BUNDLED_MODEL_DIR } from '../paths.ts';
 import { ProgressBar } from './ui.ts';
 import { UsageError } from './args.ts';
 import { flagsHelp, flagsOf, flagValues, parseArgsOptions } from './flags.ts';
+import { TAPE_FLAGS, tapeOptions } from './record-replay.ts';
 
 /** Every field of the training config is a flag (--snake-case), its help the field's description. */
 export const TRAIN_FLAGS = flagsOf(TrainConfigSchema);
@@ -21,6 +22,8 @@ Run options:
   --resume         continue the run in DIR from its last checkpoint
   --config FILE    a JSON file of config fields (a preset < the file < flags)
   --json           (accepted for scripts; the last line is always one JSON object)
+  --record F       record every tool list and call of the run's episodes in F (JSONL; appended with --resume)
+  --replay F       serve the episodes' tool traffic from a recording F, starting no server
 
 Config (every field of the training config; booleans also take --no-<flag>):
 ${flagsHelp(TRAIN_FLAGS)}
@@ -54,7 +57,7 @@ export const MAIN_JOB: Partial<TrainConfigInput> = {
 };
 
 function parseTrainArgs(argv: string[], defaults: Partial<TrainConfigInput>) {
-  const options = { config: { type: 'string' as const }, run: { type: 'string' as const }, resume: { type: 'boolean' as const }, json: { type: 'boolean' as const }, help: { type: 'boolean' as const, short: 'h' }, ...parseArgsOptions(TRAIN_FLAGS) };
+  const options = { config: { type: 'string' as const }, run: { type: 'string' as const }, resume: { type: 'boolean' as const }, json: { type: 'boolean' as const }, help: { type: 'boolean' as const, short: 'h' }, ...TAPE_FLAGS, ...parseArgsOptions(TRAIN_FLAGS) };
   let values: Record<string, unknown>;
   try {
     values = parseArgs({ args: argv, options, allowNegative: true }).values;
@@ -80,6 +83,7 @@ export async function runTraining(argv: string[], defaults: Partial<TrainConfigI
   } catch (err) {
     throw new UsageError((err as Error).message);
   }
+  const tape = tapeOptions({ record: values.record as string | undefined, replay: values.replay as string | undefined }, values.resume === true);
   const runDir = (values.run as string | undefined) ?? join('runs', `${config.preset}-${new Date().toISOString().replace(/[:.]/g, '-')}`);
   console.log(`${title}: preset ${config.preset}, ${config.tasks ? `tasks ${config.tasks}${config.eval_tasks ? ` (held out: ${config.eval_tasks})` : ''}` : `suite ${config.suite}`} (difficulty <= ${config.max_difficulty}), ${config.steps} steps of ${config.tasks_per_step} tasks x ${config.group} rollouts, from ${config.model}; run in ${runDir}`);
   const ac = new AbortController();
@@ -98,7 +102,9 @@ export async function runTraining(argv: string[], defaults: Partial<TrainConfigI
       runDir,
       resume: values.resume === true,
       signal: ac.signal,
+      ...(tape.record !== undefined || tape.replay !== undefined ? { environment: tape } : {}),
       onLog: (l) => console.log(l),
+      onWarning: (m) => process.stderr.write(`mcp-gym: warning: ${m}\n`),
       onStep: (m) => {
         const s = Number(m.step);
         const sec = (performance.now() - t0) / 1000;

@@ -11,9 +11,13 @@ import { randomUUID } from 'node:crypto';
 import { bundledServer, EPISODE_META_KEY, serverFactory, type Backend } from '../../servers/index.ts';
 import { CLI_PATH } from '../paths.ts';
 import { resultText, ToolClient, type ConnectOptions, type ServerSpec, type ToolInfo, type ToolResult } from '../tools/index.ts';
+import { toolSurface, type ServerSurface, type ToolSurfaces } from '../tools/index.ts';
+import { FixtureError } from '../tools/index.ts';
 import { runChecks, solved, stateCallFault, taskProblem } from './checks.ts';
 import { RewardConfigSchema, resolveReward, type RewardConfig, type RewardConfigInput, type RewardFn, type RewardResult } from './rewards.ts';
 import { openingMessages, type ServerRef, type Task, type TaskCall } from './task.ts';
+import { EpisodeFaults, type FaultMark, type FaultOptions } from './faults.ts';
+import { LIVE_TAPE, openTape, type ToolRecording, type ToolTape } from './recording.ts';
 import type { AgentTool, ChatMessage, CheckResult, Policy, PolicyAction, ToolStep, Trajectory, Turn } from './types.ts';
 
 export interface EnvironmentOptions {
@@ -36,6 +40,12 @@ export interface EnvironmentOptions {
    * capability). Default: `process.emitWarning`.
    */
   onWarning?: (message: string) => void;
+  /** Faults injected into the agent's tool calls (src/env/faults.ts), never into setup calls or state checks. */
+  faults?: FaultOptions;
+  /** Appends every tool list and call (with its result and latency) of every episode to this JSONL file (src/env/recording.ts). */
+  record?: string;
+  /** Serves tool lists and results from this recording (a file, or one loaded), starting no server; a call it lacks fails the episode. */
+  replay?: string | ToolRecording;
 }
 
 export interface EpisodeOptions {
@@ -85,13 +95,18 @@ export class Environment {
   /** The reward every episode is scored with, and its name (recorded in each trajectory). */
   readonly reward: { name: string; fn: RewardFn };
   private readonly shared = new Map<string, Promise<Connected>>();
+  /** Each tools/list's surface (a client caches its list: computed once per list). */
+  private readonly surfaces = new WeakMap<ToolInfo[], ServerSurface>();
   private readonly options: EnvironmentOptions;
   private closed = false;
+  /** Records or replays the tool traffic (`record`, `replay`). */
+  private readonly tape?: ToolTape;
 
   constructor(options: EnvironmentOptions = {}) {
     this.options = options;
     this.rewards = RewardConfigSchema.parse(options.rewards ?? {});
     this.reward = resolveReward(options.reward ?? this.rewards.total);
+    this.tape = openTape(options);
   }
 
   private async connect(ref: ServerRef): Promise<Connected> {
@@ -147,15 +162,21 @@ export class Environment {
     let policyMs = 0;
     let toolMs = 0;
     let tools: AgentTool[] = [];
+    let surface: Record<string, string> | undefined;
     const servers = new Map<string, Connected>();
     const entered = new Set<Connected>();
     const timeout = this.options.callTimeoutMs ?? 10_000;
     const maxChars = this.options.maxResultChars ?? 4000;
+    // Faults sit between the agent and its servers only: setup calls and state checks go through callOn directly.
+    const faults = this.options.faults ? new EpisodeFaults(this.options.faults, episodeKey) : undefined;
+
+    // Recorded, or replayed without any server (src/env/recording.ts).
+    const tape = this.tape?.episode(episodeKey, episodeId) ?? LIVE_TAPE;
 
     const callOn = async (alias: string, tool: string, args: Record<string, unknown>): Promise<ToolResult> => {
       const s = servers.get(alias);
-      if (!s) return { content: [{ type: 'text', text: `No server '${alias}' in this task` }], isError: true, ms: 0, errorKind: 'unknown_tool' };
-      return s.client.call({ name: tool, arguments: args }, { timeoutMs: timeout, episode: episodeId, signal: options.signal });
+      if (!s && !(tape.replaying && Object.hasOwn(task.servers, alias))) return { content: [{ type: 'text', text: `No server '${alias}' in this task` }], isError: true, ms: 0, errorKind: 'unknown_tool' };
+      return tape.call(alias, tool, args, () => s!.client.call({ name: tool, arguments: args }, { timeoutMs: timeout, episode: episodeId, signal: options.signal }));
     };
     const stateCall = (c: TaskCall) => callOn(c.server, c.tool, c.arguments as Record<string, unknown>);
 
@@ -163,6 +184,10 @@ export class Environment {
       // Servers and their tools.
       const listed: { server: string; tools: ToolInfo[] }[] = [];
       for (const [alias, ref] of Object.entries(task.servers)) {
+        if (tape.replaying) {
+          listed.push({ server: alias, tools: await tape.listTools(alias, () => Promise.reject(new Error('replaying'))) });
+          continue;
+        }
         try {
           const s = await this.server(ref);
           servers.set(alias, s);
@@ -170,12 +195,16 @@ export class Environment {
             entered.add(s);
             this.enter(s);
           }
-          listed.push({ server: alias, tools: await s.client.listTools() });
+          listed.push({ server: alias, tools: await tape.listTools(alias, () => s.client.listTools()) });
         } catch (err) {
+          // A fixture that cannot be made (its copy gone since the task was read) is the task's fault.
+          if (err instanceof FixtureError) throw new TaskError(`servers.${alias}.${err.field}: ${err.reason}`);
           throw new ServerError(`a tool server failed: ${(err as Error).message}`);
         }
       }
       tools = agentTools(listed);
+      if (faults) tools = faults.withDistractors(tools, listed);
+      surface = Object.fromEntries(listed.map((l) => [l.server, this.surfaceOf(l.tools).hash]));
       const byName = new Map(tools.map((t) => [t.name, t]));
 
       // A task that names tools its servers do not have, or paths their results cannot have, is broken.
@@ -247,6 +276,7 @@ export class Environment {
           const target = byName.get(c.name);
           let args: Record<string, unknown> | undefined;
           let result: ToolResult;
+          let fault: FaultMark | undefined;
           if (typeof c.arguments === 'string') {
             try {
               const parsed: unknown = c.arguments.trim() === '' ? {} : JSON.parse(c.arguments);
@@ -262,7 +292,9 @@ export class Environment {
           if (!target) {
             result = { content: [{ type: 'text', text: `Unknown tool '${c.name}'. Available tools: ${tools.map((t) => t.name).join(', ')}` }], isError: true, ms: 0, errorKind: 'unknown_tool' };
           } else if (args !== undefined) {
-            result = await callOn(target.server, target.tool, args);
+            const a = args;
+            if (faults) ({ result, fault } = await faults.call(target, a, () => callOn(target.server, target.tool, a), { timeoutMs: timeout, signal: options.signal }));
+            else result = await callOn(target.server, target.tool, args);
           }
           toolMs += result!.ms;
           const text = resultText(result!);
@@ -277,6 +309,7 @@ export class Environment {
             ms: result!.ms,
             text: text.length > maxChars ? text.slice(0, maxChars) + ` ...[${text.length - maxChars} more characters]` : text,
             ...(result!.structured !== undefined ? { structured: result!.structured } : {}),
+            ...(fault ? { fault } : {}),
           };
           record.action.tool_calls.push({ id: c.id, name: c.name, arguments: step.arguments });
           record.tool_results.push(step);
@@ -312,6 +345,12 @@ export class Environment {
         error = taskError ? `checks[${broken}] (${c.kind}) cannot run: ${c.detail}` : `a tool server failed during the checks: checks[${broken}] (${c.kind}): ${c.detail}`;
       }
     }
+    // A replay that lacks a call fails the episode with that call, wherever it was made (setup, turn, check).
+    if (tape.miss) {
+      finish = 'error';
+      taskError = false;
+      error = tape.miss;
+    }
     // A failed episode is scored 0, with no parts: none of them was earned or lost by the agent.
     let scored: RewardResult = { reward: 0, parts: {} };
     if (finish !== 'error') {
@@ -343,7 +382,8 @@ export class Environment {
       difficulty: task.difficulty,
       ...(task.family ? { family: task.family } : {}),
       policy: { id: policy.id, ...(policy.version !== undefined ? { version: policy.version } : {}) },
-      tools: tools.map((t) => ({ name: t.name, description: t.description, parameters: t.inputSchema })),
+      tools: tools.map((t) => ({ name: t.name, description: t.description, parameters: t.inputSchema, server: t.server, tool: t.tool })),
+      ...(surface ? { tool_surface: surface } : {}),
       messages,
       turns,
       answer,
@@ -357,12 +397,55 @@ export class Environment {
         tool_calls: steps.length,
         tool_errors: steps.filter((s) => s.isError).length,
         policy_tokens: turns.reduce((s, t) => s + (t.tokens?.length ?? 0), 0),
+        ...(faults ? { injected_faults: steps.filter((s) => s.fault !== undefined).length } : {}),
       },
       timings: { started_at: startedAt.toISOString(), total_ms: performance.now() - t0, policy_ms: policyMs, tool_ms: toolMs },
       finish,
       ...(error ? { error } : {}),
       ...(finish === 'error' && taskError ? { task_error: true } : {}),
     };
+  }
+
+  private surfaceOf(tools: ToolInfo[]): ServerSurface {
+    let s = this.surfaces.get(tools);
+    if (!s) {
+      s = toolSurface(tools);
+      this.surfaces.set(tools, s);
+    }
+    return s;
+  }
+
+  /**
+   * The tool surface (src/tools/surface.ts) of every server `tasks` use, by the alias they give
+   * it: each distinct server listed once (a third-party stdio server is started for it, then
+   * stopped). A server that cannot be reached is left out (its episodes will say why). Replaying
+   * a recording starts no server: none is listed (the episodes' `tool_surface` comes from the recording).
+   */
+  async toolSurfaces(tasks: readonly Task[]): Promise<ToolSurfaces> {
+    if (this.options.replay !== undefined) return {};
+    const byRef = new Map<string, ServerSurface | undefined>();
+    const out: ToolSurfaces = {};
+    for (const task of tasks) {
+      for (const [alias, ref] of Object.entries(task.servers)) {
+        const key = refKey(ref);
+        if (!byRef.has(key)) {
+          let s: ServerSurface | undefined;
+          try {
+            s = this.surfaceOf(await this.toolsOf(ref));
+          } catch {
+            s = undefined;
+          }
+          byRef.set(key, s);
+        }
+        const s = byRef.get(key);
+        if (!s) continue;
+        // One alias for two different servers (in different tasks): the later ones as `alias#2`, ...
+        let name = alias;
+        for (let i = 2; out[name] && out[name]!.hash !== s.hash; i++) name = `${alias}#${i}`;
+        out[name] = s;
+      }
+    }
+    return out;
   }
 
   /** An episode starts on a server: warns (once) when episodes overlap on a shared HTTP server without per-episode state. */
@@ -381,8 +464,30 @@ export class Environment {
     else process.emitWarning(message, { code: 'MCP_GYM_SHARED_SERVER' });
   }
 
+  /** The tools a server offers (a server started for one episode is started for this and stopped). */
+  async toolsOf(ref: ServerRef): Promise<ToolInfo[]> {
+    const s = await this.server(ref);
+    try {
+      return await s.client.listTools();
+    } finally {
+      if (s.perEpisode) await s.client.close();
+    }
+  }
+
+  /**
+   * This environment with other faults (src/env/faults.ts), or none: the same servers, recording
+   * and reward, shared (e.g. training rollouts with faults, held-out evaluations without). Close
+   * the environment it came from, not the view.
+   */
+  withFaults(faults: FaultOptions | undefined): Environment {
+    const view = Object.create(this) as Environment;
+    Object.defineProperty(view, 'options', { value: { ...this.options, faults }, enumerable: false });
+    return view;
+  }
+
   async close(): Promise<void> {
     this.closed = true;
+    this.tape?.close();
     const all = [...this.shared.values()];
     this.shared.clear();
     for (const p of all) {

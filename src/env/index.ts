@@ -9,9 +9,15 @@ export { RewardConfigSchema, DEFAULT_REWARDS, scoreEpisode, scoreParts, stepRewa
 export type { RewardConfig, RewardConfigInput, ScoredEpisode, Episode, RewardFn, RewardResult } from './rewards.ts';
 export { Environment, agentTools, declaresEpisodeIsolation } from './environment.ts';
 export type { EnvironmentOptions, EpisodeOptions } from './environment.ts';
+export { ToolRecorder, ToolRecording, ReplayMissError, RecordingFileError, RecordingLineSchema, openTape, LIVE_TAPE, RECORDING_FORMAT, RECORDING_VERSION } from './recording.ts';
+export type { RecordingLine, EpisodeTape, ToolTape } from './recording.ts';
 export { rollout, gatherGroup, groupId, summarize, failureCauses, resumeMismatch } from './rollout.ts';
 export type { RolloutOptions, RolloutResult, RolloutSummary, TrajectoryGroup, FailureCause } from './rollout.ts';
 export { TrajectoryWriter, JsonlWriter, readTrajectories, readJsonl, repairJsonl, repairJsonlLines, episodeKey, exportOpenAI, toOpenAIFineTune } from './store.ts';
 export type { JsonlRepair } from './store.ts';
 export { runCode, extractCode } from './code-runner.ts';
 export { rulerScore, applyRuler, rulerPrompt, parseListwise, parseVerdict, standardise, commonPrefixLength, JudgeError, DEFAULT_RUBRIC, type RulerOptions, type RulerScores, type RulerApplied, type RulerMode, type Verdict } from './ruler.ts';
+export { parseFaults, formatFaults, hasFaults, sabotaged, faultCounts, EpisodeFaults, FaultSpecError, FAULT_NAMES, SABOTAGE_MARKS } from './faults.ts';
+export type { FaultSpec, FaultOptions, FaultMark, FaultedCall } from './faults.ts';
+export { synthesizeTasks, parseCandidates, synthesisPrompt, SYNTHESIS_SYSTEM, REJECTION_REASONS } from './synthesis.ts';
+export type { SynthesisOptions, SynthesisResult, Rejection, RejectionReason } from './synthesis.ts';

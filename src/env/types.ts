@@ -140,6 +140,8 @@ export const ToolStepSchema = z.object({
   ms: z.number(),
   text: z.string(),
   structured: z.unknown().optional(),
+  /** An injected fault (src/env/faults.ts): the call timed out, failed or came back malformed on purpose, was delayed, or went to a distractor tool. */
+  fault: z.enum(['timeout', 'error', 'malformed', 'slow', 'distractor']).optional(),
 });
 export type ToolStep = z.infer<typeof ToolStepSchema>;
 
@@ -187,8 +189,10 @@ export const TrajectorySchema = z.object({
   difficulty: z.number().int(),
   family: z.string().optional(),
   policy: z.object({ id: z.string(), version: z.union([z.string(), z.number()]).optional() }),
-  /** The tools the agent was given (OpenAI function format, for export). */
-  tools: z.array(z.object({ name: z.string(), description: z.string(), parameters: z.record(z.string(), z.unknown()) })).optional(),
+  /** The tools the agent was given (OpenAI function format, for export), with their task server and tool name there. */
+  tools: z.array(z.object({ name: z.string(), description: z.string(), parameters: z.record(z.string(), z.unknown()), server: z.string().optional(), tool: z.string().optional() })).optional(),
+  /** The hash of each server's tool surface (names, descriptions, input and output schemas), by alias (src/tools/surface.ts). */
+  tool_surface: z.record(z.string(), z.string()).optional(),
   messages: z.array(ChatMessageSchema),
   turns: z.array(TurnSchema),
   answer: z.string().nullable(),
@@ -204,6 +208,8 @@ export const TrajectorySchema = z.object({
     tool_calls: z.number().int(),
     tool_errors: z.number().int(),
     policy_tokens: z.number().int(),
+    /** Tool steps with an injected fault (`fault`), when faults were on. */
+    injected_faults: z.number().int().optional(),
   }),
   timings: z.object({ started_at: z.string(), total_ms: z.number(), policy_ms: z.number(), tool_ms: z.number() }),
   /** `error`: the episode failed (a tool server, the policy, the reward, or the task itself: see task_error). */
