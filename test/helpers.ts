@@ -4,6 +4,7 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { McpServer, Server } from '@modelcontextprotocol/server';
 import { z } from 'zod';
+import { defineTask, type Task } from '../src/env/index.ts';
 
 export const ROOT = fileURLToPath(new URL('..', import.meta.url));
 export const CLI = fileURLToPath(new URL('../bin/mcp-gym.js', import.meta.url));
@@ -87,4 +88,22 @@ export function pagedServer(count: number, pageSize: number): Server {
     content: [{ type: 'text', text: `${request.params.name}:${JSON.stringify(request.params.arguments)}` }],
   }));
   return server;
+}
+
+/** A kv task with a starting state and a state check: the counter c holds 10; add 5; c must hold 15 and the answer be 15. */
+export function kvCounterTask(id: string, maxTurns = 4): Task {
+  return defineTask({
+    id,
+    split: 'eval',
+    difficulty: 1,
+    prompt: 'Add 5 to the counter c, then answer with its value.',
+    servers: { kv: 'kv' },
+    setup: [{ server: 'kv', tool: 'set', arguments: { key: 'c', value: '10' } }],
+    max_turns: maxTurns,
+    checks: [
+      { kind: 'state', call: { server: 'kv', tool: 'get', arguments: { key: 'c' } }, path: 'value', expect: { kind: 'equals', value: '15' } },
+      { kind: 'answer', expect: { kind: 'number', value: '15' } },
+    ],
+    solution: { calls: [{ server: 'kv', tool: 'incr', arguments: { key: 'c', by: 5 } }], answer: '15' },
+  });
 }

@@ -12,22 +12,9 @@ import { ExpertPolicy } from '../../src/agents/index.ts';
 import { agentTools, defineTask, Environment, gatherGroup, readTrajectories, rollout, summarize, TrajectorySchema, type Observation, type Policy, type PolicyAction } from '../../src/env/index.ts';
 import { serveOverHttp } from '../../servers/index.ts';
 import { kvServer } from '../../servers/kv.ts';
-import { cliStdioSpec } from '../helpers.ts';
+import { cliStdioSpec, kvCounterTask } from '../helpers.ts';
 
-const kvTask = defineTask({
-  id: 'kv-demo',
-  split: 'eval',
-  difficulty: 1,
-  prompt: 'Add 5 to the counter c, then answer with its value.',
-  servers: { kv: 'kv' },
-  setup: [{ server: 'kv', tool: 'set', arguments: { key: 'c', value: '10' } }],
-  max_turns: 4,
-  checks: [
-    { kind: 'state', call: { server: 'kv', tool: 'get', arguments: { key: 'c' } }, path: 'value', expect: { kind: 'equals', value: '15' } },
-    { kind: 'answer', expect: { kind: 'number', value: '15' } },
-  ],
-  solution: { calls: [{ server: 'kv', tool: 'incr', arguments: { key: 'c', by: 5 } }], answer: '15' },
-} as never);
+const kvTask = kvCounterTask('kv-demo');
 
 /** A policy that plays a fixed list of actions, one per turn. */
 class Scripted implements Policy {

@@ -8,28 +8,15 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { ExpertPolicy, RandomPolicy } from '../../src/agents/index.ts';
-import { defineTask, Environment, EpisodeFaults, formatFaults, parseFaults, rollout, TrajectorySchema, type FaultOptions, type Observation, type Policy, type PolicyAction, type Trajectory } from '../../src/env/index.ts';
+import { Environment, EpisodeFaults, formatFaults, parseFaults, rollout, TrajectorySchema, type FaultOptions, type Observation, type Policy, type PolicyAction, type Trajectory } from '../../src/env/index.ts';
 import { generateSuite } from '../../src/env/suites/index.ts';
 import { resolveConfig, RUN_IDENTITY } from '../../src/trainers/index.ts';
-import { runCli } from '../helpers.ts';
+import { runCli, kvCounterTask } from '../helpers.ts';
 
 const calcTasks = generateSuite('calculator').filter((t) => t.split === 'eval').slice(0, 6);
 const calcTask = calcTasks[0]!; // "compute 98 - 4": one evaluate call, then the answer
 
-const kvTask = defineTask({
-  id: 'kv-faults',
-  split: 'eval',
-  difficulty: 1,
-  prompt: 'Add 5 to the counter c, then answer with its value.',
-  servers: { kv: 'kv' },
-  setup: [{ server: 'kv', tool: 'set', arguments: { key: 'c', value: '10' } }],
-  max_turns: 4,
-  checks: [
-    { kind: 'state', call: { server: 'kv', tool: 'get', arguments: { key: 'c' } }, path: 'value', expect: { kind: 'equals', value: '15' } },
-    { kind: 'answer', expect: { kind: 'number', value: '15' } },
-  ],
-  solution: { calls: [{ server: 'kv', tool: 'incr', arguments: { key: 'c', by: 5 } }], answer: '15' },
-} as never);
+const kvTask = kvCounterTask('kv-faults');
 
 /** Calls `name` (a tool of the agent's list, chosen by `pick`) on turn 0 with `args`, then answers. */
 class CallOnce implements Policy {

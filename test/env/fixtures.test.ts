@@ -99,6 +99,27 @@ function taskFile(dir: string, name: string, tasks: TaskInput[]): Task[] {
   return loadTasks(file);
 }
 
+/**
+ * Runs the N tasks' episodes all at once (TogetherPolicy holds each until all have started), checks
+ * that each passed its `checks` checks, and says how many fixture directories existed at once.
+ */
+async function runTogether(tasks: Task[], checks: number): Promise<{ atOnce: number; seconds: number }> {
+  let atOnce = -1;
+  const policy = new TogetherPolicy(N, () => (atOnce = fixtureDirs().length));
+  const env = new Environment({ callTimeoutMs: 30_000, connect: { connectTimeoutMs: 60_000 } });
+  const t0 = performance.now();
+  const r = await rollout(env, policy, tasks, { concurrency: N });
+  await env.close();
+  const seconds = (performance.now() - t0) / 1000;
+  expect(r.trajectories).toHaveLength(N);
+  for (const t of r.trajectories) {
+    expect(t.error, t.task_id).toBeUndefined();
+    expect(t.checks.map((c) => c.score), `${t.task_id}: ${JSON.stringify(t.checks)}`).toEqual(new Array(checks).fill(1));
+    expect(t.success).toBe(true);
+  }
+  return { atOnce, seconds };
+}
+
 describe('fixtures: a fresh copy of a third-party server state in every episode', () => {
   it('the official filesystem server: 16 episodes at once write the same files, each sees only its own', async () => {
     const dir = join(work, 'fs-suite');
@@ -139,20 +160,7 @@ describe('fixtures: a fresh copy of a third-party server state in every episode'
     const spec = tasks[0]!.servers.fs as { fixtures: { copy: string } };
     expect(spec.fixtures.copy).toBe(source);
 
-    let atOnce = -1;
-    const policy = new TogetherPolicy(N, () => (atOnce = fixtureDirs().length));
-    const env = new Environment({ callTimeoutMs: 30_000, connect: { connectTimeoutMs: 60_000 } });
-    const t0 = performance.now();
-    const r = await rollout(env, policy, tasks, { concurrency: N });
-    await env.close();
-    const seconds = (performance.now() - t0) / 1000;
-
-    expect(r.trajectories).toHaveLength(N);
-    for (const t of r.trajectories) {
-      expect(t.error, t.task_id).toBeUndefined();
-      expect(t.checks.map((c) => c.score), `${t.task_id}: ${JSON.stringify(t.checks)}`).toEqual([1, 1, 1, 1]);
-      expect(t.success).toBe(true);
-    }
+    const { atOnce, seconds } = await runTogether(tasks, 4);
     // All 16 ran at once, each in a directory of its own...
     expect(atOnce).toBe(N);
     // ...which is gone, and the source is untouched.
@@ -217,19 +225,7 @@ describe('fixtures: a fresh copy of a third-party server state in every episode'
       })),
     );
 
-    let atOnce = -1;
-    const policy = new TogetherPolicy(N, () => (atOnce = fixtureDirs().length));
-    const env = new Environment({ callTimeoutMs: 30_000, connect: { connectTimeoutMs: 60_000 } });
-    const t0 = performance.now();
-    const r = await rollout(env, policy, tasks, { concurrency: N });
-    await env.close();
-    const seconds = (performance.now() - t0) / 1000;
-
-    expect(r.trajectories).toHaveLength(N);
-    for (const t of r.trajectories) {
-      expect(t.error, t.task_id).toBeUndefined();
-      expect(t.checks.map((c) => c.score), `${t.task_id}: ${JSON.stringify(t.checks)}`).toEqual([1, 1, 1]);
-    }
+    const { atOnce, seconds } = await runTogether(tasks, 3);
     expect(atOnce).toBe(N);
     expect(fixtureDirs()).toEqual([]);
     expect(snapshot(source)).toEqual(before);

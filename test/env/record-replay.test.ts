@@ -10,9 +10,9 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
 import { ExpertPolicy, RandomPolicy } from '../../src/agents/index.ts';
-import { defineTask, Environment, RecordingFileError, rollout, ToolRecording, TrajectorySchema, type Observation, type Policy, type PolicyAction, type Task, type Trajectory } from '../../src/env/index.ts';
+import { Environment, RecordingFileError, rollout, ToolRecording, TrajectorySchema, type Observation, type Policy, type PolicyAction, type Task, type Trajectory } from '../../src/env/index.ts';
 import { generateSuite } from '../../src/env/suites/index.ts';
-import { CLI, ROOT } from '../helpers.ts';
+import { CLI, ROOT, kvCounterTask } from '../helpers.ts';
 
 const tmp = () => mkdtempSync(join(tmpdir(), 'mcp-gym-tape-'));
 
@@ -37,20 +37,7 @@ class Calls implements Policy {
   }
 }
 
-const counterTask = defineTask({
-  id: 'counter',
-  split: 'eval',
-  difficulty: 1,
-  prompt: 'Add 5 to the counter c, then answer with its value.',
-  servers: { kv: 'kv' },
-  setup: [{ server: 'kv', tool: 'set', arguments: { key: 'c', value: '10' } }],
-  max_turns: 6,
-  checks: [
-    { kind: 'state', call: { server: 'kv', tool: 'get', arguments: { key: 'c' } }, path: 'value', expect: { kind: 'equals', value: '15' } },
-    { kind: 'answer', expect: { kind: 'number', value: '15' } },
-  ],
-  solution: { calls: [{ server: 'kv', tool: 'incr', arguments: { key: 'c', by: 5 } }], answer: '15' },
-} as never);
+const counterTask = kvCounterTask('counter', 6);
 
 describe('record and replay', () => {
   it('a seeded rollout of the calculator and kv suites replays to the same trajectories with no server reachable', async () => {
