@@ -19,10 +19,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { OnnxPolicy } from '../src/agents/index.ts';
-import { MAIN_JOB } from '../src/cli/train.ts';
 import { Environment, rollout, type Task } from '../src/env/index.ts';
-import { resolveConfig, train, trainingTasks, wilson, type TrainConfigInput } from '../src/trainers/index.ts';
-import { parseSets } from './sets.ts';
+import { resolveConfig, train, trainingTasks, wilson } from '../src/trainers/index.ts';
+import { benchConfig, parseSets } from './sets.ts';
 
 const { values } = parseArgs({
   options: {
@@ -39,19 +38,7 @@ const { values } = parseArgs({
 });
 
 const extra = parseSets(values.set as string[]);
-const base: Partial<TrainConfigInput> = {
-  ...MAIN_JOB,
-  max_difficulty: 5,
-  steps: Number(values.steps),
-  tasks_per_step: Number(values.tasks),
-  group: Number(values.group),
-  eval_every: 0,
-  eval_limit: 5,
-  eval_samples: 1,
-  seed: Number(values.seed),
-  ...(values.threads ? { threads: Number(values.threads) } : {}),
-  ...extra,
-};
+const base = benchConfig(values, { max_difficulty: 5 });
 const cfg = resolveConfig({ ...base, curriculum: 'adaptive' });
 const perDifficulty = Number(values['per-difficulty']);
 const samples = Number(values['eval-samples']);

@@ -20,10 +20,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { OnnxPolicy } from '../src/agents/index.ts';
-import { MAIN_JOB } from '../src/cli/train.ts';
 import { Environment, faultCounts, formatFaults, parseFaults, rollout, type Task } from '../src/env/index.ts';
-import { resolveConfig, train, trainingTasks, wilson, type TrainConfigInput } from '../src/trainers/index.ts';
-import { parseSets } from './sets.ts';
+import { resolveConfig, train, trainingTasks, wilson } from '../src/trainers/index.ts';
+import { benchConfig, parseSets } from './sets.ts';
 
 const { values } = parseArgs({
   options: {
@@ -42,18 +41,7 @@ const { values } = parseArgs({
 
 const faults = formatFaults(parseFaults(values.faults!));
 const extra = parseSets(values.set as string[]);
-const base: Partial<TrainConfigInput> = {
-  ...MAIN_JOB,
-  steps: Number(values.steps),
-  tasks_per_step: Number(values.tasks),
-  group: Number(values.group),
-  eval_every: 0,
-  eval_limit: 5,
-  eval_samples: 1,
-  seed: Number(values.seed),
-  ...(values.threads ? { threads: Number(values.threads) } : {}),
-  ...extra,
-};
+const base = benchConfig(values);
 const cfg = resolveConfig(base);
 const samples = Number(values['eval-samples']);
 const evalTasks: Task[] = trainingTasks(resolveConfig({ ...base, eval_limit: 0 })).held.slice(0, Number(values['eval-limit']));

@@ -204,12 +204,7 @@ export function sampleValid(schema: unknown, rng: RandomFn, root: Schema = (sche
       const max = Number(s.maxLength ?? 64);
       if (typeof s.format === 'string' && FORMATS[s.format]) return pick(FORMATS[s.format]!);
       if (typeof s.pattern === 'string') {
-        let re: RegExp | undefined;
-        try {
-          re = new RegExp(s.pattern, 'u');
-        } catch {
-          re = undefined;
-        }
+        const re = schemaPattern(s.pattern);
         if (re) {
           const tries = [String(Math.floor(rng() * 1000)), pick(WORDS), 'a', 'A1', 'abc123', 'a-b', '1.0', 'x_y'];
           for (const t of tries) if (re.test(t) && t.length >= min && t.length <= max) return t;
@@ -253,4 +248,13 @@ export function generateArguments(schema: Schema, count: number, seed: number): 
   }
   if (good.length) return { args: good, valid: true };
   return { args: unchecked.length ? unchecked : [{}], valid: false, error };
+}
+
+/** A JSON Schema `pattern` as a RegExp (Unicode mode), or undefined when it does not compile. */
+export function schemaPattern(pattern: string): RegExp | undefined {
+  try {
+    return new RegExp(pattern, 'u');
+  } catch {
+    return undefined;
+  }
 }

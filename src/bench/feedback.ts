@@ -10,6 +10,7 @@
  * server, the tools the agents were given but never called.
  */
 import type { Trajectory } from '../env/index.ts';
+import { schemaPattern } from './args.ts';
 import { quantileOf } from './latency.ts';
 
 /** One way a call's arguments broke the tool's schema, with how many calls did so. */
@@ -195,12 +196,7 @@ function check(root: Schema, schema: Schema, v: unknown, path: string, out: Argu
     if (typeof s.minLength === 'number' && length < s.minLength) out.push({ path, problem: `expected at least ${s.minLength} characters` });
     if (typeof s.maxLength === 'number' && length > s.maxLength) out.push({ path, problem: `expected at most ${s.maxLength} characters` });
     if (typeof s.pattern === 'string') {
-      let re: RegExp | undefined;
-      try {
-        re = new RegExp(s.pattern, 'u');
-      } catch {
-        re = undefined;
-      }
+      const re = schemaPattern(s.pattern);
       if (re && !re.test(v)) out.push({ path, problem: `does not match ${s.pattern}` });
     }
   }
