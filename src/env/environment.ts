@@ -10,7 +10,7 @@
 import { randomUUID } from 'node:crypto';
 import { bundledServer, EPISODE_META_KEY, serverFactory, type Backend } from '../../servers/index.ts';
 import { CLI_PATH } from '../paths.ts';
-import { resultText, ToolClient, type ConnectOptions, type ServerSpec, type ToolInfo, type ToolResult } from '../tools/index.ts';
+import { resultText, ToolClient, type ConnectOptions, type ResourceInfo, type ServerSpec, type ToolInfo, type ToolResult } from '../tools/index.ts';
 import { toolSurface, type ServerSurface, type ToolSurfaces } from '../tools/index.ts';
 import { FixtureError } from '../tools/index.ts';
 import { runChecks, solved, stateCallFault, taskProblem } from './checks.ts';
@@ -465,10 +465,19 @@ export class Environment {
   }
 
   /** The tools a server offers (a server started for one episode is started for this and stopped). */
-  async toolsOf(ref: ServerRef): Promise<ToolInfo[]> {
+  toolsOf(ref: ServerRef): Promise<ToolInfo[]> {
+    return this.withServer(ref, (c) => c.listTools());
+  }
+
+  /** The resources a server lists (none when it has no resources capability). */
+  resourcesOf(ref: ServerRef): Promise<ResourceInfo[]> {
+    return this.withServer(ref, (c) => c.listResources());
+  }
+
+  private async withServer<T>(ref: ServerRef, fn: (client: ToolClient) => Promise<T>): Promise<T> {
     const s = await this.server(ref);
     try {
-      return await s.client.listTools();
+      return await fn(s.client);
     } finally {
       if (s.perEpisode) await s.client.close();
     }

@@ -1,6 +1,6 @@
 /**
  * Verified task synthesis: a generator model (any ChatModel: an API model, a served policy) sees a
- * server's tools and proposes tasks with a reference solution and checks; a candidate is kept only
+ * server's tools (and resources) and proposes tasks with a reference solution and checks; a candidate is kept only
  * when
  *   1. it is a valid task (the task schema, with the given servers),
  *   2. it is not a near-duplicate of a task already kept (the same reference solution, or prompts
@@ -12,7 +12,7 @@
  * ordinary tasks: they train and evaluate like any task file.
  */
 import { createHash } from 'node:crypto';
-import type { ToolInfo } from '../tools/index.ts';
+import type { ResourceInfo, ToolInfo } from '../tools/index.ts';
 import type { Environment } from './environment.ts';
 import { defineTask, type ServerRef, type Task } from './task.ts';
 import type { ChatModel, Policy, Trajectory } from './types.ts';
@@ -67,6 +67,8 @@ export interface SynthesisResult {
   requests: number;
   /** The tools each server offered the generator. */
   tools: Record<string, { name: string; description?: string }[]>;
+  /** The resources each server listed (shown to the generator, the first 50). */
+  resources: Record<string, ResourceInfo[]>;
 }
 
 /** The instructions the generator gets (the tools follow in the user message). */
@@ -89,13 +91,14 @@ Rules: replaying the solution's calls on a fresh server, then answering solution
 an agent that does nothing (no calls, an empty answer) must fail every check; tasks must differ from each other.
 Answer with a JSON array of tasks in one \`\`\`json block and nothing else.`;
 
-/** The generator's request: the servers' tools, the number of tasks, what to avoid. */
-export function synthesisPrompt(tools: Record<string, ToolInfo[]>, count: number, kept: string[], feedback: string[]): string {
+/** The generator's request: the servers' tools and resources, the number of tasks, what to avoid. */
+export function synthesisPrompt(tools: Record<string, ToolInfo[]>, count: number, kept: string[], feedback: string[], resources: Record<string, ResourceInfo[]> = {}): string {
   const servers = Object.entries(tools).map(([alias, list]) => ({
     alias,
     tools: list.map((t) => ({ name: t.name, description: t.description ?? '', inputSchema: t.inputSchema, ...(t.outputSchema ? { outputSchema: t.outputSchema } : {}) })),
+    ...(resources[alias]?.length ? { resources: resources[alias]!.slice(0, 50) } : {}),
   }));
-  const parts = [`The servers (by alias) and their tools:\n${JSON.stringify(servers, null, 1)}`, `Write ${count} new tasks.`];
+  const parts = [`The servers (by alias), their tools and resources:\n${JSON.stringify(servers, null, 1)}`, `Write ${count} new tasks.`];
   if (kept.length) parts.push(`Tasks already written (do not repeat them):\n${kept.slice(-20).map((p) => `- ${p}`).join('\n')}`);
   if (feedback.length) parts.push(`Candidates rejected last time, and why:\n${feedback.slice(-10).map((f) => `- ${f}`).join('\n')}`);
   return parts.join('\n\n');
@@ -172,11 +175,15 @@ const doNothing: Policy = { id: 'do-nothing', act: async () => ({ content: '' })
 const failedChecks = (t: Trajectory) => t.checks.filter((c) => c.score < 1);
 const describeCheck = (t: Trajectory, i: number) => `checks[${i}] (${t.checks[i]!.kind}): ${t.checks[i]!.detail}`;
 
-/** Lists each server's tools. */
-async function listTools(env: Environment, servers: Record<string, ServerRef>): Promise<Record<string, ToolInfo[]>> {
-  const out: Record<string, ToolInfo[]> = {};
-  for (const [alias, ref] of Object.entries(servers)) out[alias] = await env.toolsOf(ref);
-  return out;
+/** Lists each server's tools and resources (a server that fails to list resources has none). */
+async function listServers(env: Environment, servers: Record<string, ServerRef>): Promise<{ tools: Record<string, ToolInfo[]>; resources: Record<string, ResourceInfo[]> }> {
+  const tools: Record<string, ToolInfo[]> = {};
+  const resources: Record<string, ResourceInfo[]> = {};
+  for (const [alias, ref] of Object.entries(servers)) {
+    tools[alias] = await env.toolsOf(ref);
+    resources[alias] = await env.resourcesOf(ref).catch(() => []);
+  }
+  return { tools, resources };
 }
 
 /**
@@ -190,7 +197,7 @@ export async function synthesizeTasks(o: SynthesisOptions): Promise<SynthesisRes
   const evalEvery = (o.evalFraction ?? 0.2) > 0 ? Math.max(1, Math.round(1 / (o.evalFraction ?? 0.2))) : 0;
   const prefix = o.idPrefix ?? 'gen';
   const log = o.onLog ?? (() => {});
-  const tools = await listTools(o.env, o.servers);
+  const { tools, resources } = await listServers(o.env, o.servers);
   const kept: Task[] = [];
   const keptGrams: Set<string>[] = [];
   const keptSolutions = new Map<string, string>();
@@ -212,7 +219,7 @@ export async function synthesizeTasks(o: SynthesisOptions): Promise<SynthesisRes
     requests++;
     let text: string;
     try {
-      const r = await o.generator.complete({ system: SYNTHESIS_SYSTEM, messages: [{ role: 'user', content: synthesisPrompt(tools, want, kept.map(promptOf), feedback) }], maxTokens: o.maxTokens ?? 4096 }, o.signal);
+      const r = await o.generator.complete({ system: SYNTHESIS_SYSTEM, messages: [{ role: 'user', content: synthesisPrompt(tools, want, kept.map(promptOf), feedback, resources) }], maxTokens: o.maxTokens ?? 4096 }, o.signal);
       text = r.text;
     } catch (err) {
       log(`request ${requests}: the generator failed: ${(err as Error).message.split('\n')[0]}`);
@@ -286,5 +293,5 @@ export async function synthesizeTasks(o: SynthesisOptions): Promise<SynthesisRes
     }
   }
   const toolNames = Object.fromEntries(Object.entries(tools).map(([a, list]) => [a, list.map((t) => ({ name: t.name, ...(t.description ? { description: t.description } : {}) }))]));
-  return { tasks: kept, rejected, rejections, candidates, requests, tools: toolNames };
+  return { tasks: kept, rejected, rejections, candidates, requests, tools: toolNames, resources };
 }

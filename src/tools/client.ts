@@ -16,6 +16,7 @@ import {
   type ServerSpec,
   type StdioSpec,
   type ToolInfo,
+  type ResourceInfo,
   type ToolResult,
 } from './contracts.ts';
 import { describeExit, ProcessStdioTransport } from './stdio.ts';
@@ -244,6 +245,24 @@ export class ToolClient {
     this.toolList = tools;
     this.toolMap = new Map(tools.map((t) => [t.name, t]));
     return tools;
+  }
+
+  /**
+   * The server's resources (every page): uri, name, description and MIME type; none when it does
+   * not declare the resources capability.
+   */
+  async listResources(options: { timeoutMs?: number } = {}): Promise<ResourceInfo[]> {
+    const live = await this.ensure();
+    if (!live.client.getServerCapabilities()?.resources) return [];
+    const out: ResourceInfo[] = [];
+    let cursor: string | undefined;
+    for (let page = 0; page < 1000; page++) {
+      const res = await live.client.listResources(cursor === undefined ? {} : { cursor }, { timeout: options.timeoutMs ?? this.options.callTimeoutMs });
+      for (const r of res.resources) out.push({ uri: r.uri, name: r.name, ...(r.description ? { description: r.description } : {}), ...(r.mimeType ? { mimeType: r.mimeType } : {}) });
+      cursor = res.nextCursor;
+      if (!cursor) break;
+    }
+    return out;
   }
 
   /** Calls a tool. Never throws: failures are results with `isError: true`. */

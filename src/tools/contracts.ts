@@ -52,6 +52,14 @@ export const ToolInfoSchema = z.object({
 });
 export type ToolInfo = z.infer<typeof ToolInfoSchema>;
 
+/** A resource a server lists (resources/list). */
+export interface ResourceInfo {
+  uri: string;
+  name: string;
+  description?: string;
+  mimeType?: string;
+}
+
 /**
  * Fixtures of a stdio server (src/tools/fixtures.ts): each connection gets a fresh directory of its
  * own under the system's temporary directory, removed when the connection closes. `{fixture}` in

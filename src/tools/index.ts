@@ -13,7 +13,7 @@ export {
   errorResult,
   resultText,
 } from './contracts.ts';
-export type { ToolCall, ToolResult, ToolInfo, ToolErrorKind, ServerSpec, StdioSpec, HttpSpec, InProcessSpec, ContentBlock } from './contracts.ts';
+export type { ToolCall, ToolResult, ToolInfo, ResourceInfo, ToolErrorKind, ServerSpec, StdioSpec, HttpSpec, InProcessSpec, ContentBlock } from './contracts.ts';
 export { ProcessStdioTransport } from './stdio.ts';
 export { descendants, isAlive, killTree } from './process-tree.ts';
 export { sampleFromSchema } from './schema-sample.ts';

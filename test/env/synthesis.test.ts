@@ -11,7 +11,7 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { ExpertPolicy } from '../../src/agents/index.ts';
 import { Environment, loadTasks, parseCandidates, rollout, synthesizeTasks, type ChatModel, type ChatRequest } from '../../src/env/index.ts';
 import { messageResponse, ok, startAnthropicReplay, textBlock, type AnthropicReplay } from '../helpers/anthropic-replay.ts';
-import { runCli } from '../helpers.ts';
+import { ROOT, runCli } from '../helpers.ts';
 
 const set = (key: string, value: string) => ({ server: 'kv', tool: 'set', arguments: { key, value } });
 const get = (key: string) => ({ server: 'kv', tool: 'get', arguments: { key } });
@@ -126,6 +126,35 @@ describe('synthesizeTasks with scripted generator answers', () => {
     // The second time the same candidate is rejected again for the same reason (it is not kept).
     expect(r.rejected.reference_fails).toBe(2);
   });
+});
+
+describe('synthesizeTasks on a third-party stdio server (the reference server-everything from npm)', () => {
+  it('shows the generator its tools and resources; a get-sum task with an answer check is verified and kept', async () => {
+    const everything = { transport: 'stdio' as const, command: process.execPath, args: [join(ROOT, 'node_modules/@modelcontextprotocol/server-everything/dist/index.js')] };
+    const sum = {
+      prompt: 'What is 1234 + 4321? Use the get-sum tool, then answer with the number only.',
+      solution: { calls: [{ server: 'everything', tool: 'get-sum', arguments: { a: 1234, b: 4321 } }], answer: '5555' },
+      checks: [
+        { kind: 'call', server: 'everything', tool: 'get-sum', arguments: { a: 1234, b: 4321 } },
+        { kind: 'answer', expect: { kind: 'number', value: 5555 } },
+      ],
+    };
+    const wrongTool = { ...sum, prompt: 'Add 1 and 2 with the sum tool.', solution: { calls: [{ server: 'everything', tool: 'sum', arguments: { a: 1, b: 2 } }], answer: '3' }, checks: [{ kind: 'answer', expect: { kind: 'number', value: 3 } }] };
+    const seen: string[] = [];
+    const generator: ChatModel = { id: 'scripted', complete: async (r) => (seen.push(r.messages[0]!.content), { text: fenced([wrongTool, sum]) }) };
+    const env = new Environment();
+    try {
+      const r = await synthesizeTasks({ generator, servers: { everything }, env, reference: new ExpertPolicy(), n: 1, maxRequests: 1 });
+      expect(r.tasks.map((t) => t.prompt)).toEqual([sum.prompt]);
+      expect(r.resources.everything!.length).toBeGreaterThan(0);
+      expect(seen[0]).toMatch(/"name": "get-sum"/);
+      expect(seen[0]).toContain(r.resources.everything![0]!.uri);
+      // The wrong tool name: the reference cannot replay it.
+      expect(r.rejected.reference_fails + r.rejected.unverifiable).toBe(1);
+    } finally {
+      await env.close();
+    }
+  }, 60_000);
 });
 
 describe('mcp-gym tasks generate through the Anthropic SDK (local replay of the Messages API)', () => {
