@@ -306,7 +306,8 @@ export async function runR1Pipeline(o: R1Options): Promise<R1Result> {
     const dir = join(out, '1-sft');
     rmSync(dir, { recursive: true, force: true }); // an interrupted SFT is done again
     mkdirSync(dir, { recursive: true });
-    let model = c.model ? resolve(c.model) : join(dir, 'model');
+    // A given model is used in place only as is; an SFT (new, or of a given model) writes its own copy.
+    let model = c.model && !c.sft ? resolve(c.model) : join(dir, 'model');
     let detail: Record<string, unknown>;
     if (!c.model || (c.sft && isHfModelDir(c.model))) {
       log(`stage 1-sft: ${c.sft_demos} expert demonstrations, ${c.sft_steps} SFT steps${c.model ? ` of ${c.model}` : ' of a new model'}`);

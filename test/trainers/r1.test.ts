@@ -3,7 +3,8 @@
  * by the SFT cold start), the PyTorch learner, the bundled calculator server in-process. Every
  * stage is a few steps, so that a whole pipeline takes a minute or two.
  */
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { cpSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -119,6 +120,22 @@ describe('the R1 pipeline', () => {
     // A sequence longer than the context cannot be trained on.
     expect(selectVerified([base({}, 0)], { maxPerTask: 1, maxLen: 4 }).counts.rejected.untrainable).toBe(1);
   });
+
+  it('--model with --sft fine-tunes a copy in <out>/1-sft/model: the given directory is left as it was', async () => {
+    const dir = tmp('given');
+    const given = join(dir, 'given');
+    cpSync(MODEL, given, { recursive: true });
+    const digest = (d: string) => Object.fromEntries(readdirSync(d).sort().map((f) => [f, createHash('sha256').update(readFileSync(join(d, f))).digest('hex')]));
+    const before = digest(given);
+    const out = join(dir, 'p');
+    const ac = new AbortController();
+    // Stage 1 only: the signal stops the pipeline as stage 2 starts.
+    const r = await runR1Pipeline({ config: small(dir, { model: given, sft: true, sft_demos: 16, sft_steps: 2, sft_batch: 4, sft_lr: 1e-4 }), out, signal: ac.signal, onLog: (l) => l.startsWith('stage 2-grpo') && ac.abort() });
+    expect(r.record.stages.map((s) => s.name)).toEqual(['1-sft']);
+    expect(r.record.stages[0]!.model).toBe(join(out, '1-sft', 'model'));
+    expect(digest(given)).toEqual(before);
+    expect(digest(join(out, '1-sft', 'model'))['weights.pt']).not.toBe(before['weights.pt']);
+  }, 180_000);
 
   it('resumes: finished stages are skipped, an interrupted GRPO stage continues from its checkpoint, other settings are refused naming the field', async () => {
     const dir = tmp('resume');
