@@ -12,4 +12,9 @@ export default tseslint.config(
       'no-console': 'off',
     },
   },
+  {
+    // mcp-gym view's page: plain browser JavaScript, served as is.
+    files: ['src/view/assets/**/*.js'],
+    languageOptions: { sourceType: 'script', globals: { window: 'readonly', document: 'readonly', Node: 'readonly', location: 'readonly', history: 'readonly', localStorage: 'readonly', URLSearchParams: 'readonly', getComputedStyle: 'readonly', requestAnimationFrame: 'readonly' } },
+  },
 );

@@ -23,7 +23,7 @@ const SCANNED = ['lib', 'servers', 'src'];
  * The layers: a folder (every file under it) or a single file. `src/paths.ts` is a leaf (where the
  * package's files are; Node built-ins only) that any layer of src/ may use.
  */
-const LAYERS = ['lib', 'servers', 'src/tools', 'src/env', 'src/agents', 'src/trainers', 'src/bench', 'src/cli', 'src/index.ts', 'src/paths.ts'] as const;
+const LAYERS = ['lib', 'servers', 'src/tools', 'src/env', 'src/agents', 'src/trainers', 'src/bench', 'src/view', 'src/cli', 'src/index.ts', 'src/paths.ts'] as const;
 type Layer = (typeof LAYERS)[number];
 
 /** What a file may import: layers (any file of them), or exact public files (`servers/index.ts`). */
@@ -32,7 +32,7 @@ interface Allowed {
   files?: string[];
 }
 
-const SRC_LAYERS: Layer[] = ['src/tools', 'src/env', 'src/agents', 'src/trainers', 'src/bench', 'src/cli', 'src/paths.ts'];
+const SRC_LAYERS: Layer[] = ['src/tools', 'src/env', 'src/agents', 'src/trainers', 'src/bench', 'src/view', 'src/cli', 'src/paths.ts'];
 
 const RULES: Record<Layer, Allowed> = {
   lib: { layers: ['lib'] },
@@ -42,6 +42,8 @@ const RULES: Record<Layer, Allowed> = {
   'src/agents': { layers: ['src/agents', 'src/env', 'src/tools', 'lib', 'src/paths.ts'] },
   'src/trainers': { layers: ['src/trainers', 'src/agents', 'src/env', 'src/tools', 'lib', 'src/paths.ts'], files: ['servers/index.ts'] },
   'src/bench': { layers: ['src/bench', 'src/env', 'src/agents', 'src/tools', 'lib', 'src/paths.ts'] },
+  // The viewer reads what trainers and bench write; its page (src/view/assets/) is browser code with no imports.
+  'src/view': { layers: ['src/view', 'src/trainers', 'src/bench', 'src/env', 'src/agents', 'src/tools', 'lib', 'src/paths.ts'] },
   'src/cli': { layers: [...SRC_LAYERS, 'lib'], files: ['servers/index.ts'] },
   'src/index.ts': { layers: [...SRC_LAYERS, 'lib'], files: ['servers/index.ts'] },
   'src/paths.ts': { layers: ['lib'] },

@@ -29,6 +29,7 @@ Agents:   --tasks S|F         a bundled suite (or all) or a task file   --split 
                               (with --base-url URL, --api-key-env NAME, ...: mcp-gym eval --help)   -k K  runs per task (default 4)
 Output:   --json              also print the report as one JSON object, the last line
           --html F            write a self-contained HTML report (charts as inline SVG)
+          --out DIR           write the report as DIR/bench.json (fuzz failures with their inputs), for mcp-gym view
 `;
 
 /** A comma-separated list of positive integers (concurrency levels): 0 or less is refused. */
@@ -95,6 +96,7 @@ export async function benchCommand(argv: string[]): Promise<void> {
         k: { type: 'string', short: 'k' },
         json: { type: 'boolean', default: false },
         html: { type: 'string' },
+        out: { type: 'string' },
         help: { type: 'boolean', short: 'h', default: false },
         ...API_FLAGS,
       },
@@ -165,9 +167,19 @@ export async function benchCommand(argv: string[]): Promise<void> {
   const onSigint = () => ac.abort();
   process.once('SIGINT', onSigint);
   options.signal = ac.signal;
+  const startedAt = new Date().toISOString();
   try {
     const report = await runBench(options);
     console.log(renderText(report));
+    if (values.out !== undefined) {
+      mkdirSync(values.out, { recursive: true });
+      const json = reportJson(report);
+      // The failing inputs too (reportJson leaves them out of the printed line): the viewer shows them.
+      const fuzz = report.fuzz && { ...(json.fuzz as Record<string, unknown>), failures: report.fuzz.failures };
+      const file = join(values.out, 'bench.json');
+      writeFileSync(file, JSON.stringify({ kind: 'bench', started_at: startedAt, finished_at: new Date().toISOString(), interrupted: ac.signal.aborted, ...json, ...(fuzz ? { fuzz } : {}) }, null, 2) + '\n');
+      console.log(`\nbench.json: ${file}`);
+    }
     if (values.html !== undefined) {
       mkdirSync(dirname(values.html) || '.', { recursive: true });
       writeFileSync(values.html, renderHtml(report));

@@ -11,6 +11,7 @@ import { benchCommand } from './bench.ts';
 import { tasksCommand } from './tasks.ts';
 import { evalCommand } from './eval.ts';
 import { servePolicyCommand } from './serve-policy.ts';
+import { viewCommand } from './view.ts';
 
 const HELP = `mcp-gym: tasks, training and benchmarks for tool-using agents over MCP
 
@@ -98,6 +99,9 @@ Commands:
                       episode and doing nothing fails them; rejections counted by reason
                         --stdio "CMD ARGS" | --url URL | --server NAME   --generator openai:<m>|anthropic:<m>
                         -n N --out tasks.jsonl                           (mcp-gym tasks --help for all options)
+  view [dir ...]      A local web page over the runs, evals and benches under the dirs (default runs/):
+                      curves (runs overlaid, live), configs, trajectories, pass@k, bench latency
+                        --port N (default 0: a free one, printed) --host H --token T   (view --help)
   demo                Start every bundled server over stdio, list its tools, run example calls
   help                Show this help
 
@@ -193,6 +197,8 @@ export async function main(argv: string[]): Promise<void> {
         return await benchCommand(rest);
       case 'tasks':
         return await tasksCommand(rest);
+      case 'view':
+        return await viewCommand(rest);
       default:
         throw new UsageError(`Unknown command '${command}'. Run 'mcp-gym --help' for the list of commands.`);
     }

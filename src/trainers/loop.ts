@@ -542,6 +542,7 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
     if (stopped) {
       run.refreshReport(title, { config: c, step: run.state.step });
       log(`stopped at step ${run.state.step}; continue with --resume`);
+      run.markStatus('stopped');
       return { runDir: run.dir, before: run.state.evals[0]!, after: run.state.evals.at(-1)!, steps: run.state.step, train_seconds: run.state.train_seconds, report: run.report, stopped };
     }
     const last = run.state.evals.at(-1);
@@ -549,7 +550,11 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
     run.commit();
     const result: TrainResult = { runDir: run.dir, before: run.state.evals[0]!, after, steps: run.state.step, train_seconds: run.state.train_seconds, report: run.report, stopped };
     run.refreshReport(title, { before: result.before, after: result.after, train_seconds: result.train_seconds, steps: result.steps, config: c });
+    run.markStatus('finished');
     return result;
+  } catch (err) {
+    run.markStatus('failed', err instanceof Error ? err.message : String(err));
+    throw err;
   } finally {
     await stopPipeline?.().catch(() => {});
     run.close();

@@ -3,6 +3,8 @@
  * (the step, the evaluations, the checkpoint it describes, the task sampler's draws), and the
  * append-only logs metrics.jsonl, trajectories.jsonl, eval.jsonl, plus report.html. state.json is
  * written atomically and only together with its checkpoint, so it always describes one.
+ * status.json says whether the run is running (with the process's pid), finished, stopped or failed
+ * (`mcp-gym view` reads it; a "running" run whose process is gone died without saying so).
  */
 import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join, resolve, sep } from 'node:path';
@@ -37,6 +39,15 @@ export interface RunState {
   replay_file?: string;
   /** With replay: the step each recent policy version came from (the replayed groups' staleness after a resume). */
   versions?: Record<string, number>;
+}
+
+/** status.json: what `mcp-gym view` shows as the run's status. */
+export interface RunStatus {
+  status: 'running' | 'finished' | 'stopped' | 'failed';
+  pid: number;
+  started_at: string;
+  updated_at: string;
+  error?: string;
 }
 
 export function writeJsonAtomic(file: string, value: unknown): void {
@@ -111,9 +122,23 @@ export class RunDir {
       cpSync(o.model, this.modelDir, { recursive: true, filter: (src) => !src.endsWith('sft-data.jsonl') && !(hfExport && (src === hfExport || src.startsWith(hfExport + sep))) });
       writeJsonAtomic(join(this.dir, 'config.json'), o.config);
     }
+    this.startedAt = new Date().toISOString();
+    this.markStatus('running');
     this.metricsOut = new JsonlWriter(join(this.dir, 'metrics.jsonl'), { sync: false });
     this.trajOut = new JsonlWriter(join(this.dir, 'trajectories.jsonl'), { sync: false });
     this.evalOut = new JsonlWriter(join(this.dir, 'eval.jsonl'), { sync: true });
+  }
+
+  private readonly startedAt: string;
+
+  /** Writes status.json (running, then finished, stopped or failed with its error). */
+  markStatus(status: RunStatus['status'], error?: string): void {
+    const value: RunStatus = { status, pid: process.pid, started_at: this.startedAt, updated_at: new Date().toISOString(), ...(error !== undefined ? { error } : {}) };
+    try {
+      writeJsonAtomic(join(this.dir, 'status.json'), value);
+    } catch {
+      // status.json is for the viewer only: never a reason for a run to fail
+    }
   }
 
   get report(): string {
