@@ -320,7 +320,9 @@
       svg.append(s('line', { class: 'grid', x1: m.l, x2: m.l + pw, y1: Y(t), y2: Y(t) }));
       svg.append(s('text', { x: m.l - 4, y: Y(t) + 3, 'text-anchor': 'end' }, fmt(t, 3)));
     }
-    for (const t of niceTicks(x0, x1, 6)) {
+    // Steps are whole numbers: their ticks too (every step when there are few).
+    const xTicks = o.xLabel === 'step' ? [...new Set(niceTicks(x0, x1, 6).map((t) => Math.round(t)))].filter((t) => t >= x0 && t <= x1) : niceTicks(x0, x1, 6);
+    for (const t of xTicks) {
       svg.append(s('line', { class: 'axis', x1: X(t), x2: X(t), y1: m.t + ph, y2: m.t + ph + 4 }));
       svg.append(s('text', { x: X(t), y: m.t + ph + 15, 'text-anchor': 'middle' }, fmt(t, 2)));
     }
