@@ -141,7 +141,8 @@ export async function benchCommand(argv: string[]): Promise<void> {
   }
   if (values.fuzz) {
     options.fuzz = { count: intFlag(values['fuzz-cases'], '--fuzz-cases', 100), seed, timeoutMs: values['timeout-ms'] === undefined ? undefined : timeoutMs };
-    options.saveFailuresTo = values['save-failures'] ?? join('runs', 'bench', `failures-${new Date().toISOString().replace(/[:.]/g, '-')}.jsonl`);
+    // With --out the failing inputs go with the report; else into runs/bench/.
+    options.saveFailuresTo = values['save-failures'] ?? (values.out !== undefined ? join(values.out, 'failures.jsonl') : join('runs', 'bench', `failures-${new Date().toISOString().replace(/[:.]/g, '-')}.jsonl`));
   } else if (values['fuzz-cases'] !== undefined || values['save-failures'] !== undefined) {
     throw new UsageError('--fuzz-cases and --save-failures go with --fuzz');
   }

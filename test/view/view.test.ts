@@ -18,6 +18,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { handler, startViewer, type Entry, type Viewer } from '../../src/view/index.ts';
 import { CLI, ROOT, runCli, sleep } from '../helpers.ts';
+const FRAGILE = join(ROOT, 'test', 'bench', 'fragile-server.ts');
 
 const CHROMIUM = '/usr/bin/chromium';
 const SHOTS = process.env.MCP_GYM_VIEW_SHOTS ?? join(tmpdir(), 'mcp-gym-view-shots');
@@ -77,6 +78,8 @@ beforeAll(async () => {
     runCli(['train', '--preset', 'art', ...SMALL, '--learner', 'http://127.0.0.1:1', '--run', join(dir, 'run-fail')]),
     runCli(['eval', '--suite', 'calculator,kv', '-k', '2', '--limit', '3', '--policy', 'random:3', '--out', join(dir, 'eval-random')]),
     runCli(['bench', '--stdio', `${process.execPath} ${CLI} serve kv`, '--calls', '10', '--concurrency', '1,4', '--duration-ms', '300', '--fuzz', '--fuzz-cases', '10', '--out', join(dir, 'bench-kv')]),
+    // A server that crashes on one input: a fuzz finding with the input that triggered it.
+    runCli(['bench', '--stdio', `${process.execPath} --import tsx ${FRAGILE}`, '--calls', '0', '--exclude', 'blocky,hangy', '--fuzz', '--fuzz-cases', '10', '--timeout-ms', '800', '--out', join(dir, 'bench-fragile')]),
   ]);
   for (const [i, r] of made.entries()) if (i !== 2 && r.code !== 0) throw new Error(`fixture ${i} failed (${r.code}): ${r.stderr.slice(-2000)}`);
   expect(made[2]!.code).not.toBe(0);
@@ -93,7 +96,7 @@ describe('mcp-gym view: the API', () => {
   it('finds every run, eval and bench directory under the roots, with its kind, settings and status', async () => {
     const list = await entries();
     const named = Object.fromEntries(list.map((e) => [e.name, e]));
-    expect(Object.keys(named).sort()).toEqual(['bench-kv', 'eval-random', 'run-art', 'run-fail', 'run-grpo']);
+    expect(Object.keys(named).sort()).toEqual(['bench-fragile', 'bench-kv', 'eval-random', 'run-art', 'run-fail', 'run-grpo']);
     const art = named['run-art']!;
     expect(art).toMatchObject({ kind: 'run', preset: 'art', suite: 'calculator', status: 'finished', steps: 2, steps_total: 2 });
     expect(art.before?.ci95).toHaveLength(2);
@@ -216,7 +219,7 @@ describe('mcp-gym view: the API', () => {
     child.stdout!.on('data', (c) => (out += c));
     const url = await waitFor('the URL', () => /mcp-gym view: (http:\/\/127\.0\.0\.1:\d+\/)/.exec(out)?.[1], 20_000);
     const list = (await (await fetch(`${url}api/list`)).json()) as { entries: Entry[] };
-    expect(list.entries.length).toBe(5);
+    expect(list.entries.length).toBe(6);
     child.kill('SIGINT');
     await new Promise((r) => child.once('exit', r));
   });
@@ -243,7 +246,7 @@ describe('mcp-gym view: the page in Chromium', () => {
       // The list.
       await page.waitForSelector('#entries tbody tr[data-id="0/run-art"]');
       const names = await page.$$eval('#entries tbody tr .name', (tds) => tds.map((t) => t.textContent));
-      expect(names.sort()).toEqual(['bench-kv', 'eval-random', 'run-art', 'run-fail', 'run-grpo']);
+      expect(names.sort()).toEqual(['bench-fragile', 'bench-kv', 'eval-random', 'run-art', 'run-fail', 'run-grpo']);
       expect(await page.textContent('#entries tr[data-id="0/run-fail"] .status')).toBe('failed');
       expect(await page.textContent('#entries tr[data-id="0/run-art"] .status')).toBe('finished');
 
@@ -356,6 +359,14 @@ describe('mcp-gym view: the page in Chromium', () => {
       expect(await page.$$eval('.bench-card polyline.series', (els) => els.length)).toBe(Object.keys(bench.tools).length);
       expect(await page.$$eval('.bench-card table.skipped tbody tr td:first-child', (tds) => tds.map((t) => t.textContent))).toEqual(bench.skipped.map((s) => s.tool));
       await page.screenshot({ path: join(SHOTS, '4-bench.png'), fullPage: true });
+      // The fragile server's finding, with the input that crashed it.
+      await page.click('#entries tr[data-id="0/bench-kv"] input.sel');
+      await page.click('#entries tr[data-id="0/bench-fragile"] input.sel');
+      await page.click('#tabs button[data-tab="bench"]');
+      await page.waitForSelector('.bench-card table.findings');
+      const findings = await page.$$eval('.bench-card table.findings tbody tr', (trs) => trs.map((tr) => [...tr.querySelectorAll('td')].map((td) => td.textContent!.trim())));
+      expect(findings).toContainEqual(expect.arrayContaining(['crash', 'crashy']));
+      expect(JSON.parse(findings.find((f) => f[1] === 'crashy')![4]!)).toEqual({ text: '' });
 
       expect(errors).toEqual([]);
       // Nothing but the viewer was asked for anything.
