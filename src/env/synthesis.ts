@@ -232,7 +232,8 @@ export async function synthesizeTasks(o: SynthesisOptions): Promise<SynthesisRes
       continue;
     }
     for (const raw of parsed) {
-      if (kept.length >= o.n) break;
+      // Stopped (Ctrl-C): what was kept stays kept; the rest is neither kept nor counted.
+      if (kept.length >= o.n || o.signal?.aborted) break;
       candidates++;
       const index = kept.length + 1;
       const id = `${prefix}-${String(index).padStart(4, '0')}`;
@@ -265,6 +266,7 @@ export async function synthesizeTasks(o: SynthesisOptions): Promise<SynthesisRes
       }
       // 3. The reference solution passes every check on a fresh episode.
       const ref = await o.env.runEpisode(task, o.reference, { runId: 'synthesis', signal: o.signal });
+      if (o.signal?.aborted) break;
       if (ref.finish === 'error') {
         reject(ref.task_error ? 'unverifiable' : 'reference_fails', `replaying the reference solution: ${(ref.error ?? 'failed').split('\n')[0]}`, raw);
         continue;
@@ -276,6 +278,7 @@ export async function synthesizeTasks(o: SynthesisOptions): Promise<SynthesisRes
       }
       // 4. Doing nothing fails every check.
       const idle = await o.env.runEpisode(task, doNothing, { runId: 'synthesis', signal: o.signal });
+      if (o.signal?.aborted) break;
       if (idle.finish === 'error' && idle.task_error) {
         reject('unverifiable', `the do-nothing episode: ${(idle.error ?? 'failed').split('\n')[0]}`, raw);
         continue;

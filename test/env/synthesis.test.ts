@@ -117,6 +117,17 @@ describe('synthesizeTasks with scripted generator answers', () => {
     expect(r.tasks[2]!.difficulty).toBe(2);
   });
 
+  it('stopped after the first task is kept: that task stays, the rest is neither kept nor counted as rejected', async () => {
+    const ac = new AbortController();
+    const generator: ChatModel = { id: 'scripted', complete: async () => ({ text: fenced([good1, failing, good2, trivial]) }) };
+    const kept: string[] = [];
+    const r = await synthesizeTasks({ generator, servers: { kv: 'kv' }, env, reference: new ExpertPolicy(), n: 3, signal: ac.signal, onTask: (t) => (kept.push(t.id), ac.abort()) });
+    expect(kept).toEqual(['gen-0001']);
+    expect(r.tasks.map((t) => t.prompt)).toEqual([good1.prompt]);
+    expect(Object.values(r.rejected).reduce((a, b) => a + b, 0)).toBe(0);
+    expect(r.requests).toBe(1);
+  });
+
   it('stops at maxRequests when the generator never writes a good task', async () => {
     let calls = 0;
     const generator: ChatModel = { id: 'bad', complete: async () => ((calls++), { text: fenced([failing]) }) };
@@ -154,6 +165,28 @@ describe('synthesizeTasks on a third-party stdio server (the reference server-ev
     } finally {
       await env.close();
     }
+  }, 60_000);
+});
+
+describe('mcp-gym tasks generate: usage errors name what is wrong (exit 2)', () => {
+  it('refuses a missing or double server, an unknown bundled server, a missing or non-text generator, a missing --out and an unknown command', async () => {
+    const out = join(mkdtempSync(join(tmpdir(), 'mcp-gym-synthesis-usage-')), 'tasks.jsonl');
+    const cases: [string[], RegExp][] = [
+      [['generate', '--generator', 'anthropic:m', '--out', out], /exactly one server/],
+      [['generate', '--server', 'kv', '--stdio', 'node x.js', '--generator', 'anthropic:m', '--out', out], /exactly one server/],
+      [['generate', '--server', 'nope', '--generator', 'anthropic:m', '--out', out], /--server must be a bundled server \(calculator, .*\), got 'nope'/],
+      [['generate', '--server', 'kv', '--out', out], /needs --generator/],
+      [['generate', '--server', 'kv', '--generator', 'onnx:models/calc-tiny', '--out', out], /--generator must be openai:<model> or anthropic:<model>/],
+      [['generate', '--server', 'kv', '--generator', 'anthropic:m'], /needs --out/],
+      [['generate', '--server', 'kv', '--generator', 'anthropic:m', '--out', out, '--alias', 'Bad Alias'], /--alias must be/],
+      [['generate', '--server', 'kv', '--generator', 'anthropic:m', '--out', out, '--eval-fraction', '2'], /--eval-fraction must be a number from 0 to 1/],
+      [['frobnicate'], /Unknown 'tasks' command 'frobnicate'/],
+    ];
+    const results = await Promise.all(cases.map(([args]) => runCli(['tasks', ...args])));
+    results.forEach((r, i) => {
+      expect(r.code, cases[i]![0].join(' ')).toBe(2);
+      expect(r.stderr).toMatch(cases[i]![1]);
+    });
   }, 60_000);
 });
 
