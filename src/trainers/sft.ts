@@ -8,6 +8,7 @@ import { join, resolve } from 'node:path';
 import { ChatTemplate, ExpertPolicy, HfTurns, hfDemoExample, toChatMessages, toToolSpecs } from '../agents/index.ts';
 import { Environment, rollout, type Task, type Trajectory } from '../env/index.ts';
 import { seededRandom } from '../../lib/index.ts';
+import { writeToolSurfaces } from '../tools/index.ts';
 import { isHfModelDir, LearnerClient } from './learner-client.ts';
 import { ensureHfOnnx } from './hf-onnx.ts';
 
@@ -81,6 +82,17 @@ export async function expertDemos(tasks: Task[], demos: number, seed: number): P
   return chosen.map((t) => byId.get(t.id)!).filter(Boolean);
 }
 
+/** The tool surface of the servers a model was trained on, into its directory (`eval` warns when it drifts). */
+async function recordSurfaces(dir: string, tasks: Task[]): Promise<void> {
+  const env = new Environment();
+  try {
+    const surfaces = await env.toolSurfaces(tasks);
+    if (Object.keys(surfaces).length) writeToolSurfaces(dir, surfaces);
+  } finally {
+    await env.close();
+  }
+}
+
 export async function runSft(o: SftOptions): Promise<SftResult> {
   const t0 = performance.now();
   const log = o.onLog ?? (() => {});
@@ -113,6 +125,7 @@ export async function runSft(o: SftOptions): Promise<SftResult> {
     const trained = await learner.request('sft', { data, steps: o.steps, batch_size: o.batchSize, lr: o.lr, seed: o.seed, warmup: Math.max(1, Math.round(o.steps * 0.05)) });
     log(`trained: loss ${Number(trained.loss_first).toFixed(3)} -> ${Number(trained.loss_last).toFixed(3)}, ${Math.round(Number(trained.tokens_per_s))} tokens/s`);
     const exported = await learner.request('export', { model_dir: out, full: true });
+    await recordSurfaces(out, o.tasks);
     return { demos: examples.length, dropped, tokens, masked_tokens: masked, learner: trained, export: exported, seconds: (performance.now() - t0) / 1000 };
   } finally {
     await learner.close();
@@ -162,6 +175,7 @@ async function runHfSft(o: SftOptions, out: string, trajectories: Trajectory[], 
     const exported = await learner.request('export', { model_dir: out, full: true });
     // The copy has no ONNX export yet (the learner only keeps an existing one current): make it, for sampling.
     ensureHfOnnx(out, log);
+    await recordSurfaces(out, o.tasks);
     return { demos: examples.length, dropped: dropped + unrenderable, tokens, masked_tokens: masked, learner: trained, export: exported, seconds: (performance.now() - t0) / 1000 };
   } finally {
     await learner.close();

@@ -147,6 +147,8 @@ describe('the R1 pipeline', () => {
     expect(first.stopped).toBe(true);
     expect(first.record.stages.map((s) => s.name)).toEqual(['1-sft']);
     expect(first.record.stages[0]!.detail.demos).toBe(16);
+    // The SFT'd model records the tool surface it was trained on (eval warns when a server drifts from it).
+    expect((JSON.parse(readFileSync(join(out, '1-sft', 'model', 'tool-surface.json'), 'utf8')) as { servers: Record<string, unknown> }).servers).toHaveProperty('calculator');
     expect(first.record.partial['2-grpo']).toBeGreaterThan(0);
     const state = JSON.parse(readFileSync(join(out, '2-grpo', 'state.json'), 'utf8')) as { step: number };
     expect(state.step).toBe(1);
