@@ -171,7 +171,9 @@ export class Environment {
     const faults = this.options.faults ? new EpisodeFaults(this.options.faults, episodeKey) : undefined;
 
     // Recorded, or replayed without any server (src/env/recording.ts).
-    const tape = this.tape?.episode(episodeKey, episodeId) ?? LIVE_TAPE;
+    // An episode with faults is recorded apart from the same episode without (eval --faults runs both):
+    // its sabotaged calls never reached the server, so its tape cannot serve the other.
+    const tape = this.tape?.episode(faults ? `${episodeKey}+faults` : episodeKey, episodeId) ?? LIVE_TAPE;
 
     const callOn = async (alias: string, tool: string, args: Record<string, unknown>): Promise<ToolResult> => {
       const s = servers.get(alias);

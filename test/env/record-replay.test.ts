@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
 import { ExpertPolicy, RandomPolicy } from '../../src/agents/index.ts';
-import { Environment, RecordingFileError, rollout, ToolRecording, TrajectorySchema, type Observation, type Policy, type PolicyAction, type Task, type Trajectory } from '../../src/env/index.ts';
+import { Environment, parseFaults, RecordingFileError, rollout, ToolRecording, TrajectorySchema, type Observation, type Policy, type PolicyAction, type Task, type Trajectory } from '../../src/env/index.ts';
 import { generateSuite } from '../../src/env/suites/index.ts';
 import { CLI, ROOT, kvCounterTask } from '../helpers.ts';
 
@@ -75,6 +75,25 @@ describe('record and replay', () => {
       const r = random.trajectories[i]!;
       expect([t.answer, t.reward, t.checks, t.turns.map((x) => x.tool_results)]).toEqual([r.answer, r.reward, r.checks, r.turns.map((x) => x.tool_results)]);
     }
+  });
+
+  it('the same episodes with and without faults (eval --faults) are recorded apart, and both replay', async () => {
+    const file = join(tmp(), 'tape.jsonl');
+    const tasks = generateSuite('kv').filter((t) => t.split === 'eval').slice(0, 6);
+    const faults = { spec: parseFaults('timeout=0.4'), seed: 1 };
+    const recording = new Environment({ record: file });
+    const clean = await rollout(recording, new ExpertPolicy(), tasks, { concurrency: 4 });
+    const faulted = await rollout(recording.withFaults(faults), new ExpertPolicy(), tasks, { concurrency: 4 });
+    await recording.close();
+    expect(faulted.trajectories.some((t) => t.turns.some((x) => x.tool_results.some((r) => r.fault === 'timeout')))).toBe(true);
+    const replaying = new Environment({ replay: file });
+    const clean2 = await rollout(replaying, new ExpertPolicy(), unreachable(tasks), { concurrency: 4 });
+    const faulted2 = await rollout(replaying.withFaults(faults), new ExpertPolicy(), unreachable(tasks), { concurrency: 4 });
+    await replaying.close();
+    const outcome = (ts: Trajectory[]) => [...ts].sort((a, b) => a.task_id.localeCompare(b.task_id)).map((t) => [t.task_id, t.success, t.error]);
+    expect(outcome(clean2.trajectories)).toEqual(outcome(clean.trajectories));
+    expect(outcome(faulted2.trajectories)).toEqual(outcome(faulted.trajectories));
+    expect(clean2.trajectories.every((t) => t.success)).toBe(true);
   });
 
   it('a call the recording lacks fails its episode, naming the episode, server, tool and arguments', async () => {
