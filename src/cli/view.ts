@@ -15,6 +15,8 @@ Every asset is served by the viewer: no network is used.
 Options:  --port N     the port (default 0: a free one; the URL is printed)
           --host H     the interface to bind (default 127.0.0.1)
           --token T    require the token (or env MCP_GYM_TOKEN): the printed URL carries it
+          --allowed-host N  also accept N in the Host header (beyond localhost, the bound host and, on
+                       0.0.0.0 or ::, this machine's name and addresses); repeatable, or N1,N2
 `;
 
 export async function viewCommand(argv: string[]): Promise<void> {
@@ -27,6 +29,7 @@ export async function viewCommand(argv: string[]): Promise<void> {
         port: { type: 'string' },
         host: { type: 'string', default: '127.0.0.1' },
         token: { type: 'string' },
+        'allowed-host': { type: 'string', multiple: true },
         help: { type: 'boolean', short: 'h', default: false },
       },
     });
@@ -46,7 +49,9 @@ export async function viewCommand(argv: string[]): Promise<void> {
   const envToken = process.env.MCP_GYM_TOKEN;
   if (values.token === undefined && envToken !== undefined) checkToken(envToken, 'MCP_GYM_TOKEN');
   const token = values.token ?? envToken;
-  const viewer = await startViewer({ roots, host: values.host, port, token });
+  const allowedHosts = (values['allowed-host'] ?? []).flatMap((v) => v.split(',')).map((h) => h.trim());
+  if (allowedHosts.includes('')) throw new UsageError('--allowed-host needs a host name: --allowed-host NAME (repeatable) or --allowed-host NAME1,NAME2');
+  const viewer = await startViewer({ roots, host: values.host, port, token, allowedHosts });
   const n = discover(roots).length;
   console.log(`mcp-gym view: ${viewer.url}`);
   process.stderr.write(`${n} run, eval and bench director${n === 1 ? 'y' : 'ies'} under ${roots.join(', ')}; Ctrl-C stops\n`);

@@ -145,6 +145,11 @@ export function isSecretField(key: string): boolean {
   return /(^|_)(token|secret|password|api_key|apikey)$/i.test(key) && !/_env$/.test(key);
 }
 
+/** A JSON.stringify replacer that writes `(hidden)` for the non-empty string values of secret fields. */
+export function hideSecrets(key: string, value: unknown): unknown {
+  return isSecretField(key) && typeof value === 'string' && value !== '' ? '(hidden)' : value;
+}
+
 export interface ConfigRow {
   group: ConfigGroup;
   key: string;

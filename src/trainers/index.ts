@@ -29,6 +29,7 @@ export type { ReplayOptions, ReplayEntry, ReplaySnapshot, ReplayDraw, ReplayPrio
 export type { StalenessSplit } from './pipeline.ts';
 export type { TrainOptions, TrainResult, EvalResult } from './loop.ts';
 export { renderReport, writeReport, lineChart } from './report.ts';
+export { hideSecrets, isSecretField } from './chart.ts';
 export { runSft, continueSft, expertDemos } from './sft.ts';
 export type { SftOptions, SftResult, ContinueSftOptions, ContinueSftResult } from './sft.ts';
 export { runR1Pipeline, R1ConfigSchema, R1ConfigError, R1_STAGES, selectVerified, trajectorySignature, rejectionExamples, r1Table, writeR1Report, parseR1Config, pipelineChanges } from './r1.ts';

@@ -10,7 +10,7 @@
 import { renameSync, writeFileSync } from 'node:fs';
 import { esc } from '../../lib/index.ts';
 import type { Trajectory } from '../env/index.ts';
-import { configRows, CONFIG_GROUPS, formatValue, isSecretField, lineChart, type Band, type ChartOptions, type ConfigRow, type Series } from './chart.ts';
+import { configRows, CONFIG_GROUPS, formatValue, hideSecrets, lineChart, type Band, type ChartOptions, type ConfigRow, type Series } from './chart.ts';
 import { PRESETS, TrainConfigSchema } from './config.ts';
 
 export { configRows, configGroup, CONFIG_GROUPS, escapeHtml, formatTicks, formatValue, lineChart, niceTicks, sameValue, stepTicks } from './chart.ts';
@@ -177,7 +177,7 @@ function summaryHtml(summary: Record<string, unknown>): string {
 
 /** The summary as JSON for copying, the secrets (learner_token, ...) hidden. */
 function rawJson(summary: Record<string, unknown>): string {
-  return JSON.stringify(summary, (k, v) => (isSecretField(k) && typeof v === 'string' && v !== '' ? '(hidden)' : v), 2);
+  return JSON.stringify(summary, hideSecrets, 2);
 }
 
 export function renderReport(r: ReportInput): string {

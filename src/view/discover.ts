@@ -11,7 +11,7 @@
  * their root and must stay inside it, after symbolic links too (`resolveId`): nothing outside the
  * roots is ever read.
  */
-import { existsSync, readdirSync, readFileSync, realpathSync, statSync } from 'node:fs';
+import { existsSync, lstatSync, readdirSync, readFileSync, realpathSync, statSync } from 'node:fs';
 import { join, relative, resolve, sep } from 'node:path';
 
 export type EntryKind = 'run' | 'eval' | 'rollout' | 'bench';
@@ -52,9 +52,18 @@ export const LIVE_WINDOW_MS = 120_000;
 const SKIP = new Set(['node_modules', 'model', 'checkpoints', 'replay', 'onnx', '.git']);
 const MAX_DEPTH = 6;
 
+/**
+ * A file of an entry directory, read only when it is a plain file: a symbolic link (which could
+ * point out of the roots) is treated as absent. Runs never write links.
+ */
+export function readEntryFile(file: string): string {
+  if (!lstatSync(file).isFile()) throw new Error(`${file} is not a plain file`);
+  return readFileSync(file, 'utf8');
+}
+
 function readJson(file: string): Record<string, unknown> | undefined {
   try {
-    const v: unknown = JSON.parse(readFileSync(file, 'utf8'));
+    const v: unknown = JSON.parse(readEntryFile(file));
     return v && typeof v === 'object' && !Array.isArray(v) ? (v as Record<string, unknown>) : undefined;
   } catch {
     return undefined;
@@ -65,7 +74,7 @@ function readJson(file: string): Record<string, unknown> | undefined {
 export function readJsonl(file: string): Record<string, unknown>[] {
   let text: string;
   try {
-    text = readFileSync(file, 'utf8');
+    text = readEntryFile(file);
   } catch {
     return [];
   }

@@ -24,9 +24,11 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import { readFileSync, statSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { hostname, networkInterfaces } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { discover, readJsonl, resolveId, stepOf, type Entry } from './discover.ts';
+import { hideSecrets } from '../trainers/index.ts';
+import { discover, readEntryFile, readJsonl, resolveId, stepOf, type Entry } from './discover.ts';
 
 export interface ViewOptions {
   roots: string[];
@@ -34,6 +36,8 @@ export interface ViewOptions {
   /** 0 (the default): a free port. */
   port?: number;
   token?: string;
+  /** Further names the Host header may carry (a bind to 0.0.0.0 or :: accepts loopback names, this machine's name and addresses, and these). */
+  allowedHosts?: string[];
 }
 
 export interface Viewer {
@@ -206,7 +210,7 @@ export function failureGroups(rows: Record<string, unknown>[]): FailureGroup[] {
 
 function readJsonFile(file: string): unknown {
   try {
-    return JSON.parse(readFileSync(file, 'utf8'));
+    return JSON.parse(readEntryFile(file));
   } catch {
     throw new HttpError(404, `${file.split('/').at(-1)} is not there (yet)`);
   }
@@ -225,7 +229,8 @@ function apiRun(roots: readonly string[], id: string, what: string | undefined, 
       return { entry, since, next: rows.length, rows: rows.slice(since), evals: readJsonl(join(dir, 'eval.jsonl')) };
     }
     case 'config':
-      return readJsonFile(join(dir, entry.kind === 'run' ? 'config.json' : entry.kind === 'bench' ? 'bench.json' : 'run.json'));
+      // Secrets (learner_token, ...) are not served, as report.html does not show them.
+      return JSON.parse(JSON.stringify(readJsonFile(join(dir, entry.kind === 'run' ? 'config.json' : entry.kind === 'bench' ? 'bench.json' : 'run.json')), hideSecrets));
     case 'trajectories':
       return filterTrajectories(trajectories(dir), q);
     case 'trajectory': {
@@ -271,7 +276,13 @@ function sendJson(res: ServerResponse, status: number, value: unknown): void {
 }
 
 /** The request handler (exported for tests that need no socket). */
-export function handler(o: { roots: string[]; token?: string; host: string }) {
+export function handler(o: { roots: string[]; token?: string; host: string; allowedHosts?: string[] }) {
+  const wildcard = o.host === '0.0.0.0' || o.host === '::';
+  const accepted = new Set([o.host, `[${o.host}]`, ...(o.allowedHosts ?? [])]);
+  if (wildcard) {
+    accepted.add(hostname());
+    for (const list of Object.values(networkInterfaces())) for (const a of list ?? []) accepted.add(a.family === 'IPv6' ? `[${a.address}]` : a.address);
+  }
   if (o.token !== undefined && o.token === '') throw new Error('the viewer token is empty: give a token, or none');
   return (req: IncomingMessage, res: ServerResponse): void => {
     try {
@@ -279,8 +290,8 @@ export function handler(o: { roots: string[]; token?: string; host: string }) {
       const url = new URL(req.url ?? '/', 'http://viewer.invalid');
       const hostHeader = req.headers.host ?? '';
       const name = hostName(hostHeader);
-      const wildcard = o.host === '0.0.0.0' || o.host === '::';
-      if (!wildcard && !isLoopback(name) && name !== o.host && name !== `[${o.host}]`) {
+      // Only names of this machine: a page elsewhere that rebinds its own name to this address is refused.
+      if (!isLoopback(name) && !accepted.has(name)) {
         throw new HttpError(403, `Host '${hostHeader}' is not this viewer's`);
       }
       if (o.token !== undefined) {
@@ -326,7 +337,7 @@ export function handler(o: { roots: string[]; token?: string; host: string }) {
 /** Starts the viewer; resolves once it listens. */
 export async function startViewer(o: ViewOptions): Promise<Viewer> {
   const host = o.host ?? '127.0.0.1';
-  const server = createServer(handler({ roots: o.roots, token: o.token, host }));
+  const server = createServer(handler({ roots: o.roots, token: o.token, host, allowedHosts: o.allowedHosts }));
   await new Promise<void>((resolveListen, reject) => {
     server.once('error', reject);
     server.listen(o.port ?? 0, host, () => {

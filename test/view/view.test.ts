@@ -13,7 +13,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { appendFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
 import { request } from 'node:http';
-import { tmpdir } from 'node:os';
+import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { handler, startViewer, type Entry, type Viewer } from '../../src/view/index.ts';
@@ -188,6 +188,39 @@ describe('mcp-gym view: the API', () => {
     } finally {
       rmSync(join(dir, 'link-out'), { force: true });
       rmSync(outside, { recursive: true, force: true });
+    }
+  });
+
+  it('reads no file of an entry that is a link out of the roots; serves no secret of a config', async () => {
+    const outside = mkdtempSync(join(tmpdir(), 'mcp-gym-view-outside-'));
+    writeFileSync(join(outside, 's.jsonl'), '{"secret":"outside-root"}\n');
+    const run = join(dir, 'run-linked');
+    mkdirSync(run);
+    writeFileSync(join(run, 'config.json'), JSON.stringify({ preset: 'art', steps: 2, learner_token: 'TOKEN-123', api_key_env: 'MY_KEY' }));
+    writeFileSync(join(run, 'metrics.jsonl'), '{"step":1,"reward_mean":0.5}\n');
+    symlinkSync(join(outside, 's.jsonl'), join(run, 'eval.jsonl'));
+    symlinkSync(join(outside, 's.jsonl'), join(run, 'trajectories.jsonl'));
+    try {
+      const id = encodeURIComponent((await entries()).find((e) => e.name === 'run-linked')!.id);
+      for (const what of ['metrics', 'trajectories']) expect((await rawGet(viewer.url, `/api/run/${id}/${what}`)).body).not.toContain('outside-root');
+      const config = JSON.parse((await rawGet(viewer.url, `/api/run/${id}/config`)).body) as Record<string, unknown>;
+      expect(config).toMatchObject({ preset: 'art', learner_token: '(hidden)', api_key_env: 'MY_KEY' });
+    } finally {
+      rmSync(run, { recursive: true, force: true });
+      rmSync(outside, { recursive: true, force: true });
+    }
+  });
+
+  it('bound to 0.0.0.0, accepts only this machine\'s names in the Host header (no DNS rebinding), and --allowed-host ones', async () => {
+    const wide = await startViewer({ roots: [dir], host: '0.0.0.0', allowedHosts: ['runs.lab.example'] });
+    try {
+      const local = `http://127.0.0.1:${wide.port}/`;
+      expect((await rawGet(local, '/api/list', { host: 'attacker.example:80' })).status).toBe(403);
+      expect((await rawGet(local, '/api/list', { host: `127.0.0.1:${wide.port}` })).status).toBe(200);
+      expect((await rawGet(local, '/api/list', { host: `${hostname()}:${wide.port}` })).status).toBe(200);
+      expect((await rawGet(local, '/api/list', { host: `runs.lab.example:${wide.port}` })).status).toBe(200);
+    } finally {
+      await wide.close();
     }
   });
 
