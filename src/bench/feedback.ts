@@ -287,9 +287,12 @@ export function toolFeedback(trajectories: Trajectory[], options: FeedbackOption
     const before = seen.get(name);
     seen.set(name, before === undefined || (before !== null && before.server === server && before.tool === tool) ? { server, tool } : null);
   };
+  // Injected faults are not the server's doing: distractor tools and sabotaged calls are left out.
+  const own = (t: Trajectory) => (t.tools ?? []).filter((x) => !x.distractor);
+  const ownSteps = (turn: Trajectory['turns'][number]) => turn.tool_results.filter((s) => s.fault === undefined);
   for (const t of trajectories) {
-    for (const x of t.tools ?? []) learn(t.task_id, x.name, x.server, x.tool);
-    for (const turn of t.turns) for (const s of turn.tool_results) learn(t.task_id, s.name, s.server, s.tool);
+    for (const x of own(t)) learn(t.task_id, x.name, x.server, x.tool);
+    for (const turn of t.turns) for (const s of ownSteps(turn)) learn(t.task_id, s.name, s.server, s.tool);
   }
   const acc = (server: string, tool: string): Acc => {
     const key = JSON.stringify([server, tool]);
@@ -312,7 +315,7 @@ export function toolFeedback(trajectories: Trajectory[], options: FeedbackOption
   trajectories.forEach((t, ti) => {
     episodeMs += t.timings.total_ms;
     const schemas = new Map<string, unknown>();
-    for (const x of t.tools ?? []) {
+    for (const x of own(t)) {
       const where = locate(t, x);
       const a = acc(where.server, where.tool);
       a.offered.add(ti);
@@ -320,7 +323,7 @@ export function toolFeedback(trajectories: Trajectory[], options: FeedbackOption
       schemas.set(x.name, x.parameters);
     }
     for (const turn of t.turns) {
-      for (const s of turn.tool_results) {
+      for (const s of ownSteps(turn)) {
         calls++;
         if (s.server === undefined || s.tool === undefined) {
           const u = unknown.get(s.name) ?? { calls: 0, episodes: new Set<number>() };

@@ -94,7 +94,8 @@ export async function tasksCommand(argv: string[]): Promise<void> {
     throw new UsageError(err.message);
   });
   mkdirSync(dirname(values.out) || '.', { recursive: true });
-  writeFileSync(values.out, '');
+  // The file is (over)written from the first kept task on: a server that fails to start leaves an old one as it was.
+  let written = false;
   const env = new Environment();
   const ac = new AbortController();
   const onSigint = () => ac.abort();
@@ -112,10 +113,14 @@ export async function tasksCommand(argv: string[]): Promise<void> {
       ...(similarity !== undefined ? { duplicateSimilarity: similarity } : {}),
       ...(values['id-prefix'] ? { idPrefix: values['id-prefix'] } : {}),
       // Each kept task is written as it is kept: an interrupted run keeps what it verified.
-      onTask: (t) => appendFileSync(values.out!, `${JSON.stringify(t)}\n`),
+      onTask: (t) => {
+        (written ? appendFileSync : writeFileSync)(values.out!, `${JSON.stringify(t)}\n`);
+        written = true;
+      },
       onLog: (l) => process.stderr.write(`${l}\n`),
       signal: ac.signal,
     });
+    if (!written) writeFileSync(values.out, '');
     writeFileSync(rejectionsFile, r.rejections.map((x) => JSON.stringify(x)).join('\n') + (r.rejections.length ? '\n' : ''));
     const counts = REJECTION_REASONS.map((k) => `${k} ${r.rejected[k]}`).join(', ');
     console.log(`tasks generate: kept ${r.tasks.length} of ${r.candidates} candidates from ${r.requests} requests (${r.tasks.length < n ? `${n} wanted` : 'all wanted'})`);

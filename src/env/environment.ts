@@ -384,7 +384,7 @@ export class Environment {
       difficulty: task.difficulty,
       ...(task.family ? { family: task.family } : {}),
       policy: { id: policy.id, ...(policy.version !== undefined ? { version: policy.version } : {}) },
-      tools: tools.map((t) => ({ name: t.name, description: t.description, parameters: t.inputSchema, server: t.server, tool: t.tool })),
+      tools: tools.map((t) => ({ name: t.name, description: t.description, parameters: t.inputSchema, server: t.server, tool: t.tool, ...(t.distractor ? { distractor: true } : {}) })),
       ...(surface ? { tool_surface: surface } : {}),
       messages,
       turns,

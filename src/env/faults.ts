@@ -236,7 +236,7 @@ export class EpisodeFaults {
     for (const t of tools) {
       for (const kind of DISTRACTORS) {
         const name = kind.name(t.name, t.server);
-        candidates.push({ real: t.name, kind, tool: { name, description: kind.describe(t.description, t.name, t.server), inputSchema: t.inputSchema, server: t.server, tool: name } });
+        candidates.push({ real: t.name, kind, tool: { name, description: kind.describe(t.description, t.name, t.server), inputSchema: t.inputSchema, server: t.server, tool: name, distractor: true } });
       }
     }
     // The same tools for the same seed and servers: an order drawn from a hash of both.
@@ -250,7 +250,7 @@ export class EpisodeFaults {
       for (const t of tools) {
         const name = `${t.name}_v${v}`;
         const kind: DistractorKind = { ...DISTRACTORS[0]!, name: () => name };
-        candidates.push({ real: t.name, kind, tool: { name, description: `${t.description} (v${v} of ${t.name}.)`, inputSchema: t.inputSchema, server: t.server, tool: name } });
+        candidates.push({ real: t.name, kind, tool: { name, description: `${t.description} (v${v} of ${t.name}.)`, inputSchema: t.inputSchema, server: t.server, tool: name, distractor: true } });
       }
     }
     const out = [...tools];

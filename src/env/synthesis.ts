@@ -203,7 +203,6 @@ export async function synthesizeTasks(o: SynthesisOptions): Promise<SynthesisRes
   const keptSolutions = new Map<string, string>();
   const rejections: Rejection[] = [];
   const rejected = Object.fromEntries(REJECTION_REASONS.map((r) => [r, 0])) as Record<RejectionReason, number>;
-  let candidates = 0;
   let requests = 0;
   const reject = (reason: RejectionReason, detail: string, candidate: unknown) => {
     rejected[reason]++;
@@ -227,14 +226,12 @@ export async function synthesizeTasks(o: SynthesisOptions): Promise<SynthesisRes
     }
     const parsed = parseCandidates(text);
     if (!parsed) {
-      candidates++;
       reject('unparseable', `request ${requests}: no JSON task in the generator's answer (${text.length} characters)`, text.slice(0, 2000));
       continue;
     }
     for (const raw of parsed) {
       // Stopped (Ctrl-C): what was kept stays kept; the rest is neither kept nor counted.
       if (kept.length >= o.n || o.signal?.aborted) break;
-      candidates++;
       const index = kept.length + 1;
       const id = `${prefix}-${String(index).padStart(4, '0')}`;
       // 1. The schema, with the servers given (a candidate's own id, split or servers are replaced).
@@ -279,7 +276,8 @@ export async function synthesizeTasks(o: SynthesisOptions): Promise<SynthesisRes
       // 4. Doing nothing fails every check.
       const idle = await o.env.runEpisode(task, doNothing, { runId: 'synthesis', signal: o.signal });
       if (o.signal?.aborted) break;
-      if (idle.finish === 'error' && idle.task_error) {
+      // Its checks must have run: a do-nothing episode that failed (a broken check, a server error) proves nothing.
+      if (idle.finish === 'error') {
         reject('unverifiable', `the do-nothing episode: ${(idle.error ?? 'failed').split('\n')[0]}`, raw);
         continue;
       }
@@ -296,5 +294,5 @@ export async function synthesizeTasks(o: SynthesisOptions): Promise<SynthesisRes
     }
   }
   const toolNames = Object.fromEntries(Object.entries(tools).map(([a, list]) => [a, list.map((t) => ({ name: t.name, ...(t.description ? { description: t.description } : {}) }))]));
-  return { tasks: kept, rejected, rejections, candidates, requests, tools: toolNames, resources };
+  return { tasks: kept, rejected, rejections, candidates: kept.length + rejections.length, requests, tools: toolNames, resources };
 }

@@ -25,7 +25,7 @@ import { isHfModelDir } from './learner-client.ts';
 import { ensureHfOnnx } from './hf-onnx.ts';
 import { train, trainingTasks, wilson } from './loop.ts';
 import { sequenceOf } from './batch.ts';
-import { continueSft, demoExamples, expertDemos, runSft } from './sft.ts';
+import { continueSft, demoExamples, expertDemos, recordSurfaces, runSft } from './sft.ts';
 import { writeJsonAtomic } from './run-dir.ts';
 
 const int = (min: number, def: number) => z.number().int().min(min).default(def);
@@ -334,6 +334,7 @@ export async function runR1Pipeline(o: R1Options): Promise<R1Result> {
       const demos = await expertDemos(trainTasks, c.sft_demos, c.seed);
       const { examples, dropped } = demoExamples(demos, template, cfg.architecture.max_seq_len);
       const r = await continueSft({ modelDir: model, examples, steps: c.sft_steps, batchSize: c.sft_batch, lr: c.sft_lr, seed: c.seed, threads: c.threads, onLog: (l) => log(`stage 1-sft: ${l}`) });
+      await recordSurfaces(model, trainTasks);
       detail = { from: resolve(c.model), demos: examples.length, dropped, tokens: r.tokens, masked_tokens: r.masked_tokens, loss_first: r.learner.loss_first, loss_last: r.learner.loss_last, steps: r.learner.steps };
     } else {
       log(`stage 1-sft: the given model ${c.model}, as is`);

@@ -83,7 +83,7 @@ export async function expertDemos(tasks: Task[], demos: number, seed: number): P
 }
 
 /** The tool surface of the servers a model was trained on, into its directory (`eval` warns when it drifts). */
-async function recordSurfaces(dir: string, tasks: Task[]): Promise<void> {
+export async function recordSurfaces(dir: string, tasks: Task[]): Promise<void> {
   const env = new Environment();
   try {
     const surfaces = await env.toolSurfaces(tasks);

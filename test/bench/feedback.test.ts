@@ -10,7 +10,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseServerArgumentError, renderFeedbackText, toolFeedback, validateArguments, type ToolFeedback } from '../../src/bench/index.ts';
-import { readTrajectories, type ToolStep, type Trajectory } from '../../src/env/index.ts';
+import { RandomPolicy } from '../../src/agents/index.ts';
+import { Environment, parseFaults, readTrajectories, rollout, type ToolStep, type Trajectory } from '../../src/env/index.ts';
+import { generateSuite } from '../../src/env/suites/index.ts';
 import { runCli } from '../helpers.ts';
 
 describe('validateArguments', () => {
@@ -217,6 +219,29 @@ function countSteps(ts: Trajectory[]) {
       }
   return by;
 }
+
+describe('feedback under injected faults', () => {
+  it('leaves out sabotaged calls and distractor tools: the server is not blamed for what was injected', async () => {
+    const tasks = generateSuite('kv').filter((t) => t.split === 'eval').slice(0, 8);
+    const env = new Environment({ faults: { spec: parseFaults('error=0.5,distractors=3'), seed: 1 } });
+    try {
+      const r = await rollout(env, new RandomPolicy(3, 0.1), tasks, { group: 2, concurrency: 1 });
+      const steps = r.trajectories.flatMap((t) => t.turns.flatMap((x) => x.tool_results));
+      expect(steps.filter((x) => x.fault === 'error').length).toBeGreaterThan(0);
+      expect(steps.filter((x) => x.fault === 'distractor').length).toBeGreaterThan(0);
+      const f = toolFeedback(r.trajectories);
+      const kv = f.servers.find((x) => x.server === 'kv')!;
+      const distractors = new Set(r.trajectories.flatMap((t) => (t.tools ?? []).filter((x) => x.distractor).map((x) => x.name)));
+      expect(distractors.size).toBe(3);
+      for (const name of [...kv.never_called, ...kv.tools.map((x) => x.tool)]) expect(distractors.has(name), name).toBe(false);
+      // Every call counted is one the server answered.
+      expect(kv.calls).toBe(steps.filter((x) => x.fault === undefined && x.server === 'kv').length);
+      expect(kv.tools.reduce((a, x) => a + x.errors, 0)).toBe(steps.filter((x) => x.fault === undefined && x.isError && x.server === 'kv').length);
+    } finally {
+      await env.close();
+    }
+  });
+});
 
 describe('feedback end to end: the expert replays calls with bad arguments against the bundled kv server', () => {
   let tmp: string;

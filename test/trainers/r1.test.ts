@@ -4,7 +4,7 @@
  * stage is a few steps, so that a whole pipeline takes a minute or two.
  */
 import { createHash } from 'node:crypto';
-import { cpSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -135,6 +135,7 @@ describe('the R1 pipeline', () => {
     expect(r.record.stages[0]!.model).toBe(join(out, '1-sft', 'model'));
     expect(digest(given)).toEqual(before);
     expect(digest(join(out, '1-sft', 'model'))['weights.pt']).not.toBe(before['weights.pt']);
+    expect(existsSync(join(out, '1-sft', 'model', 'tool-surface.json'))).toBe(true);
   }, 180_000);
 
   it('resumes: finished stages are skipped, an interrupted GRPO stage continues from its checkpoint, other settings are refused naming the field', async () => {
