@@ -11,9 +11,10 @@
  * Every rejection is counted by reason, with the detail that decided it. The kept tasks are
  * ordinary tasks: they train and evaluate like any task file.
  */
-import { createHash } from 'node:crypto';
+import { sha256Hex } from '../../lib/index.ts';
 import type { ResourceInfo, ToolInfo } from '../tools/index.ts';
 import type { Environment } from './environment.ts';
+import { canonicalJson } from './suites/common.ts';
 import { defineTask, type ServerRef, type Task } from './task.ts';
 import type { ChatModel, Policy, Trajectory } from './types.ts';
 
@@ -155,19 +156,7 @@ function jaccard(a: Set<string>, b: Set<string>): number {
   return union === 0 ? 1 : inter / union;
 }
 
-/** JSON with object keys sorted: the same value, the same text. */
-function canonical(v: unknown): string {
-  if (Array.isArray(v)) return `[${v.map(canonical).join(',')}]`;
-  if (v && typeof v === 'object') {
-    return `{${Object.keys(v)
-      .sort()
-      .map((k) => `${JSON.stringify(k)}:${canonical((v as Record<string, unknown>)[k])}`)
-      .join(',')}}`;
-  }
-  return JSON.stringify(v) ?? 'null';
-}
-
-const solutionKey = (t: Task) => createHash('sha256').update(canonical({ setup: t.setup, solution: t.solution })).digest('hex');
+const solutionKey = (t: Task) => sha256Hex(canonicalJson({ setup: t.setup, solution: t.solution }));
 
 /** The policy that does nothing: no tool call, an empty answer. */
 const doNothing: Policy = { id: 'do-nothing', act: async () => ({ content: '' }) };
