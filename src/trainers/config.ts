@@ -30,7 +30,7 @@ export const TrainConfigSchema = z
     preset: z.enum(PRESET_NAMES).default('art').describe('the recipe whose settings fill the fields not given: grpo, dapo, dr_grpo, gspo, rlvr, art, ruler (needs --judge), prorl, ppo (PPO with GAE: a value head)'),
     suite: z.string().default('calculator').describe('the bundled task suite to train and evaluate on (when no task file is given)'),
     tasks: z.string().min(1).optional().describe('a task file (.json or .jsonl) to train on instead of a suite: its train split (and, without eval_tasks, its eval split as the held-out tasks)'),
-    eval_tasks: z.string().min(1).optional().describe('a task file of held-out tasks (all of it; default: the eval split of the tasks or of the suite)'),
+    eval_tasks: z.string().min(1).optional().describe('a task file of held-out tasks (all of it; default: the eval split of the tasks, or of the suite, which is the same whatever the seed)'),
     max_difficulty: z.number().int().min(1).max(5).default(5).describe('only tasks up to this difficulty, for training and evaluation'),
     model: z.string().default(BUNDLED_MODEL_DIR).describe('the cold-start model directory (copied into the run; the copy is trained)'),
     steps: z.number().int().min(0).default(30).describe('training steps'),

@@ -155,10 +155,14 @@ export function trainingTasks(c: TrainConfig, o: Pick<TrainOptions, 'trainTasks'
   const upTo = (ts: Task[]) => ts.filter((t) => t.difficulty <= c.max_difficulty);
   const fromFile = c.tasks ? upTo(loadTasks(c.tasks)) : undefined;
   const needSuite = !fromFile && (!o.trainTasks || (!o.evalTasks && !c.eval_tasks));
-  const suite = needSuite ? upTo(generateSuite(c.suite, { seed: c.seed === 0 ? undefined : c.seed, train: 4000, eval: 500 })) : [];
+  // The seed draws the suite's training tasks; its held-out tasks are the suite's own (drawn with the
+  // suite's default seed), the same for every seed, so that runs with different seeds are compared on
+  // the same tasks. The two never share a task: the split is a hash of the task's parameters.
+  const suite = needSuite ? upTo(generateSuite(c.suite, { seed: c.seed === 0 ? undefined : c.seed, train: 4000, eval: 0 })) : [];
+  const suiteHeld = needSuite ? upTo(generateSuite(c.suite, { train: 0, eval: 500 })) : [];
   const source = o.trainTasks ? 'the given tasks' : c.tasks ? c.tasks : `the ${c.suite} suite`;
   const train = o.trainTasks ?? (fromFile ?? suite).filter((t) => t.split === 'train');
-  let held = o.evalTasks ?? (c.eval_tasks ? upTo(loadTasks(c.eval_tasks)) : (fromFile ?? suite).filter((t) => t.split === 'eval'));
+  let held = o.evalTasks ?? (c.eval_tasks ? upTo(loadTasks(c.eval_tasks)) : (fromFile ?? suiteHeld).filter((t) => t.split === 'eval'));
   if (c.eval_limit > 0) held = held.slice(0, c.eval_limit);
   const limit = c.max_difficulty < 5 ? ` of difficulty <= ${c.max_difficulty}` : '';
   if (train.length === 0) throw new Error(o.trainTasks ? 'trainTasks: no tasks' : `${c.tasks ? `tasks: ${c.tasks}` : `suite '${c.suite}'`} has no train tasks${limit} (a task's "split" says where it goes)`);

@@ -37,6 +37,19 @@ describe('train on a task file', () => {
     expect(c.held.every((t) => t.split === 'eval' && t.difficulty === 1)).toBe(true);
   });
 
+  it('a suite: the seed draws the training tasks; the held-out tasks are the same for every seed', () => {
+    const of = (seed: number) => trainingTasks(resolveConfig({ suite: 'calculator', max_difficulty: 1, seed }));
+    const [s0, s1, s2] = [of(0), of(1), of(2)];
+    expect(s0.held.length).toBe(100);
+    expect(s1.held).toEqual(s0.held);
+    expect(s2.held).toEqual(s0.held);
+    const prompts = (ts: { prompt?: string }[]) => new Set(ts.map((t) => t.prompt));
+    expect(prompts(s1.train)).not.toEqual(prompts(s0.train));
+    // No seed's training task is a held-out one.
+    const held = prompts(s0.held);
+    for (const s of [s0, s1, s2]) expect(s.train.filter((t) => held.has(t.prompt))).toEqual([]);
+  });
+
   it('says what is missing: no eval split, no train split, a bad file', () => {
     expect(() => trainingTasks(resolveConfig({ tasks: trainOnly }))).toThrow(`tasks: ${trainOnly} has no eval tasks: give held-out tasks with --eval-tasks FILE`);
     expect(() => trainingTasks(resolveConfig({ tasks: evalOnly }))).toThrow(`tasks: ${evalOnly} has no train tasks`);
