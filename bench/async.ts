@@ -13,10 +13,14 @@
  * latency, a remote one: the rollouts then wait more than they compute).
  *
  * The config is the main job's (src/cli/train.ts MAIN_JOB) with eval_every 0 and the steps given.
+ * It also prints what overlap can give at best here: from the first run's rollout and learner
+ * seconds and the CPU seconds both use per step (this process's and the learner's), a pipelined step
+ * is no shorter than its longest phase, nor than their CPU work spread over every core.
+ *
  * Last line: one JSON object with each run's figures and the speed-up of each against the first.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { MAIN_JOB } from '../src/cli/train.ts';
@@ -58,6 +62,10 @@ interface Row {
   step_seconds: number;
   learner_seconds: number;
   learner_idle_fraction: number;
+  rollout_seconds: number;
+  /** CPU seconds per step: this process's (rollouts, sampling, in-process tools) and the learner's. */
+  trainer_cpu_seconds: number | null;
+  learner_cpu_seconds: number | null;
   staleness_mean: number;
   stale_groups_dropped: number;
   is_truncated_fraction: number | null;
@@ -91,6 +99,9 @@ for (const S of modes) {
     step_seconds: stepSeconds / Math.max(1, metrics.length),
     learner_seconds: learnerSeconds / Math.max(1, metrics.length),
     learner_idle_fraction: stepSeconds > 0 ? 1 - learnerSeconds / stepSeconds : 0,
+    rollout_seconds: meanOf('rollout_seconds') ?? 0,
+    trainer_cpu_seconds: meanOf('trainer_cpu_seconds'),
+    learner_cpu_seconds: meanOf('cpu_seconds'),
     staleness_mean: meanOf('staleness_mean') ?? 0,
     stale_groups_dropped: sum('stale_groups_dropped'),
     is_truncated_fraction: meanOf('is_truncated_fraction'),
@@ -108,9 +119,22 @@ for (const S of modes) {
   else console.log(`  run kept in ${join(dir, 'run')}`);
 }
 const baseRow = rows[0]!;
+// What overlap can give at best on this machine, from the first run's figures: a pipelined step is
+// no shorter than its longest phase, nor than the CPU work of both phases spread over every core.
+const cores = availableParallelism();
+const cpuWork = baseRow.trainer_cpu_seconds !== null && baseRow.learner_cpu_seconds !== null ? baseRow.trainer_cpu_seconds + baseRow.learner_cpu_seconds : null;
+const boundStep = Math.max(baseRow.learner_seconds, baseRow.rollout_seconds, cpuWork !== null ? cpuWork / cores : 0);
+const overlapBound = boundStep > 0 ? baseRow.step_seconds / boundStep : null;
 console.log('');
+if (cpuWork !== null) {
+  console.log(
+    `max_staleness ${baseRow.max_staleness} per step: rollouts ${baseRow.rollout_seconds.toFixed(2)} s using ${(baseRow.trainer_cpu_seconds! / Math.max(1e-9, baseRow.rollout_seconds)).toFixed(2)} cores (${baseRow.trainer_cpu_seconds!.toFixed(2)} CPU s), ` +
+      `learner ${baseRow.learner_seconds.toFixed(2)} s using ${(baseRow.learner_cpu_seconds! / Math.max(1e-9, baseRow.learner_seconds)).toFixed(2)} cores (${baseRow.learner_cpu_seconds!.toFixed(2)} CPU s); ` +
+      `perfect overlap on ${cores} cores: >= ${boundStep.toFixed(2)} s/step, a speed-up of at most ${overlapBound!.toFixed(2)}x`,
+  );
+}
 console.log('max_staleness | s/step | learner idle | speed-up vs first | held-out after | vs first (points)');
 for (const r of rows) {
   console.log(`${String(r.max_staleness).padEnd(13)} | ${r.step_seconds.toFixed(2).padStart(6)} | ${pct(r.learner_idle_fraction).padStart(12)} | ${(baseRow.step_seconds / r.step_seconds).toFixed(2).padStart(16)}x | ${pct(r.after).padStart(14)} | ${(100 * (r.after - baseRow.after)).toFixed(1).padStart(6)}`);
 }
-console.log(JSON.stringify({ config: { ...base, model: undefined }, tool_delay_ms: Number(values['tool-delay-ms']), runs: rows, speedup: Object.fromEntries(rows.map((r) => [r.max_staleness, baseRow.step_seconds / r.step_seconds])) }));
+console.log(JSON.stringify({ config: { ...base, model: undefined }, tool_delay_ms: Number(values['tool-delay-ms']), cores, overlap_bound: overlapBound, runs: rows, speedup: Object.fromEntries(rows.map((r) => [r.max_staleness, baseRow.step_seconds / r.step_seconds])) }));

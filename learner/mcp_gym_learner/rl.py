@@ -380,6 +380,7 @@ class RLTrainer:
         check_config(cfg)
         check_gae(batch, cfg)
         t0 = time.perf_counter()
+        c0 = time.process_time()
         fresh = batch.rewards is not None and self.ensure_value_head(
             "the first call with rewards" if self.step == 0 else f"step {self.step} has none (a checkpoint "
             "or calls without one)")  # before the snapshot: the optimizer has its group either way
@@ -396,6 +397,7 @@ class RLTrainer:
         if batch.rewards is not None:
             metrics["value_head_fresh"] = bool(fresh)
         metrics["seconds"] = seconds
+        metrics["cpu_seconds"] = time.process_time() - c0  # all the learner process's threads
         metrics["learner_tokens_per_s"] = batch.tokens * cfg.epochs / seconds if seconds > 0 else None
         for k, v in metrics.items():  # JSON has no NaN / Infinity
             if isinstance(v, float) and not math.isfinite(v):

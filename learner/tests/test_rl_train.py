@@ -284,7 +284,7 @@ def test_train_command_refuses_bad_batches_and_changes_nothing(tmp_path):
     assert r["result"]["step"] == 1
     Draft202012Validator(COMMANDS["train"]["result"]).validate(r["result"])  # TrainMetricsSchema's names
     want = {"loss", "pg_loss", "kl", "entropy", "clip_fraction", "ratio_mean", "ratio_min", "ratio_max",
-            "grad_norm", "lr", "learner_tokens_per_s", "tokens", "sequences"}
+            "grad_norm", "lr", "learner_tokens_per_s", "tokens", "sequences", "seconds", "cpu_seconds"}
     assert want <= set(r["result"]["metrics"])
     assert r["result"]["metrics"]["sequences"] == 4 and r["result"]["metrics"]["tokens"] == sum(map(len, raw["ids"]))
     assert not _same(before, _state(L.model))

@@ -429,6 +429,7 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
     let deathsThisStep = 0;
     let stopped = false;
     let stepStart = performance.now();
+    let cpuStart = process.cpuUsage(); // this process's CPU (rollouts, sampling, in-process tool servers)
     let budgetSpent = false;
     while (run.state.step < c.steps) {
       if (o.signal?.aborted) break;
@@ -484,6 +485,7 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
         t0 = performance.now() - run.state.train_seconds * 1000;
         pipe = startPipeline();
         stepStart = performance.now();
+        cpuStart = process.cpuUsage();
         continue;
       }
       deathsThisStep = 0;
@@ -492,6 +494,7 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
       await p.reload(step, built.batch.ids.length > 0);
       versions.note(p.version(), step);
       const stepSeconds = (performance.now() - stepStart) / 1000;
+      const cpu = process.cpuUsage(cpuStart);
 
       if (lm.ref_reset === true) log(`step ${step}: the reference and the optimizer were reset to the current policy (ref_reset_every ${c.ref_reset_every})`);
 
@@ -504,6 +507,7 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
         staleness_max: stale.max,
         stale_groups_dropped: stale.dropped,
         step_seconds: stepSeconds,
+        trainer_cpu_seconds: (cpu.user + cpu.system) / 1e6,
         learner_wait_seconds: waited,
         learner_idle_fraction: stepSeconds > 0 ? Math.min(1, Math.max(0, (stepSeconds - learnerSeconds) / stepSeconds)) : 0,
         difficulty_mix: difficultyMix(got.trajectories),
@@ -532,6 +536,7 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
       o.onStep?.(m);
       run.refreshReport(title, { config: c, step: run.state.step });
       stepStart = performance.now();
+      cpuStart = process.cpuUsage();
       pipe.finished(step);
     }
     await pipe.stop();

@@ -116,6 +116,7 @@ export const TrainMetricsSchema = z.looseObject({
   ref_reset: z.boolean(),
   world_size: num,
   seconds: num,
+  cpu_seconds: num.optional().describe('CPU time of the learner process over the call, all its threads (seconds × cores busy)'),
   learner_tokens_per_s: nnum,
 });
 export type TrainMetrics = z.output<typeof TrainMetricsSchema>;
