@@ -123,7 +123,7 @@ export type ConfigGroup = (typeof CONFIG_GROUPS)[number];
 const GROUP_OF: Record<string, ConfigGroup> = {};
 const put = (group: ConfigGroup, keys: string) => keys.split(/\s+/).filter(Boolean).forEach((k) => (GROUP_OF[k] = group));
 put('task / suite', 'suite tasks eval_tasks max_difficulty faults bundled_servers');
-put('model', 'model policy base_url api_key_env learner learner_token device threads dtype gradient_checkpointing lora_rank lora_alpha lora_dropout lora_targets logit_chunk');
+put('model', 'model policy base_url api_key_env learner learner_token device threads sampler_threads dtype gradient_checkpointing lora_rank lora_alpha lora_dropout lora_targets logit_chunk');
 put('algorithm / loss', 'preset reward composer_weights advantage per_turn loss clip_low clip_high dual_clip beta entropy_coef ref_reset_every is_correction is_cap is_min gae_gamma gae_lambda gae_level value_coef value_clip whiten_advantages overlong_max overlong_cache policy_token_budget dr_grpo_constant judge judge_base_url judge_api_key_env ruler ruler_votes ruler_weight ruler_verifier_weight ruler_rubric');
 put('optimisation', 'lr warmup_steps total_steps min_lr_ratio weight_decay adam_eps adam_beta1 adam_beta2 vector_lr_scale max_grad_norm epochs minibatch_size micro_batch_size');
 put('sampling', 'temperature top_k top_p max_new_tokens dynamic_sampling dynamic_sampling_on max_resample_rounds');

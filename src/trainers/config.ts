@@ -9,6 +9,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { z } from 'zod';
 import { join } from 'node:path';
+import { availableParallelism } from 'node:os';
 import { BUNDLED_MODEL_DIR } from '../paths.ts';
 import { isHfModelDir } from './learner-client.ts';
 import { LearnerConfigSchema, type LearnerConfigInput } from './protocol.ts';
@@ -85,6 +86,7 @@ export const TrainConfigSchema = z
     learner_token: z.string().optional().describe('bearer token of that learner'),
     device: z.enum(['auto', 'cpu', 'cuda']).default('auto').describe('the learner\'s device'),
     threads: z.number().int().min(1).optional().describe('the learner\'s CPU threads (default: all cores)'),
+    sampler_threads: z.number().int().min(1).optional().describe('the embedded policy\'s onnxruntime threads for the rollouts and evaluations (the samples do not depend on it); default: 2 with max_staleness 0 on 2 or more cores (the learner is idle while the rollouts run), else 1'),
     lora_rank: z.number().int().min(0).default(0).describe('Hugging Face models: the rank of a LoRA adapter to train (PEFT), pushed to the policy server after each step (vLLM /v1/load_lora_adapter); 0: full fine-tuning'),
     lora_alpha: z.number().gt(0).optional().describe('Hugging Face models: LoRA\'s alpha (default 2 × lora_rank)'),
     lora_dropout: z.number().min(0).lt(1).default(0).describe('Hugging Face models: LoRA\'s dropout'),
@@ -241,4 +243,9 @@ export function learnerConfig(c: TrainConfig, o: { totalSteps: number; policyTok
 export function policyTokenBudget(c: TrainConfig, maxTurns: number, contextLength: number): number {
   if (c.policy_token_budget > 0) return c.policy_token_budget;
   return Math.max(1, Math.min(contextLength, c.max_new_tokens * Math.max(1, maxTurns)));
+}
+
+/** The embedded policy's onnxruntime threads (config `sampler_threads`, else its default). */
+export function samplerThreads(c: Pick<TrainConfig, 'sampler_threads' | 'max_staleness'>): number {
+  return c.sampler_threads ?? (c.max_staleness === 0 && availableParallelism() >= 2 ? 2 : 1);
 }

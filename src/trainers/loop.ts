@@ -18,7 +18,7 @@ import { passAtK, passHatK } from '../../lib/index.ts';
 import { mean, std } from './advantages.ts';
 import { buildTrainBatch, type BuiltBatch } from './batch.ts';
 import { collectGroups, rulerJudge, TaskSampler, type Collected } from './collect.ts';
-import { hfLoadOptions, learnerConfig, policyTokenBudget, resolveConfig, type TrainConfig, type TrainConfigInput } from './config.ts';
+import { hfLoadOptions, learnerConfig, policyTokenBudget, resolveConfig, samplerThreads, type TrainConfig, type TrainConfigInput } from './config.ts';
 import { isHfModelDir, type LearnerConnection } from './learner-client.ts';
 import { RunDir, type EvalResult } from './run-dir.ts';
 import { LearnerSession } from './session.ts';
@@ -217,7 +217,7 @@ function servedPolicyError(c: TrainConfig, what: string, err: unknown): Error {
 async function rolloutPolicy(c: TrainConfig, modelDir: string, o: { step: number; runDir: string; log: (line: string) => void }): Promise<RolloutPolicy> {
   const hf = isHfModelDir(modelDir);
   if (c.policy === 'onnx') {
-    const p = await OnnxPolicy.load(modelDir, { temperature: c.temperature, topK: c.top_k, topP: c.top_p, maxNewTokens: c.max_new_tokens, seed: c.seed + 1 + o.step });
+    const p = await OnnxPolicy.load(modelDir, { temperature: c.temperature, topK: c.top_k, topP: c.top_p, maxNewTokens: c.max_new_tokens, seed: c.seed + 1 + o.step, threads: samplerThreads(c) });
     return { policy: p, maxLen: p.model.maxLen, version: () => p.version, reload: () => p.reload(), close: () => p.close() };
   }
   const base = c.policy.slice('openai:'.length);

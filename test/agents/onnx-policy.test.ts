@@ -78,13 +78,13 @@ describe('OnnxPolicy in episodes', () => {
     expect(trajs.every((x) => x.metrics.policy_tokens > 0)).toBe(true);
   });
 
-  it('a seeded rollout is reproducible, however the turns happen to be batched', async () => {
+  it('a seeded rollout is reproducible, however the turns happen to be batched and whatever the threads', async () => {
     // Each turn samples from its own random source (the policy's seed, the episode's group and
     // sample, the turn), so which turns share a batch (a matter of timing) changes nothing.
     const tasks = generateSuite('calculator').filter((x) => x.split === 'eval').slice(0, 6);
-    const runOnce = async (concurrency: number) => {
+    const runOnce = async (concurrency: number, threads = 1) => {
       const env = new Environment();
-      const p = await OnnxPolicy.load(BUNDLED_MODEL_DIR, { temperature: 1, maxNewTokens: 64, seed: 5 });
+      const p = await OnnxPolicy.load(BUNDLED_MODEL_DIR, { temperature: 1, maxNewTokens: 64, seed: 5, threads });
       const r = await rollout(env, p, tasks, { group: 4, concurrency, iteration: 'eval.0' });
       await env.close();
       await p.close();
@@ -94,6 +94,8 @@ describe('OnnxPolicy in episodes', () => {
     const b = await runOnce(24);
     const serial = await runOnce(1); // one turn per batch
     expect(b).toEqual(a);
+    // onnxruntime's threads (the training config's sampler_threads) change neither tokens nor logprobs.
+    expect(await runOnce(24, 2)).toEqual(a);
     expect(serial.map((t) => t.map(([tokens]) => tokens))).toEqual(a.map((t) => t.map(([tokens]) => tokens)));
     // Different samples of a group are different draws.
     expect(new Set(a.map((t) => JSON.stringify(t[0]![0]))).size).toBeGreaterThan(6);

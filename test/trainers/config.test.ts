@@ -1,5 +1,6 @@
+import { availableParallelism } from 'node:os';
 import { describe, expect, it } from 'vitest';
-import { buildBatch, groupAdvantages, isZeroVariance, learnerConfig, overlongPenalty, PRESETS, resolveConfig, turnAdvantages, wilson } from '../../src/trainers/index.ts';
+import { buildBatch, groupAdvantages, isZeroVariance, learnerConfig, overlongPenalty, PRESETS, resolveConfig, samplerThreads, turnAdvantages, wilson } from '../../src/trainers/index.ts';
 
 describe('presets and config', () => {
   it('each preset fills the loop and the learner configuration', () => {
@@ -20,6 +21,13 @@ describe('presets and config', () => {
     expect(lc({ max_staleness: 2, is_correction: 'none' })).toBe('none');
     expect(() => resolveConfig({ max_staleness: -1 })).toThrow(/max_staleness: /);
     expect(() => resolveConfig({ is_correction: 'tis' as never })).toThrow(/is_correction: /);
+    // The sampler's threads: 2 for the synchronous loop (the learner is idle while it samples), 1 when
+    // it overlaps the learner, the config's when given.
+    const cores = availableParallelism();
+    expect(samplerThreads(resolveConfig({ max_staleness: 0 }))).toBe(cores >= 2 ? 2 : 1);
+    expect(samplerThreads(resolveConfig({ max_staleness: 1 }))).toBe(1);
+    expect(samplerThreads(resolveConfig({ max_staleness: 1, sampler_threads: 3 }))).toBe(3);
+    expect(() => resolveConfig({ sampler_threads: 0 })).toThrow(/sampler_threads: /);
     // Flags override the preset; errors name the field.
     expect(resolveConfig({ preset: 'dapo', clip_high: 0.3 }).clip_high).toBe(0.3);
     expect(() => resolveConfig({ preset: 'grpo', group: 1 })).toThrow(/group: Too small/);
