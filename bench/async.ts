@@ -13,9 +13,8 @@
  * latency, a remote one: the rollouts then wait more than they compute).
  *
  * The config is the main job's (src/cli/train.ts MAIN_JOB) with eval_every 0 and the steps given.
- * It also prints what overlap can give at best here: from the first run's rollout and learner
- * seconds and the CPU seconds both use per step (this process's and the learner's), a pipelined step
- * is no shorter than its longest phase, nor than their CPU work spread over every core.
+ * It also prints where the cores went: the CPU seconds per step of this process (rollouts, sampling,
+ * in-process tool servers) and of the learner, and the cores both kept busy over the step.
  *
  * Last line: one JSON object with each run's figures and the speed-up of each against the first.
  */
@@ -119,22 +118,20 @@ for (const S of modes) {
   else console.log(`  run kept in ${join(dir, 'run')}`);
 }
 const baseRow = rows[0]!;
-// What overlap can give at best on this machine, from the first run's figures: a pipelined step is
-// no shorter than its longest phase, nor than the CPU work of both phases spread over every core.
-const cores = availableParallelism();
-const cpuWork = baseRow.trainer_cpu_seconds !== null && baseRow.learner_cpu_seconds !== null ? baseRow.trainer_cpu_seconds + baseRow.learner_cpu_seconds : null;
-const boundStep = Math.max(baseRow.learner_seconds, baseRow.rollout_seconds, cpuWork !== null ? cpuWork / cores : 0);
-const overlapBound = boundStep > 0 ? baseRow.step_seconds / boundStep : null;
 console.log('');
-if (cpuWork !== null) {
+// Where the cores went: each phase's CPU seconds per step over its wall seconds (the synchronous loop
+// has nothing to overlap where both phases already keep every core busy).
+const cores = availableParallelism();
+for (const r of rows) {
+  if (r.trainer_cpu_seconds === null || r.learner_cpu_seconds === null) continue;
   console.log(
-    `max_staleness ${baseRow.max_staleness} per step: rollouts ${baseRow.rollout_seconds.toFixed(2)} s using ${(baseRow.trainer_cpu_seconds! / Math.max(1e-9, baseRow.rollout_seconds)).toFixed(2)} cores (${baseRow.trainer_cpu_seconds!.toFixed(2)} CPU s), ` +
-      `learner ${baseRow.learner_seconds.toFixed(2)} s using ${(baseRow.learner_cpu_seconds! / Math.max(1e-9, baseRow.learner_seconds)).toFixed(2)} cores (${baseRow.learner_cpu_seconds!.toFixed(2)} CPU s); ` +
-      `perfect overlap on ${cores} cores: >= ${boundStep.toFixed(2)} s/step, a speed-up of at most ${overlapBound!.toFixed(2)}x`,
+    `max_staleness ${r.max_staleness} per step on ${cores} cores: this process ${r.trainer_cpu_seconds.toFixed(2)} CPU s (rollouts ${r.rollout_seconds.toFixed(2)} s), ` +
+      `the learner ${r.learner_cpu_seconds.toFixed(2)} CPU s in ${r.learner_seconds.toFixed(2)} s (${(r.learner_cpu_seconds / Math.max(1e-9, r.learner_seconds)).toFixed(2)} cores); ` +
+      `both: ${((r.trainer_cpu_seconds + r.learner_cpu_seconds) / Math.max(1e-9, r.step_seconds)).toFixed(2)} cores busy over the step`,
   );
 }
 console.log('max_staleness | s/step | learner idle | speed-up vs first | held-out after | vs first (points)');
 for (const r of rows) {
   console.log(`${String(r.max_staleness).padEnd(13)} | ${r.step_seconds.toFixed(2).padStart(6)} | ${pct(r.learner_idle_fraction).padStart(12)} | ${(baseRow.step_seconds / r.step_seconds).toFixed(2).padStart(16)}x | ${pct(r.after).padStart(14)} | ${(100 * (r.after - baseRow.after)).toFixed(1).padStart(6)}`);
 }
-console.log(JSON.stringify({ config: { ...base, model: undefined }, tool_delay_ms: Number(values['tool-delay-ms']), cores, overlap_bound: overlapBound, runs: rows, speedup: Object.fromEntries(rows.map((r) => [r.max_staleness, baseRow.step_seconds / r.step_seconds])) }));
+console.log(JSON.stringify({ config: { ...base, model: undefined }, tool_delay_ms: Number(values['tool-delay-ms']), cores, runs: rows, speedup: Object.fromEntries(rows.map((r) => [r.max_staleness, baseRow.step_seconds / r.step_seconds])) }));
