@@ -22,6 +22,19 @@ describe('mcp-gym command line', () => {
     expect(stdout).toContain(`Bundled servers: ${Object.keys(bundledServers).join(', ')}`);
   });
 
+  it('every command takes --help: its own, or its part of the list', async () => {
+    for (const command of ['serve', 'servers', 'suites', 'rollout', 'repair', 'sft', 'demo', 'eval', 'train', 'bench', 'tasks', 'view', 'pipeline', 'serve-policy']) {
+      const { code, stdout, stderr } = await run([command, '--help']);
+      expect(stderr, command).toBe('');
+      expect(code, command).toBe(0);
+      expect(stdout.length, command).toBeGreaterThan(40);
+    }
+    const sft = await run(['sft', '-h']);
+    expect(sft.stdout).toContain('Usage: mcp-gym sft');
+    expect(sft.stdout).toContain('--d-model D --layers L');
+    expect(sft.stdout).not.toContain('pipeline r1'); // the next command's lines are not part of it
+  });
+
   it('lists the servers with their tools and how they isolate episodes', async () => {
     const { code, stdout } = await run(['servers']);
     expect(code).toBe(0);

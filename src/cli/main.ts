@@ -159,9 +159,29 @@ function listServers(): void {
   }
 }
 
+/** A command's lines of the help: from its line to the next command's. */
+export function commandHelp(command: string): string | undefined {
+  const lines = HELP.split('\n');
+  const start = lines.findIndex((l) => new RegExp(`^  ${command.replace(/[-]/g, '\\-')}(\\s|$)`).test(l));
+  if (start < 0) return undefined;
+  let end = start + 1;
+  while (end < lines.length && lines[end]!.startsWith('    ')) end++;
+  return `Usage: mcp-gym ${command} [options]\n\n${lines.slice(start, end).join('\n')}\n`;
+}
+
+/** Commands whose own parser prints a fuller help for --help. */
+const OWN_HELP = new Set(['train', 'start', 'eval', 'bench', 'tasks', 'view', 'pipeline', 'serve-policy']);
+
 export async function main(argv: string[]): Promise<void> {
   const [command, ...rest] = argv;
   try {
+    if (command && !OWN_HELP.has(command) && (rest.includes('--help') || rest.includes('-h'))) {
+      const help = commandHelp(command);
+      if (help) {
+        process.stdout.write(help);
+        return;
+      }
+    }
     switch (command) {
       case undefined:
       case 'help':
