@@ -162,7 +162,7 @@ function listServers(): void {
 /** A command's lines of the help: from its line to the next command's. */
 export function commandHelp(command: string): string | undefined {
   const lines = HELP.split('\n');
-  const start = lines.findIndex((l) => new RegExp(`^  ${command.replace(/[-]/g, '\\-')}(\\s|$)`).test(l));
+  const start = lines.findIndex((l) => l.startsWith(`  ${command} `));
   if (start < 0) return undefined;
   let end = start + 1;
   while (end < lines.length && lines[end]!.startsWith('    ')) end++;

@@ -154,12 +154,11 @@ function stepMetrics(step: number, learner: Record<string, unknown>, got: Collec
 export function trainingTasks(c: TrainConfig, o: Pick<TrainOptions, 'trainTasks' | 'evalTasks'> = {}): { train: Task[]; held: Task[]; source: string } {
   const upTo = (ts: Task[]) => ts.filter((t) => t.difficulty <= c.max_difficulty);
   const fromFile = c.tasks ? upTo(loadTasks(c.tasks)) : undefined;
-  const needSuite = !fromFile && (!o.trainTasks || (!o.evalTasks && !c.eval_tasks));
   // The seed draws the suite's training tasks; its held-out tasks are the suite's own (drawn with the
   // suite's default seed), the same for every seed, so that runs with different seeds are compared on
   // the same tasks. The two never share a task: the split is a hash of the task's parameters.
-  const suite = needSuite ? upTo(generateSuite(c.suite, { seed: c.seed === 0 ? undefined : c.seed, train: 4000, eval: 0 })) : [];
-  const suiteHeld = needSuite ? upTo(generateSuite(c.suite, { train: 0, eval: 500 })) : [];
+  const suite = !fromFile && !o.trainTasks ? upTo(generateSuite(c.suite, { seed: c.seed === 0 ? undefined : c.seed, train: 4000, eval: 0 })) : [];
+  const suiteHeld = !fromFile && !o.evalTasks && !c.eval_tasks ? upTo(generateSuite(c.suite, { train: 0, eval: 500 })) : [];
   const source = o.trainTasks ? 'the given tasks' : c.tasks ? c.tasks : `the ${c.suite} suite`;
   const train = o.trainTasks ?? (fromFile ?? suite).filter((t) => t.split === 'train');
   let held = o.evalTasks ?? (c.eval_tasks ? upTo(loadTasks(c.eval_tasks)) : (fromFile ?? suiteHeld).filter((t) => t.split === 'eval'));
