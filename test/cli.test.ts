@@ -33,6 +33,10 @@ describe('mcp-gym command line', () => {
     expect(sft.stdout).toContain('Usage: mcp-gym sft');
     expect(sft.stdout).toContain('--d-model D --layers L');
     expect(sft.stdout).not.toContain('pipeline r1'); // the next command's lines are not part of it
+    // The flags the help lists are taken: --no-eval gets to the check of --out.
+    const noEval = await run(['sft', '--no-eval']);
+    expect(noEval.stderr).toContain('sft needs --out <model dir>');
+    expect(noEval.code).toBe(2);
   });
 
   it('lists the servers with their tools and how they isolate episodes', async () => {

@@ -12,6 +12,7 @@ export const SFT_DEFAULTS = { suite: 'calculator', maxDifficulty: 1, evalTasks: 
 export async function sftCommand(argv: string[]): Promise<void> {
   const { values } = parseArgs({
     args: argv,
+    allowNegative: true, // --no-eval
     options: {
       suite: { type: 'string', default: SFT_DEFAULTS.suite },
       'max-difficulty': { type: 'string' },
