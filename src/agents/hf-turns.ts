@@ -20,12 +20,15 @@ import { ChatTemplateRenderer, turnEndToken, type ChatMessage, type ToolSpec } f
 import { HfSequence } from './hf/sequence.ts';
 import { HfTokenizer } from './hf/tokenizer.ts';
 import { parseToolCalls } from './hf/tool-calls.ts';
+import { resolveToolFormat, type ToolFormat, type ToolFormatChoice } from './hf/tool-format.ts';
 
 export interface HfTurnsOptions {
   /** More chat-template variables for every rendering (e.g. `enable_thinking: false` for Qwen3). */
   context?: Record<string, unknown>;
   /** The date templates print (Llama 3.1's "Today Date"); default: now. Fix it for reproducible runs. */
   now?: Date;
+  /** How tools are rendered (hf/tool-format.ts): the template's own, or the Hermes format; default auto. */
+  toolFormat?: ToolFormatChoice;
 }
 
 /** The prompt of a turn: the tokens the environment adds before it, and why the sequence was restarted, if it was. */
@@ -92,15 +95,29 @@ export class HfTurns {
     readonly tokenizer: HfTokenizer,
     readonly renderer: ChatTemplateRenderer,
     private readonly options: HfTurnsOptions = {},
+    /** How tools are rendered: the template's own format, or the Hermes format mcp-gym added or the checkpoint carries. */
+    readonly toolFormat: ToolFormat = 'native',
   ) {
     if (renderer.family === 'unknown') throw new Error('HfTurns: the chat template has no known tool-call format (Qwen/Hermes <tool_call> or Llama 3.x JSON calls)');
   }
 
-  /** The tokenizer and chat template of a checkpoint directory. */
+  /** The tokenizer and chat template of a checkpoint directory; a template without tools gets the Hermes format (options.toolFormat). */
   static load(dir: string, options: HfTurnsOptions = {}): HfTurns {
     const tokenizer = HfTokenizer.load(dir);
-    const renderer = ChatTemplateRenderer.fromTokenizer(tokenizer, { ...(options.now ? { now: options.now } : {}), ...(options.context ? { context: options.context } : {}) });
-    return new HfTurns(tokenizer, renderer, options);
+    if (!tokenizer.chatTemplate) throw new Error(`HfTurns: ${dir} has no chat template (tokenizer_config.json chat_template or chat_template.jinja)`);
+    const resolved = resolveToolFormat(tokenizer.chatTemplate, options.toolFormat ?? 'auto');
+    const renderer = new ChatTemplateRenderer(resolved.template, {
+      ...(tokenizer.bosToken !== undefined ? { bosToken: tokenizer.bosToken } : {}),
+      ...(tokenizer.eosToken !== undefined ? { eosToken: tokenizer.eosToken } : {}),
+      ...(options.now ? { now: options.now } : {}),
+      ...(options.context ? { context: options.context } : {}),
+    });
+    return new HfTurns(tokenizer, renderer, options, resolved.format);
+  }
+
+  /** The chat template episodes are rendered with (with the Hermes prelude when the format was added). */
+  get template(): string {
+    return this.renderer.template;
   }
 
   get family(): ChatTemplateRenderer['family'] {
@@ -136,14 +153,14 @@ export class HfTurns {
   }
 
   /** Appends a sampled turn to its episode and reads its text and tool calls. */
-  sampled(obs: Observation, tokens: number[]): Pick<PolicyAction, 'content' | 'toolCalls' | 'parseError'> {
+  sampled(obs: Observation, tokens: number[]): Pick<PolicyAction, 'content' | 'toolCalls' | 'parseError' | 'callParse'> {
     const ep = this.episodes.get(obs.episodeId);
     if (!ep) throw new Error(`HfTurns: episode ${obs.episodeId} has no prompt`);
     // A turn cut off before its end token gets one (not sampled): it leads the next turn's env tokens.
     ep.carry = ep.seq.appendSampled(tokens);
     const parsed = parseToolCalls(this.tokenizer.decode(tokens), this.renderer.family);
     const calls: ProposedCall[] = parsed.calls.map((c) => ({ name: c.name, arguments: c.arguments }));
-    return { content: parsed.content, ...(calls.length ? { toolCalls: calls } : {}), ...(parsed.error ? { parseError: parsed.error } : {}) };
+    return { content: parsed.content, ...(calls.length ? { toolCalls: calls } : {}), ...(parsed.error ? { parseError: parsed.error } : {}), ...(parsed.mode !== 'none' ? { callParse: parsed.mode } : {}) };
   }
 
   /** The episode's whole token sequence so far. */

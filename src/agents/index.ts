@@ -67,7 +67,7 @@ export async function makeChatModel(spec: string, options: ApiPolicyOptions = {}
   throw new Error(`Unknown model provider in '${spec}': use openai:<model> or anthropic:<model>`);
 }
 /** Hugging Face checkpoints on the rollout side: tokenizer, the model's own chat template, tool calls, append-only sequences. */
-export { HfTokenizer, ChatTemplateRenderer, detectFamily, parseToolCalls, HfSequence } from './hf/index.ts';
+export { HfTokenizer, ChatTemplateRenderer, detectFamily, parseToolCalls, HfSequence, resolveToolFormat, writeChatTemplate, TOOL_FORMAT_CHOICES } from './hf/index.ts';
 export { HfTurns, hfDemoExample, toChatMessages, toToolSpecs } from './hf-turns.ts';
 export type { HfTurnsOptions, TurnPrompt } from './hf-turns.ts';
-export type { ContinueResult, TemplateFamily, ParsedToolCalls } from './hf/index.ts';
+export type { ContinueResult, TemplateFamily, ParsedToolCalls, ToolFormat, ToolFormatChoice } from './hf/index.ts';

@@ -247,6 +247,7 @@ export class Environment {
           ...(action.logprobs ? { logprobs: action.logprobs } : {}),
           ...(action.envTokens ? { env_tokens: action.envTokens } : {}),
           ...(action.parseError ? { parse_error: action.parseError } : {}),
+          ...(action.callParse ? { call_parse: action.callParse } : {}),
           ...(action.usage ? { usage: action.usage } : {}),
           ...(action.stopReason ? { stop_reason: action.stopReason } : {}),
           ...(action.tokenDrift ? { token_drift: action.tokenDrift } : {}),

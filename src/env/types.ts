@@ -67,6 +67,11 @@ export interface PolicyAction {
   envTokens?: number[];
   /** A message about text that looked like a tool call but could not be parsed. */
   parseError?: string;
+  /**
+   * How the turn's tool calls were read: `strict` (the model's own format), `lenient` (a bare or
+   * fenced JSON call, src/agents/hf/tool-calls.ts), `failed` (see parseError); absent for a plain answer.
+   */
+  callParse?: 'strict' | 'lenient' | 'failed';
   /** Tokens the provider billed for this turn (API policies). */
   usage?: TokenUsage;
   /** Why the model stopped, as its API says (`stop`, `tool_calls`, `length`, `end_turn`, `max_tokens`, `refusal`, ...). */
@@ -155,6 +160,8 @@ export const TurnSchema = z.object({
   tool_results: z.array(ToolStepSchema),
   step_reward: z.number(),
   parse_error: z.string().optional(),
+  /** How the turn's tool calls were read: strict (the model's format), lenient (a bare or fenced JSON call), failed; absent for a plain answer. */
+  call_parse: z.enum(['strict', 'lenient', 'failed']).optional(),
   policy_ms: z.number(),
   /** Tokens the provider billed for this turn (API policies). */
   usage: z.object({ prompt_tokens: z.number().int(), completion_tokens: z.number().int() }).optional(),

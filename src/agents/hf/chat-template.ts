@@ -6,8 +6,9 @@
  * differ in what they expect. Llama 3.x writes `tool_call.arguments | tojson` (a string would come
  * out quoted), so arguments are parsed into objects for it. Qwen3's template tests
  * `tool_call.arguments is string` and writes a string as it is, an object through `tojson`; with
- * the default `argumentsAs: 'auto'` a template that has that test gets strings as they are (what
- * transformers would render for the same messages), any other template gets objects. A string that
+ * the default `argumentsAs: 'auto'` a template that has that test gets the arguments as they are,
+ * strings and objects (what transformers renders for the same messages), any other template gets
+ * objects. A string that
  * is not JSON is passed on as a string either way.
  *
  * Dates: templates that print today's date (Llama 3.x via `strftime_now`) would render differently
@@ -109,7 +110,7 @@ export class ChatTemplateRenderer {
     }
     this.family = detectFamily(template);
     const a = options.argumentsAs ?? 'auto';
-    this.argumentsAs = a === 'auto' ? (/arguments\s+is\s+string/.test(template) ? 'string' : 'object') : a;
+    this.argumentsAs = a === 'auto' ? (/arguments(?:'\]|"\])?\s+is\s+string/.test(template) ? 'string' : 'object') : a;
     this.now = options.now ?? new Date();
   }
 
@@ -134,7 +135,8 @@ export class ChatTemplateRenderer {
   }
 
   private convertArguments(args: string | Record<string, unknown>): string | Record<string, unknown> {
-    if (this.argumentsAs === 'string') return typeof args === 'string' ? args : JSON.stringify(args);
+    // A template that tests `is string` writes a string as it is and an object through tojson: both as given.
+    if (this.argumentsAs === 'string') return args;
     if (typeof args !== 'string') return args;
     try {
       const parsed: unknown = JSON.parse(args);

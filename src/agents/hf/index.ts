@@ -11,5 +11,6 @@ export {
   type RendererOptions,
   type RenderOptions,
 } from './chat-template.ts';
-export { parseToolCalls, type ParsedToolCall, type ParsedToolCalls } from './tool-calls.ts';
+export { parseToolCalls, type CallParse, type ParsedToolCall, type ParsedToolCalls } from './tool-calls.ts';
+export { resolveToolFormat, writeChatTemplate, hermesTemplate, isHermesTemplate, templateHasTools, TOOL_FORMAT_CHOICES, type ToolFormat, type ToolFormatChoice } from './tool-format.ts';
 export { HfSequence, assistantMessageFromText, type ContinueResult, type Rewritten } from './sequence.ts';

@@ -61,8 +61,8 @@ export function assistantMessageFromText(text: string, family: ChatTemplateRende
   const parsed = parseToolCalls(body, family);
   if (!parsed.calls.length) return { role: 'assistant', content: body };
   const tool_calls = parsed.calls.map((c, i) => ({ id: `call_${i}`, type: 'function' as const, function: { name: c.name, arguments: c.argumentsText ?? c.arguments } }));
-  if (family === 'qwen') {
-    const first = body.indexOf('<tool_call>');
+  const first = body.indexOf('<tool_call>');
+  if (family === 'qwen' && first >= 0) {
     const content = body.slice(0, first).replace(/\n$/, '');
     return { role: 'assistant', content, tool_calls };
   }

@@ -10,6 +10,13 @@
  *
  * A call that cannot be read is reported in `error` (the agent is shown it), never thrown, as
  * template.ts's parseAssistantTokens does.
+ *
+ * Small models do not always keep the format (docs/models.md, "What small models emit"): with
+ * `lenient` (the default for the qwen/Hermes dialect), a turn without `<tool_call>` is also read
+ * for a call written as a fenced JSON block (```json ... ```) or as a bare JSON object with a
+ * "name" and "arguments" (or "parameters"). `mode` says how the turn was read: `strict` (the
+ * dialect's own form), `lenient`, `failed` (it tried a call that could not be read) or `none` (a
+ * plain answer).
  */
 import type { TemplateFamily } from './chat-template.ts';
 
@@ -20,12 +27,18 @@ export interface ParsedToolCall {
   argumentsText?: string;
 }
 
+/** How a turn's tool calls were read (see the file header). */
+export type CallParse = 'strict' | 'lenient' | 'failed' | 'none';
+
 export interface ParsedToolCalls {
   /** The text outside tool calls (end-of-turn tokens removed, trimmed). */
   content: string;
   calls: ParsedToolCall[];
   error?: string;
+  mode: CallParse;
 }
+
+const modeOf = (calls: number, error: string | undefined): CallParse => (error ? 'failed' : calls ? 'strict' : 'none');
 
 const END_TOKENS = ['<|im_end|>', '<|endoftext|>', '<|eot_id|>', '<|eom_id|>', '<|end_of_text|>'];
 
@@ -101,7 +114,48 @@ function parseQwen(text: string): ParsedToolCalls {
     i = close + '</tool_call>'.length;
   }
   const content = outside.join('').trim();
-  return errors.length ? { content, calls, error: errors.join('; ') } : { content, calls };
+  const error = errors.length ? errors.join('; ') : undefined;
+  return { content, calls, mode: modeOf(calls.length, error), ...(error ? { error } : {}) };
+}
+
+const FENCE = /```[A-Za-z]*[ \t]*\n?([\s\S]*?)```/g;
+
+/**
+ * A turn without `<tool_call>`, read for a call in another form: fenced JSON blocks first, else the
+ * bare JSON objects of the text. An object counts as a call when it has a string "name" and an
+ * "arguments" (or "parameters") member; text that holds `"name"` and `"arguments"` but no such
+ * object is a failed call; anything else is a plain answer.
+ */
+function parseLenient(text: string): ParsedToolCalls {
+  const blocks = [...text.matchAll(FENCE)];
+  const sources = blocks.length ? blocks.map((m) => m[1]!) : [text];
+  const calls: ParsedToolCall[] = [];
+  const errors: string[] = [];
+  let outside = blocks.length ? text.replace(FENCE, '') : text;
+  for (const src of sources) {
+    const { objects, unclosed } = jsonObjects(src);
+    for (const o of objects) {
+      let v: unknown;
+      try {
+        v = JSON.parse(o);
+      } catch {
+        continue;
+      }
+      if (v === null || typeof v !== 'object' || Array.isArray(v) || typeof (v as Record<string, unknown>).name !== 'string') continue;
+      if (!('arguments' in (v as object)) && !('parameters' in (v as object))) continue;
+      const r = readCall(o, ['arguments', 'parameters']);
+      if (typeof r === 'string') errors.push(r);
+      else calls.push(r);
+      if (!blocks.length) outside = outside.replace(o, '');
+    }
+    if (unclosed !== undefined && /"name"\s*:/.test(unclosed)) errors.push(`a tool call's JSON is not closed: ${snippet(unclosed)}`);
+  }
+  const content = outside.trim();
+  if (!calls.length && !errors.length && /"name"\s*:/.test(text) && /"(arguments|parameters)"\s*:/.test(text)) {
+    errors.push(`a tool call is not valid JSON: ${snippet(text.trim())}`);
+  }
+  if (errors.length) return { content, calls, error: errors.join('; '), mode: 'failed' };
+  return { content, calls, mode: calls.length ? 'lenient' : 'none' };
 }
 
 /** Splits text into top-level JSON objects (braces counted outside strings); the rest is returned as `rest`. */
@@ -140,7 +194,7 @@ function parseLlama(text: string): ParsedToolCalls {
   const body = tagged ? text.slice(text.indexOf('<|python_tag|>') + '<|python_tag|>'.length) : text;
   const before = tagged ? text.slice(0, text.indexOf('<|python_tag|>')).trim() : '';
   const t = body.trim();
-  if (!tagged && !t.startsWith('{')) return { content: t, calls: [] };
+  if (!tagged && !t.startsWith('{')) return { content: t, calls: [], mode: 'none' };
   const { objects, rest, unclosed } = jsonObjects(t);
   const calls: ParsedToolCall[] = [];
   const errors: string[] = [];
@@ -153,12 +207,18 @@ function parseLlama(text: string): ParsedToolCalls {
   const leftover = rest.replace(/[;\s]/g, '');
   if (leftover) errors.push(`text that is not a JSON tool call: ${snippet(rest.trim())}`);
   if (!objects.length && unclosed === undefined && !leftover) errors.push('<|python_tag|> without a tool call');
-  return errors.length ? { content: before, calls, error: errors.join('; ') } : { content: before, calls };
+  const error = errors.length ? errors.join('; ') : undefined;
+  return { content: before, calls, mode: modeOf(calls.length, error), ...(error ? { error } : {}) };
 }
 
-/** The tool calls of an assistant turn's text in a family's dialect (see the file header). */
-export function parseToolCalls(text: string, family: TemplateFamily): ParsedToolCalls {
+/**
+ * The tool calls of an assistant turn's text in a family's dialect (see the file header); `lenient`
+ * (default true) also reads a qwen/Hermes turn without `<tool_call>` for a fenced or bare JSON call.
+ */
+export function parseToolCalls(text: string, family: TemplateFamily, options: { lenient?: boolean } = {}): ParsedToolCalls {
   const t = stripEnd(text);
   if (family === 'llama3') return parseLlama(t);
-  return parseQwen(t); // qwen, and the Hermes format as the default for unknown templates
+  // qwen, and the Hermes format as the default for unknown templates
+  if (t.includes('<tool_call>') || options.lenient === false) return parseQwen(t);
+  return parseLenient(t);
 }
