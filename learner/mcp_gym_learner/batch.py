@@ -171,17 +171,36 @@ def minibatches(B: int, size: int, seed: int, step: int, epoch: int) -> List[Lis
     return [perm[i: i + size] for i in range(0, B, size)]
 
 
-def micro_batches(shard: Sequence[int], batch: Batch, size: int) -> List[List[int]]:
-    """Longest first (stable), `size` sequences each: rows of similar length share a padded micro-batch."""
+def micro_batches(shard: Sequence[int], batch: Batch, size: int, max_tokens: Optional[int] = None,
+                  shared: int = 0) -> List[List[int]]:
+    """Longest first (stable), at most `size` sequences each (rows of similar length share a padded micro-batch)
+    and, with max_tokens, at most that many tokens beyond the `shared` first ones of each sequence (a prefix the
+    adapter computes once per micro-batch; a longer sequence gets a micro-batch of its own)."""
     order = sorted(shard, key=lambda i: -batch.lengths[i])
-    return [order[i: i + size] for i in range(0, len(order), size)]
+    if not max_tokens:
+        return [order[i: i + size] for i in range(0, len(order), size)]
+    out: List[List[int]] = []
+    cur: List[int] = []
+    n = 0
+    for i in order:
+        cost = batch.lengths[i] - shared
+        if cur and (len(cur) >= size or n + cost > max_tokens):
+            out.append(cur)
+            cur, n = [], 0
+        cur.append(i)
+        n += cost
+    if cur:
+        out.append(cur)
+    return out
 
 
 def micro_inputs(batch: Batch, idx: Sequence[int], adapter: Any, device: torch.device):
     """The model inputs of sequences `idx` laid out by the adapter, the rows of their scored positions' hidden
     states (`sel`), the target tokens, each token's local sequence and each sequence's scored tokens."""
     seqs = [batch.ids[i] for i in idx]
-    inputs, starts = adapter.inputs(seqs, device)
+    # the hidden states read start at the row before each sequence's first scored token
+    need = [int(batch.pos[i].min()) - 1 if batch.scored[i] else int(batch.lengths[i]) for i in idx]
+    inputs, starts = adapter.inputs(seqs, device, need_from=need)
     sel = torch.cat([batch.pos[i] - 1 + starts[j] for j, i in enumerate(idx)]).to(device)
     targets = torch.cat([batch.tgt[i] for i in idx]).to(device)
     seq_index = torch.cat([torch.full((batch.scored[i],), j, dtype=torch.long) for j, i in enumerate(idx)])

@@ -36,8 +36,10 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 # A full checkpoint's weight files (the stale ones are removed after a write that does not rewrite them).
 WEIGHT_FILE_RE = re.compile(r"^(model(-\d+-of-\d+)?\.safetensors|model\.safetensors\.index\.json|"
                             r"pytorch_model(-\d+-of-\d+)?\.bin|pytorch_model\.bin\.index\.json)$")
-# Tokens per micro-batch of `sft` and `logprobs` (gradient accumulation within one SFT step).
-MICRO_TOKENS = int(os.environ.get("MCP_GYM_HF_MICRO_TOKENS", "16384"))
+# Tokens per micro-batch with a gradient (`sft`, `train`; gradient accumulation within one step), a shared prefix
+# counted once: activations of a 135M model take ~3 MB per token on the CPU, so 4096 tokens stay near 12 GB.
+# `logprobs` (no gradient) takes four times as many.
+MICRO_TOKENS = int(os.environ.get("MCP_GYM_HF_MICRO_TOKENS", "4096"))
 SFT_LR_DEFAULTS = {"full": 1e-5, "lora": 1e-4}  # `sft` without lr on a Hugging Face model
 
 
@@ -302,6 +304,38 @@ def check_packing(model: nn.Module, adapter: HFAdapter, autocast: Optional[torch
     return err < tol
 
 
+@torch.no_grad()
+def check_prefix_sharing(model: nn.Module, adapter: HFAdapter, autocast: Optional[torch.dtype] = None) -> bool:
+    """Whether the shared-prefix layout (policy.py) gives this model's hidden states: two sequences with a common
+    prefix, computed with it once, must equal each sequence on its own."""
+    dev = next(model.parameters()).device
+    V = adapter.vocab_size
+    g = torch.Generator().manual_seed(1)
+    prefix = torch.randint(0, min(V, 1000), (40,), generator=g)
+    a = torch.cat([prefix, torch.randint(0, min(V, 1000), (5,), generator=g)])
+    b = torch.cat([prefix, torch.randint(0, min(V, 1000), (3,), generator=g)])
+    was = model.training
+    model.eval()
+    ctx = torch.autocast(device_type="cuda", dtype=autocast) if (autocast and dev.type == "cuda") else None
+    try:
+        if ctx is not None:
+            ctx.__enter__()
+        inputs, starts = adapter.prefix_inputs([a, b], 38, dev)
+        hs = adapter.hidden(model, inputs).float()
+        ha = adapter.hidden(model, {"input_ids": a.unsqueeze(0).to(dev)}).float()
+        hb = adapter.hidden(model, {"input_ids": b.unsqueeze(0).to(dev)}).float()
+    finally:
+        if ctx is not None:
+            ctx.__exit__(None, None, None)
+        model.train(was)
+    scale = float(torch.cat([ha, hb]).abs().max()) + 1e-6
+    low = next(model.parameters()).dtype != torch.float32 or (autocast is not None and dev.type == "cuda")
+    tol = 5e-2 if low else 1e-4
+    err = max(float((hs[starts[0] + 38: starts[0] + 45] - ha[38:]).abs().max()),
+              float((hs[starts[1] + 38: starts[1] + 43] - hb[38:]).abs().max())) / scale
+    return err < tol
+
+
 # ---------------------------------------------------------------------------------------------
 # writing
 
@@ -387,12 +421,24 @@ class HFBackend(Backend):
                 _log(f"{model_dir}: packed sequences do not match single ones with this model and attention "
                      f"({adapter.attn_implementation}); right padding instead")
         adapter.pack = pack
+        share = os.environ.get("MCP_GYM_HF_SHARE_PREFIX", "1") != "0" and not gc
+        if share:
+            try:
+                share = check_prefix_sharing(model, adapter, autocast)
+            except Exception as e:  # a decoder that does not take a cache this way
+                _log(f"{model_dir}: shared-prefix check failed ({type(e).__name__}: {e})")
+                share = False
+            if not share:
+                _log(f"{model_dir}: a shared prefix does not reproduce single sequences with this model; not shared")
+        adapter.share_prefix = share
+        adapter.micro_tokens = MICRO_TOKENS
         env_tokens = os.environ.get("MCP_GYM_HF_PACK_TOKENS")
         if env_tokens:
             adapter.pack_tokens = max(1, int(env_tokens))
         restore = info.pop("restore")
         info.update({"autocast": str(autocast).replace("torch.", "") if autocast else None,
                      "attn_implementation": adapter.attn_implementation, "pack": adapter.pack,
+                     "share_prefix": adapter.share_prefix,
                      "model_type": source_cfg.get("model_type")})
         backend = cls(model, adapter, model_dir, {"format": "hf", "version": 0, "hf": info})
         backend.autocast_dtype = autocast
@@ -592,7 +638,7 @@ class HFBackend(Backend):
         result = train_sft(self.model, examples, epochs=epochs, steps=steps, batch_size=batch_size, lr=lr,
                            warmup=warmup, seed=seed, weight_decay=a.get("weight_decay", 0.01),
                            betas=tuple(a.get("betas", (0.9, 0.95))), grad_clip=a.get("grad_clip", 1.0),
-                           min_lr_ratio=a.get("min_lr_ratio", 0.1), step_fn=step_fn)
+                           min_lr_ratio=a.get("min_lr_ratio", 0.1), step_fn=step_fn, log_every=1)
         self.sft_steps += result["steps"]
         result.update({"examples": len(examples), "lr": lr, "lora": self.lora})
         return result
@@ -600,7 +646,7 @@ class HFBackend(Backend):
 
 def score_sequences(model: nn.Module, adapter: HFAdapter, seqs: List[List[int]], starts: List[int],
                     temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, autocast=None,
-                    micro_tokens: int = MICRO_TOKENS) -> List[List[float]]:
+                    micro_tokens: int = 4 * MICRO_TOKENS) -> List[List[float]]:
     """The processed logprob of tokens starts[b] .. len - 1 of each sequence (PROTOCOL.md, "Logprobs"), in
     micro-batches laid out by the adapter (packed), through the chunked head. No gradient; eval mode."""
     import contextlib
@@ -624,7 +670,7 @@ def score_sequences(model: nn.Module, adapter: HFAdapter, seqs: List[List[int]],
         with torch.no_grad():
             for g in groups:
                 ts = [torch.tensor(seqs[b], dtype=torch.long) for b in g]
-                inputs, st = adapter.inputs(ts, device)
+                inputs, st = adapter.inputs(ts, device, need_from=[starts[b] - 1 for b in g])
                 sel = torch.cat([torch.arange(starts[b] - 1, len(seqs[b]) - 1) + st[j] for j, b in enumerate(g)])
                 tgt = torch.cat([ts[j][starts[b]:] for j, b in enumerate(g)])
                 with (autocast() if autocast is not None else contextlib.nullcontext()):

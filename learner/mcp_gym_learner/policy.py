@@ -1,14 +1,24 @@
 """The policy as the RL trainer sees it: the embedded GPT or a Hugging Face causal LM, behind one adapter.
 
 An adapter lays a micro-batch of sequences out for its model (right padding, or packing into one row
-when the attention kernel supports it), returns the final hidden states of every token as rows of a
-[M, D] matrix (token j of sequence b at row starts[b] + j), and names the LM head's weight and bias.
+when the attention kernel supports it, or a shared prefix computed once), returns the final hidden states of
+every token as rows of a [M, D] matrix (token j of sequence b at row starts[b] + j), and names the LM head's
+weight and bias.
+
+Shared prefix (HFAdapter, `share_prefix`): when the caller says from which token on each sequence's hidden
+states are needed (`need_from`: the position before its first scored token), the sequences' longest common
+prefix up to there (the chat template's system turn and tool list, a group's prompt) runs through the decoder
+once (with its keys and values kept), and the rests of the sequences follow in rows whose mask lets each
+token see the prefix and its own sequence: the same logprobs and the same gradients as each sequence on its own (autograd sums the prefix's gradient
+over the rows), at the cost of the prefix once per micro-batch instead of once per sequence. Rows before
+`need_from` do not exist in the output (their `starts` offsets point before the row block of the sequence).
 `LogprobModule` puts the forward and the chunked head (head.py) in one nn.Module, so that
 DistributedDataParallel sees every use of the parameters inside its forward.
 """
 
 from __future__ import annotations
 
+import weakref
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -23,7 +33,9 @@ class Adapter:
     max_seq_len: Optional[int]
     pad_id: int = 0
 
-    def inputs(self, seqs: Sequence[torch.Tensor], device) -> Tuple[Dict[str, torch.Tensor], List[int]]:
+    def inputs(self, seqs: Sequence[torch.Tensor], device,
+               need_from: Optional[Sequence[int]] = None) -> Tuple[Dict[str, torch.Tensor], List[int]]:
+        """need_from[b]: the first token of sequence b whose hidden state is read (None: all of them)."""
         raise NotImplementedError
 
     def hidden(self, model: nn.Module, inputs: Dict[str, torch.Tensor]) -> torch.Tensor:
@@ -55,7 +67,7 @@ class GPTAdapter(Adapter):
 
         self.pad_id = PAD_ID if PAD_ID < self.vocab_size else 0
 
-    def inputs(self, seqs, device):
+    def inputs(self, seqs, device, need_from=None):
         ids, lengths = _pad_right(seqs, self.pad_id)
         T = ids.shape[1]
         return {"ids": ids.to(device), "lengths": lengths.to(device)}, [r * T for r in range(len(seqs))]
@@ -84,6 +96,19 @@ def hf_base(model):
 
 
 DEFAULT_PACK_TOKENS = 4096  # tokens per packed row when the attention kernel builds a dense [M, M] mask
+MIN_SHARED_PREFIX = 32  # a common prefix shorter than this is not worth a pass of its own
+DEFAULT_REST_ROW_TOKENS = 512  # shared prefix: the rests of the sequences are laid in rows of this many tokens
+
+
+def common_prefix_len(seqs: Sequence[torch.Tensor]) -> int:
+    """The length of the longest prefix all of `seqs` share."""
+    n = min(int(s.shape[0]) for s in seqs)
+    first = seqs[0][:n]
+    for s in seqs[1:]:
+        diff = (s[:n] != first[:n]).nonzero()
+        if diff.numel():
+            n = int(diff[0, 0])
+    return n
 
 
 def pack_rows(lengths: Sequence[int], cap: Optional[int]) -> List[List[int]]:
@@ -133,11 +158,19 @@ class HFAdapter(Adapter):
         self.attn_implementation = attn
         self.pack = (attn == "flash_attention_2") if pack is None else bool(pack)
         self.pack_tokens = int(pack_tokens) if pack_tokens else DEFAULT_PACK_TOKENS
+        self.share_prefix = False  # hf_backend.load turns it on when the model passes check_prefix_sharing
+        self.rest_row_tokens = DEFAULT_REST_ROW_TOKENS  # shared prefix: the rests' tokens per row
+        self.model_ref = weakref.ref(model)  # its dtype, read when a mask is made (the model may be converted after)
+        self.micro_tokens: Optional[int] = None  # hf_backend.load: tokens per micro-batch with a gradient
 
     def _row_cap(self) -> Optional[int]:
         return None if self.attn_implementation == "flash_attention_2" else self.pack_tokens
 
-    def inputs(self, seqs, device):
+    def inputs(self, seqs, device, need_from=None):
+        if self.share_prefix and need_from is not None and len(seqs) > 1:
+            P = min(common_prefix_len(seqs), min(int(x) for x in need_from))
+            if P >= MIN_SHARED_PREFIX:
+                return self.prefix_inputs(seqs, P, device)
         if self.pack:
             return self.packed_inputs(seqs, device)
         ids, lengths = _pad_right(seqs, self.pad_id)
@@ -165,8 +198,63 @@ class HFAdapter(Adapter):
             pos[r, o:] = torch.arange(M - o)  # the tail: a pseudo-sequence of its own
         return {"input_ids": ids.to(device), "position_ids": pos.to(device)}, starts
 
+    def prefix_inputs(self, seqs, P: int, device):
+        """The layout with the first P tokens (common to all `seqs`) computed once: `prefix_ids` [1, P]; the
+        sequences' rests laid end to end in R rows of at most `rest_row_tokens` (or the longest rest) each
+        (`input_ids` [R, M], right-padded), their positions (P, P+1, ... each) and an [R, 1, M, P + M] attention mask:
+        every token sees the whole prefix and, causally, its own sequence. Each row attends to a copy of the
+        prefix's keys and values: short rows waste little on the masked blocks between sequences, and the copies
+        are R, not one per sequence. Token j >= P of sequence b is at row starts[b] + j of the hidden states."""
+        rests = [s[P:] for s in seqs]
+        lengths = [int(r.shape[0]) for r in rests]
+        rows = pack_rows(lengths, max(self.rest_row_tokens, max(lengths)))
+        M = max(sum(lengths[i] for i in row) for row in rows)
+        R = len(rows)
+        ids = torch.full((R, M), self.pad_id, dtype=torch.long)
+        pos = torch.full((R, M), P, dtype=torch.long)
+        allowed = torch.zeros((R, M, P + M), dtype=torch.bool)
+        allowed[:, :, :P] = True
+        causal = torch.ones((M, M), dtype=torch.bool).tril()
+        starts = [0] * len(seqs)
+        for r, row in enumerate(rows):
+            o = 0
+            for i in row:
+                n = lengths[i]
+                ids[r, o: o + n] = rests[i]
+                pos[r, o: o + n] = torch.arange(P, P + n)
+                allowed[r, o: o + n, P + o: P + o + n] = causal[:n, :n]
+                starts[i] = r * M + o - P
+                o += n
+            allowed[r, o:, P + o:] = causal[: M - o, : M - o]  # the padding: a pseudo-sequence whose outputs are not read
+        dev = torch.device(device)
+        if dev.type == "cuda":  # a boolean mask: its dtype need not match the autocast dtype of the queries
+            mask = allowed
+        else:  # additive, in the model's dtype (SDPA misreads another): a boolean one is converted in every layer
+            dtype = next(iter(hf_base(self.model_ref()).parameters())).dtype if self.model_ref() is not None else torch.float32
+            mask = torch.zeros((R, M, P + M), dtype=dtype).masked_fill_(~allowed, float("-inf"))
+        inputs = {"prefix_ids": seqs[0][:P].unsqueeze(0).to(dev), "input_ids": ids.to(dev),
+                  "position_ids": pos.to(dev), "attention_mask": mask.unsqueeze(1).to(dev)}
+        return inputs, starts
+
+    def _hidden_shared(self, dec, inputs):
+        from transformers.cache_utils import DynamicCache
+
+        ids = inputs["input_ids"]
+        R = ids.shape[0]
+        first = dec(input_ids=inputs["prefix_ids"], use_cache=True)
+        cache = first.past_key_values
+        if R > 1:
+            cache = DynamicCache(ddp_cache_data=[(layer.keys.expand(R, -1, -1, -1), layer.values.expand(R, -1, -1, -1))
+                                                 for layer in cache.layers])
+        out = dec(input_ids=ids, attention_mask=inputs["attention_mask"], position_ids=inputs["position_ids"],
+                  past_key_values=cache, use_cache=True)
+        h = out[0] if isinstance(out, (tuple, list)) else out.last_hidden_state
+        return h.reshape(-1, h.shape[-1])
+
     def hidden(self, model, inputs):
         dec = hf_base(model).get_decoder()
+        if "prefix_ids" in inputs:
+            return self._hidden_shared(dec, inputs)
         out = dec(**inputs, use_cache=False)  # no cache: packed position ids are read as sequence boundaries
         h = out[0] if isinstance(out, (tuple, list)) else out.last_hidden_state
         return h.reshape(-1, h.shape[-1])

@@ -38,7 +38,7 @@ from .batch import Batch, micro_batches, micro_inputs, minibatches
 from .gae import ValueTargets, check_gae, log, make_value_head, value_targets, value_terms
 from .losses import ImportanceWeights, importance_weights, loss_terms, token_weights
 from .metrics import StepSums, summary
-from .policy import Adapter, LogprobModule
+from .policy import Adapter, LogprobModule, common_prefix_len
 from .reference import Reference
 from .rl_config import RLConfig, check_config
 from .runtime import adamw
@@ -161,7 +161,13 @@ class RLTrainer:
         return self.optimizer
 
     def _micro(self, shard: Sequence[int], batch: Batch, cfg: RLConfig) -> List[List[int]]:
-        return micro_batches(shard, batch, cfg.micro_batch_size)
+        """micro_batch_size sequences at most; for an adapter with a token budget (a Hugging Face model), at most
+        that many tokens beyond the batch's shared prefix too."""
+        budget = getattr(self.adapter, "micro_tokens", None)
+        shared = 0
+        if budget and getattr(self.adapter, "share_prefix", False) and len(batch) > 1:
+            shared = common_prefix_len(batch.ids)
+        return micro_batches(shard, batch, cfg.micro_batch_size, budget, shared)
 
     def _share_scored(self, batch: Batch, micros: Sequence[Sequence[int]],
                       compute: Callable[[Sequence[int]], torch.Tensor], share: bool = True,

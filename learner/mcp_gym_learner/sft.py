@@ -141,19 +141,27 @@ def adapter_sft_step(module, adapter, examples: Sequence[Example], device, micro
     if total == 0:
         return 0.0, 0, ntok
     order = sorted((j for j in range(len(examples)) if scored[j]), key=lambda j: -len(examples[j].ids))
+    # With a shared prefix (policy.py) a micro-batch computes the examples' common prefix once: the budget
+    # counts each example's tokens after it (and the prefix once).
+    shared = 0
+    if getattr(adapter, "share_prefix", False) and len(order) > 1:
+        from .policy import common_prefix_len
+
+        shared = min(common_prefix_len([torch.tensor(examples[j].ids) for j in order]), min(scored[j][0] - 1 for j in order))
     micro: List[List[int]] = []
     n = 0
     for j in order:
-        if micro and n + len(examples[j].ids) <= micro_tokens:
+        cost = len(examples[j].ids) - shared
+        if micro and n + cost <= micro_tokens:
             micro[-1].append(j)
-            n += len(examples[j].ids)
+            n += cost
         else:
             micro.append([j])
-            n = len(examples[j].ids)
+            n = shared + cost
     loss_sum = 0.0
     for mb in micro:
         seqs = [torch.tensor(examples[j].ids, dtype=torch.long) for j in mb]
-        inputs, starts = adapter.inputs(seqs, device)
+        inputs, starts = adapter.inputs(seqs, device, need_from=[scored[j][0] - 1 for j in mb])
         sel = torch.cat([torch.tensor(scored[j], dtype=torch.long) - 1 + starts[k] for k, j in enumerate(mb)])
         tgt = torch.cat([seqs[k][torch.tensor(scored[j], dtype=torch.long)] for k, j in enumerate(mb)])
         with (autocast() if autocast is not None else contextlib.nullcontext()):
