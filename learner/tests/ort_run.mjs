@@ -1,6 +1,8 @@
 // Runs an exported model with onnxruntime-node the way the TypeScript sampler does (learner/PROTOCOL.md):
 // a left-padded prefill with an empty slot cache (C = 0), then decode steps with a cache of C slots per row
 // (keys [B, H, Dh, C], values [B, H, C, Dh]) into which each step's new keys and values are written.
+// A graph with shared-prefix inputs (hf_graph.py) reads `c.prefix_ids` (computed first, in a run of its own,
+// one copy for all rows) when the case has them, else an empty prefix; the rows' positions follow it.
 // usage: node learner/tests/ort_run.mjs <case.json> <out.json>   (onnxruntime-node from the repo's node_modules)
 import fs from 'node:fs';
 import ort from 'onnxruntime-node';
@@ -16,13 +18,37 @@ const K = Array.from({ length: L }, () => new Float32Array(B * H * Dh * C));
 const V = Array.from({ length: L }, () => new Float32Array(B * H * C * Dh));
 const slotMask = new Float32Array(B * C);
 
-function feeds(ids, pos, mask, Tn, cap) {
-  const f = { input_ids: i64(ids, [B, Tn]), position_ids: i64(pos, [B, Tn]), attention_mask: new ort.Tensor('float32', Float32Array.from(mask), [B, cap + Tn]) };
+const graphPrefix = session.inputNames.includes('prefix_mask');
+let prefix = { n: 0, K: [], V: [] };
+
+function feeds(ids, pos, mask, Tn, cap, rows = B, pre = prefix) {
+  const f = { input_ids: i64(ids, [rows, Tn]), position_ids: i64(pos, [rows, Tn]), attention_mask: new ort.Tensor('float32', Float32Array.from(mask), [rows, cap + Tn]) };
   for (let l = 0; l < L; l++) {
-    f[`past_key_${l}`] = new ort.Tensor('float32', cap ? K[l] : new Float32Array(0), [B, H, Dh, cap]);
-    f[`past_value_${l}`] = new ort.Tensor('float32', cap ? V[l] : new Float32Array(0), [B, H, cap, Dh]);
+    f[`past_key_${l}`] = new ort.Tensor('float32', cap ? K[l] : new Float32Array(0), [rows, H, Dh, cap]);
+    f[`past_value_${l}`] = new ort.Tensor('float32', cap ? V[l] : new Float32Array(0), [rows, H, cap, Dh]);
+  }
+  if (graphPrefix) {
+    // without a prefix: one position that no row reads (the graph needs P >= 1)
+    const n = Math.max(pre.n, 1);
+    f.prefix_mask = new ort.Tensor('float32', new Float32Array(rows * n).fill(pre.n ? 1 : 0), [rows, n]);
+    for (let l = 0; l < L; l++) {
+      f[`prefix_key_${l}`] = new ort.Tensor('float32', pre.n ? pre.K[l] : new Float32Array(H * Dh), [1, H, Dh, n]);
+      f[`prefix_value_${l}`] = new ort.Tensor('float32', pre.n ? pre.V[l] : new Float32Array(H * Dh), [1, H, n, Dh]);
+    }
   }
   return f;
+}
+
+if (c.prefix_ids) {
+  const n = c.prefix_ids.length;
+  const o = await session.run(feeds(c.prefix_ids, c.prefix_ids.map((_, t) => t), new Array(n).fill(1), n, 0, 1, { n: 0, K: [], V: [] }));
+  const nk = o.new_keys.data, nv = o.new_values.data;
+  prefix = { n, K: Array.from({ length: L }, () => new Float32Array(H * Dh * n)), V: Array.from({ length: L }, () => new Float32Array(H * n * Dh)) };
+  for (let l = 0; l < L; l++) for (let h = 0; h < H; h++) for (let t = 0; t < n; t++) for (let d = 0; d < Dh; d++) {
+    const src = ((l * H + h) * n + t) * Dh + d;
+    prefix.K[l][(h * Dh + d) * n + t] = nk[src];
+    prefix.V[l][(h * n + t) * Dh + d] = nv[src];
+  }
 }
 function store(out, Tn, slot) {
   const nk = out.new_keys.data, nv = out.new_values.data;
@@ -36,7 +62,7 @@ function store(out, Tn, slot) {
 let out = await session.run(feeds(c.input_ids, c.position_ids, c.attention_mask, T, 0));
 store(out, T, 0);
 for (let b = 0; b < B; b++) for (let t = 0; t < T; t++) slotMask[b * C + t] = c.attention_mask[b * T + t];
-const result = { inputs: session.inputNames, outputs: session.outputNames, prefill: Array.from(out.logits.data), steps: [], new_dims: [out.new_keys.dims], probs_error: 0 };
+const result = { prefix: prefix.n, inputs: session.inputNames, outputs: session.outputNames, prefill: Array.from(out.logits.data), steps: [], new_dims: [out.new_keys.dims], probs_error: 0 };
 // A graph with a `probs` output (the Hugging Face exports): its largest distance from softmax(logits), over every run.
 function checkProbs(o) {
   if (!o.probs) return;

@@ -1,6 +1,7 @@
-"""ONNX export of Hugging Face causal LMs (hf_export.py): the slot-cache graph in onnxruntime-node (the
-rollout side's runtime, through ort_run.mjs) against transformers' float32 forward, for a prefill (left
-padded) and decode steps through the cache; LoRA exported merged; weight updates in place."""
+"""ONNX export of Hugging Face causal LMs (hf_export.py, hf_graph.py): the slot-cache graph in onnxruntime-node
+(the rollout side's runtime, through ort_run.mjs) against transformers' float32 forward, for a prefill (left
+padded) and decode steps through the cache, with and without a shared prefix read by every row; LoRA exported
+merged; weight updates in place."""
 
 import json
 import os
@@ -16,6 +17,7 @@ transformers = pytest.importorskip("transformers")
 
 from mcp_gym_learner.hf_export import (HfSlotDecoder, export_hf_onnx, merged_state_dict,  # noqa: E402
                                        read_onnx_config, update_hf_onnx_weights)
+from mcp_gym_learner.hf_graph import no_prefix  # noqa: E402
 from mcp_gym_learner.model import positions_from_mask  # noqa: E402
 from mcp_gym_learner.tiny_hf import make_config  # noqa: E402
 
@@ -72,8 +74,9 @@ def _reference(model, ids, mask, pos):
         return model(input_ids=ids, attention_mask=mask, position_ids=pos).logits.float()
 
 
-def _ort(model_dir, tmp_path, ids, mask, pos, T):
-    """The exported graph in onnxruntime-node: logits at positions T-1 (prefill), T, T+1, ... (decode steps)."""
+def _ort(model_dir, tmp_path, ids, mask, pos, T, prefix=None):
+    """The exported graph in onnxruntime-node: logits at positions T-1 (prefill), T, T+1, ... (decode steps);
+    with `prefix` (token ids), every row reads it first (positions 0 .. P-1, computed once)."""
     cfg = read_onnx_config(model_dir)
     a = cfg["architecture"]
     B, steps = ids.shape[0], ids.shape[1] - T
@@ -83,12 +86,16 @@ def _ort(model_dir, tmp_path, ids, mask, pos, T):
             "attention_mask": mask[:, :T].flatten().tolist(),
             "steps": [{"input_ids": ids[:, T + s].tolist(), "position_ids": pos[:, T + s].tolist()}
                       for s in range(steps)]}
+    if prefix is not None:
+        case["prefix_ids"] = prefix.tolist()
     cp, op = tmp_path / "case.json", tmp_path / "out.json"
     cp.write_text(json.dumps(case))
     subprocess.run(["node", ORT_RUN, str(cp), str(op)], check=True, timeout=120, capture_output=True, cwd=REPO)
     out = json.loads(op.read_text())
-    assert out["inputs"] == ["input_ids", "position_ids", "attention_mask"] + \
-        [f"past_key_{i}" for i in range(L)] + [f"past_value_{i}" for i in range(L)]
+    assert out["prefix"] == (0 if prefix is None else len(prefix))
+    assert out["inputs"] == ["input_ids", "position_ids", "attention_mask", "prefix_mask"] + \
+        [f"past_key_{i}" for i in range(L)] + [f"past_value_{i}" for i in range(L)] + \
+        [f"prefix_key_{i}" for i in range(L)] + [f"prefix_value_{i}" for i in range(L)]
     assert out["outputs"] == ["logits", "new_keys", "new_values", "probs"]
     assert out["probs_error"] < 1e-6  # probs is softmax(logits)
     assert out["new_dims"][0] == [L, B, Hkv, T, Dh] and out["new_dims"][-1] == [L, B, Hkv, 1, Dh]
@@ -122,17 +129,74 @@ def test_slot_decoder_in_torch_matches_transformers(case):
     pos = positions_from_mask(mask)
     want = _reference(m, ids, mask, pos)
     L, Hkv, Dh = dec.L, dec.Hkv, dec.Dh
+    pm, pk, pv = no_prefix(L, Hkv, Dh, 2)
     with torch.no_grad():
-        lg, nk, nv, _ = dec(ids[:, :5], pos[:, :5], mask[:, :5].float(),
-                         *[torch.zeros(2, Hkv, Dh, 0)] * L, *[torch.zeros(2, Hkv, 0, Dh)] * L)
+        lg, nk, nv, _ = dec(ids[:, :5], pos[:, :5], mask[:, :5].float(), pm,
+                         *[torch.zeros(2, Hkv, Dh, 0)] * L, *[torch.zeros(2, Hkv, 0, Dh)] * L, *pk, *pv)
         assert (lg - want[:, 4]).abs().max() < 1e-5
         K = [nk[i].transpose(-2, -1) for i in range(L)]
         Vs = [nv[i] for i in range(L)]
         for t in range(5, 8):
-            lg, nk, nv, _ = dec(ids[:, t:t + 1], pos[:, t:t + 1], torch.ones(2, t + 1), *K, *Vs)
+            lg, nk, nv, _ = dec(ids[:, t:t + 1], pos[:, t:t + 1], torch.ones(2, t + 1), pm, *K, *Vs, *pk, *pv)
             assert (lg - want[:, t]).abs().max() < 1e-5
             K = [torch.cat([K[i], nk[i].transpose(-2, -1)], -1) for i in range(L)]
             Vs = [torch.cat([Vs[i], nv[i]], -2) for i in range(L)]
+
+
+@pytest.mark.parametrize("case", ["qwen3", "llama"])
+def test_rows_read_a_shared_prefix_as_their_own_tokens(case):
+    """Three rows share a 6-token prefix computed once (one copy, batch 1): row 0 reads all of it, row 1 the
+    first 4 (its slots hold tokens 4 and 5 itself), row 2 none (all in its slots). Each row's logits, at its
+    prefill and through decode steps, equal transformers' forward over its whole sequence."""
+    m = _model(case)
+    dec = HfSlotDecoder(m)
+    L, Hkv, Dh = dec.L, dec.Hkv, dec.Dh
+    g = torch.Generator().manual_seed(5)
+    prefix = torch.randint(4, VOCAB, (6,), generator=g)
+    seqs = [torch.cat([prefix, torch.randint(4, VOCAB, (5,), generator=g)]) for _ in range(3)]
+    reads = [6, 4, 0]
+    none_b = lambda b: (*[torch.zeros(b, Hkv, Dh, 0)] * L, *[torch.zeros(b, Hkv, 0, Dh)] * L)  # noqa: E731
+    pm0, pk0, pv0 = no_prefix(L, Hkv, Dh, 1)
+    with torch.no_grad():
+        _, pk, pv, _ = dec(prefix.unsqueeze(0), torch.arange(6).unsqueeze(0), torch.ones(1, 6), pm0, *none_b(1), *pk0, *pv0)
+        pre = (*[pk[i].transpose(-2, -1) for i in range(L)], *[pv[i] for i in range(L)])  # [1, Hkv, Dh, 6], ...
+        for s, r in zip(seqs, reads):
+            want = _reference(m, s.unsqueeze(0), torch.ones(1, 11, dtype=torch.long), torch.arange(11).unsqueeze(0))[0]
+            pm = (torch.arange(6) < r).float().unsqueeze(0)
+            T0 = 8 - r  # the row's own prompt tokens: r .. 7
+            lg, nk, nv, _ = dec(s[r:8].unsqueeze(0), torch.arange(r, 8).unsqueeze(0), torch.ones(1, T0), pm,
+                                *none_b(1), *pre)
+            assert (lg[0] - want[7]).abs().max() < 1e-5
+            K = [nk[i].transpose(-2, -1) for i in range(L)]
+            Vs = [nv[i] for i in range(L)]
+            for t in range(8, 11):
+                lg, nk, nv, _ = dec(s[t:t + 1].unsqueeze(0), torch.tensor([[t]]), torch.ones(1, t - r + 1), pm, *K, *Vs, *pre)
+                assert (lg[0] - want[t]).abs().max() < 1e-5
+                K = [torch.cat([K[i], nk[i].transpose(-2, -1)], -1) for i in range(L)]
+                Vs = [torch.cat([Vs[i], nv[i]], -2) for i in range(L)]
+
+
+@needs_node
+@pytest.mark.parametrize("case", ["qwen2", "llama"])
+def test_onnx_rows_read_a_shared_prefix(case, tmp_path):
+    """The exported graph in onnxruntime-node with a prefix computed once and read by every row (its keys and values
+    a single [1, ...] copy that the graph broadcasts): the same logits as transformers over the whole sequences."""
+    m = _model(case)
+    d = str(tmp_path / "m")
+    os.makedirs(d)
+    export_hf_onnx(m, d)
+    assert read_onnx_config(d)["prefix"] is True
+    g = torch.Generator().manual_seed(3)
+    P, T, steps = 7, 4, 3
+    prefix = torch.randint(4, VOCAB, (P,), generator=g)
+    rest = torch.randint(4, VOCAB, (3, T + steps), generator=g)
+    full = torch.cat([prefix.unsqueeze(0).expand(3, P), rest], 1)
+    want = _reference(m, full, torch.ones_like(full), torch.arange(P + T + steps).unsqueeze(0).expand(3, -1))
+    pos = torch.arange(P, P + T + steps).unsqueeze(0).expand(3, -1)
+    got = _ort(d, tmp_path, rest, torch.ones_like(rest), pos, T, prefix=prefix)
+    diff = float((got - want[:, P + T - 1:]).abs().max())
+    print(f"max |onnx with a shared prefix - transformers| = {diff:.3g}")
+    assert diff < 1e-4
 
 
 @needs_node

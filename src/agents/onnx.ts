@@ -45,6 +45,13 @@ export interface RowOptions {
   onToken?: (token: number, logprob: number) => void;
   /** Once aborted, the row samples nothing more (its generation ends as cut off). */
   signal?: AbortSignal;
+  /**
+   * Keep this row's keys and values under this key when it ends, and start from them when a later
+   * row with the same key continues its tokens (an episode's next turn: only the tokens the
+   * environment added are prefilled). Graphs that read a shared prefix only (`graphPrefix`);
+   * `forgetRow(key)` drops what is kept.
+   */
+  cacheKey?: string;
 }
 
 /** A row's settings resolved against the call's. */
@@ -54,6 +61,21 @@ export interface ResolvedRow {
   rng: RandomFn;
   onToken?: (token: number, logprob: number) => void;
   signal?: AbortSignal;
+  cacheKey?: string;
+}
+
+/**
+ * A finished row's keys and values, kept for its next turn: `tokens` (its prompt and the sampled
+ * tokens fed back, i.e. all but the last) are positions 0 .. tokens.length - 1; the first `base` of
+ * them were read from the lane's shared prefix, the next `n` are in K [H, Dh, n] / V [H, n, Dh].
+ */
+interface RowCache {
+  session: ort.InferenceSession;
+  tokens: number[];
+  base: number;
+  n: number;
+  K: Float32Array[];
+  V: Float32Array[];
 }
 
 /** Where OnnxModel.serve takes its rows from, in order. */
@@ -90,7 +112,9 @@ interface Prefix {
 
 /**
  * A row being sampled: its prompt, settings, tokens so far, its row in the lane's cache and its
- * next cache slot (= its next position).
+ * next cache slot. With a graph that reads the shared prefix itself, the row reads the first
+ * `base` tokens of the lane's prefix and its slots hold the tokens after them (slot s is position
+ * base + s); otherwise `base` is 0 and slot s is position s.
  */
 interface LaneRow {
   prompt: number[];
@@ -98,7 +122,10 @@ interface LaneRow {
   gen: Generation;
   slot: number;
   next: number;
+  base: number;
   onDone?: (g: Generation) => void;
+  /** Prompt tokens this row took from a kept RowCache instead of prefilling them. */
+  reused?: number;
 }
 
 /**
@@ -138,7 +165,12 @@ export interface Generation {
 export interface OnnxModelOptions {
   /** Threads of onnxruntime's operators. Default 1 (the model is small; rollouts run in parallel). */
   threads?: number;
-  /** KV cache bytes a decode step may read (rows are sampled in chunks under it). Default 12 MiB. */
+  /**
+   * KV cache bytes a decode step may read (rows are sampled in chunks under it). Default 12 MiB for
+   * the embedded GPT (whose weights fit the processor's cache, so the cache's size decides); 1 GiB for
+   * a Hugging Face model, whose decode step reads hundreds of MB of weights whatever the rows, so
+   * more rows per step pay.
+   */
   cacheBudgetBytes?: number;
   /** Compute the prompts' common prefix once per batch (default true). */
   sharePrefix?: boolean;
@@ -168,6 +200,8 @@ export const HfOnnxConfigSchema = z.looseObject({
   eos_token_ids: z.array(z.number().int().nonnegative()),
   graph: z.string(),
   data: z.string().optional(),
+  /** The graph takes a shared prefix (learner/mcp_gym_learner/hf_graph.py); an export without it is made again (hf-onnx.ts). */
+  prefix: z.boolean().optional(),
 });
 export type HfOnnxConfig = z.output<typeof HfOnnxConfigSchema>;
 
@@ -229,6 +263,12 @@ export class OnnxModel {
   readonly eosTokenIds: readonly number[];
   /** The model's name: the GPT config's `name`, or the checkpoint directory's name. */
   readonly name: string;
+  /**
+   * Whether the graph reads a shared prefix itself (a Hugging Face export: prefix_key_<l> inputs,
+   * learner/mcp_gym_learner/hf_graph.py): rows then keep only their own tokens in their slots.
+   * Otherwise (the embedded GPT) a shared prefix is computed once and copied into each row's slots.
+   */
+  readonly graphPrefix: boolean;
   private readonly gptTemplate?: ChatTemplate;
 
   private constructor(
@@ -238,6 +278,7 @@ export class OnnxModel {
     private readonly options: OnnxModelOptions,
   ) {
     const config = cfg;
+    this.graphPrefix = session.inputNames.includes('prefix_mask');
     if (isHfConfig(config)) {
       const a = config.architecture;
       this.family = config.family;
@@ -319,6 +360,10 @@ export class OnnxModel {
       (this as { eosTokenIds: readonly number[] }).eosTokenIds = [...config.eos_token_ids];
     }
     const session = await OnnxModel.session(this.dir, config, this.options);
+    if (session.inputNames.includes('prefix_mask') !== this.graphPrefix) {
+      await session.release();
+      throw new Error(`OnnxModel.reload: ${this.dir}'s new graph ${this.graphPrefix ? 'lacks' : 'has'} the shared-prefix inputs; load the model again`);
+    }
     const old = this.session;
     this.session = session;
     this.cfg = config;
@@ -366,7 +411,11 @@ export class OnnxModel {
     return this.run(this.session, ids, positions, mask, B, Tn, C, keys, values);
   }
 
-  private async run(session: ort.InferenceSession, ids: BigInt64Array, positions: BigInt64Array, mask: Float32Array, B: number, Tn: number, C: number, keys: Float32Array[], values: Float32Array[], scores: Scores = 'logits') {
+  /**
+   * `prefix` (graphs that read one, `graphPrefix`): the shared prefix's keys and values and which of
+   * its positions each row reads (`mask` [B, n]); without it the graph reads an empty prefix.
+   */
+  private async run(session: ort.InferenceSession, ids: BigInt64Array, positions: BigInt64Array, mask: Float32Array, B: number, Tn: number, C: number, keys: Float32Array[], values: Float32Array[], scores: Scores = 'logits', prefix?: { p: Prefix; mask: Float32Array }) {
     const { L, H, Dh } = this;
     const feeds: Record<string, ort.Tensor> = {
       input_ids: new ort.Tensor('int64', ids, [B, Tn]),
@@ -377,8 +426,24 @@ export class OnnxModel {
       feeds[`past_key_${l}`] = new ort.Tensor('float32', keys[l]!, [B, H, Dh, C]);
       feeds[`past_value_${l}`] = new ort.Tensor('float32', values[l]!, [B, H, C, Dh]);
     }
+    if (this.graphPrefix) {
+      // The graph needs a prefix of at least one position: without one, a position no row reads.
+      const n = prefix?.p.n ?? 1;
+      feeds.prefix_mask = new ort.Tensor('float32', prefix?.mask ?? new Float32Array(B), [B, n]);
+      for (let l = 0; l < L; l++) {
+        feeds[`prefix_key_${l}`] = new ort.Tensor('float32', prefix?.p.K[l] ?? new Float32Array(H * Dh), [1, H, Dh, n]);
+        feeds[`prefix_value_${l}`] = new ort.Tensor('float32', prefix?.p.V[l] ?? new Float32Array(H * Dh), [1, H, n, Dh]);
+      }
+    }
     // Only the outputs used: the [B, V] scores the rows sample from, and the new keys and values.
+    const t0 = performance.now();
     const out = await session.run(feeds, [scores, 'new_keys', 'new_values']);
+    const kind = Tn > 1 || B === 1 && C === 0 ? 'prefill' : 'decode';
+    const st = this.timing[kind];
+    st.calls++;
+    st.rows += B;
+    st.tokens += B * Tn;
+    st.seconds += (performance.now() - t0) / 1000;
     return { logits: out[scores]!.data as Float32Array, newK: out.new_keys!.data as Float32Array, newV: out.new_values!.data as Float32Array };
   }
 
@@ -396,15 +461,16 @@ export class OnnxModel {
     for (const p of prompts) this.checkPrompt(p);
     const rows: ResolvedRow[] = prompts.map((_, i) => {
       const r = o.rows?.[i];
-      return { sampling: r?.sampling ?? o, maxNewTokens: r?.maxNewTokens ?? o.maxNewTokens, rng: r?.rng ?? o.rng, onToken: r?.onToken, signal: r?.signal };
+      return { sampling: r?.sampling ?? o, maxNewTokens: r?.maxNewTokens ?? o.maxNewTokens, rng: r?.rng ?? o.rng, onToken: r?.onToken, signal: r?.signal, ...(r?.cacheKey !== undefined ? { cacheKey: r.cacheKey } : {}) };
     });
-    // Chunks of rows of similar length (shortest first), each with its own capacity C and as many
-    // rows as the budget allows.
-    const capacity = (i: number) => Math.min(this.maxLen, prompts[i]!.length + rows[i]!.maxNewTokens);
-    const order = prompts.map((_, i) => i).sort((a, b) => prompts[a]!.length - prompts[b]!.length || a - b);
     const session = this.acquire();
     try {
       const prefix = await this.sharedPrefix(session, prompts);
+      // Chunks of rows of similar length (shortest first), each with its own capacity C and as many
+      // rows as the budget allows. A graph that reads the prefix itself keeps only each row's own tokens in its slots.
+      const base = (i: number) => (this.graphPrefix && prefix ? Math.min(commonLength(prefix.tokens, prompts[i]!), prompts[i]!.length - 1) : 0);
+      const capacity = (i: number) => Math.min(this.maxLen - base(i), prompts[i]!.length - base(i) + rows[i]!.maxNewTokens);
+      const order = prompts.map((_, i) => i).sort((a, b) => prompts[a]!.length - prompts[b]!.length || a - b);
       const out = prompts.map((): Generation => ({ tokens: [], logprobs: [], stopped: false }));
       for (let i = 0; i < order.length; ) {
         let j = i + 1;
@@ -415,7 +481,7 @@ export class OnnxModel {
           C = c;
         }
         const lane = this.newLane(session, j - i, C, prefix, this.scoresFor(session, order.slice(i, j).map((r) => rows[r]!.sampling)));
-        for (const r of order.slice(i, j)) await this.laneAdd(lane, { prompt: prompts[r]!, opts: rows[r]!, gen: out[r]!, slot: 0, next: 0 });
+        for (const r of order.slice(i, j)) await this.laneAdd(lane, { prompt: prompts[r]!, opts: rows[r]!, gen: out[r]!, slot: 0, next: 0, base: 0 });
         await this.runLane(lane, this.stopTokens(o.stop), undefined, o.onStep);
         i = j;
       }
@@ -442,6 +508,8 @@ export class OnnxModel {
       const recent: number[][] = [];
       const sharePrefix = async (p: number[]) => {
         if (this.options.sharePrefix === false || (lane.prefix && lane.prefix.n < p.length && commonLength(lane.prefix.tokens, p) === lane.prefix.n)) return;
+        // The graph reads the lane's prefix for every running row: it changes only when none is running.
+        if (this.graphPrefix && lane.B > 0) return;
         let n = 0;
         for (const q of [...recent, ...source.pending().map((r) => r.prompt)]) if (q !== p) n = Math.max(n, commonLength(p, q));
         n = Math.min(n, p.length - 1);
@@ -453,7 +521,8 @@ export class OnnxModel {
           if (lane.B >= o.maxRows || this.session !== session) return;
           const head = source.peek();
           if (!head) return;
-          const need = Math.min(this.maxLen, head.prompt.length + head.maxNewTokens);
+          const base = this.graphPrefix && lane.prefix ? Math.min(commonLength(lane.prefix.tokens, head.prompt), head.prompt.length - 1) : 0;
+          const need = Math.min(this.maxLen - base, head.prompt.length - base + head.maxNewTokens);
           // Capacity grows in steps of 32 slots, so that rows of many lengths rarely re-lay the cache.
           const C = Math.max(lane.C, Math.min(this.maxLen, Math.ceil(need / 32) * 32));
           if (lane.B > 0 && (lane.B + 1) * this.rowBytes(C) > this.budget) return;
@@ -462,7 +531,7 @@ export class OnnxModel {
           recent.push(r.prompt);
           if (recent.length > 16) recent.shift();
           this.laneReserve(lane, lane.B + 1, C);
-          await this.laneAdd(lane, { prompt: r.prompt, opts: r.opts, gen: { tokens: [], logprobs: [], stopped: false }, slot: 0, next: 0, onDone: (g) => r.onDone(g, version) });
+          await this.laneAdd(lane, { prompt: r.prompt, opts: r.opts, gen: { tokens: [], logprobs: [], stopped: false }, slot: 0, next: 0, base: 0, onDone: (g) => r.onDone(g, version) });
         }
       };
       await this.runLane(lane, this.stopTokens(o.stop), admit, o.onStep);
@@ -477,7 +546,7 @@ export class OnnxModel {
   }
 
   private get budget(): number {
-    return this.options.cacheBudgetBytes ?? 12 * 2 ** 20;
+    return this.options.cacheBudgetBytes ?? (this.family === 'gpt' ? 12 * 2 ** 20 : 2 ** 30);
   }
 
   /** Bytes of one row's keys and values at capacity C. */
@@ -492,15 +561,79 @@ export class OnnxModel {
    * token of each prompt is left to the row's own prefill, which yields its logits.
    */
   private async sharedPrefix(session: ort.InferenceSession, prompts: number[][]): Promise<Prefix | undefined> {
-    if (this.options.sharePrefix === false || prompts.length < 2) return undefined;
+    // A graph that reads the prefix keeps it for later calls (prefixOf): worth it for one prompt too.
+    if (this.options.sharePrefix === false || (prompts.length < 2 && !this.graphPrefix)) return undefined;
     let n = Math.min(...prompts.map((p) => p.length)) - 1;
     const first = prompts[0]!;
     for (const p of prompts) n = Math.min(n, commonLength(first, p));
     return n < 16 ? undefined : this.prefixOf(session, first.slice(0, n));
   }
 
-  /** The keys and values of `tokens` (a prompt prefix), computed in one pass. */
+  /**
+   * Where the sampler's time went: graph runs that prefill (several new tokens, or a first token)
+   * and decode steps (one new token per row): calls, rows, tokens and seconds of each (the
+   * bookkeeping between runs is the rest of a generation's time).
+   */
+  readonly timing = {
+    prefill: { calls: 0, rows: 0, tokens: 0, seconds: 0 },
+    decode: { calls: 0, rows: 0, tokens: 0, seconds: 0 },
+  };
+
+  /** Prefixes computed on each session, most recently used last (graphs that read the prefix: reused across calls). */
+  private readonly prefixCache = new WeakMap<ort.InferenceSession, Prefix[]>();
+
+  /**
+   * The keys and values of `tokens` (a prompt prefix). With a graph that reads the prefix itself, a
+   * prefix computed before on this session (the same weights) serves again: one that `tokens` extend
+   * is extended by the new tokens only; one that shares at least three quarters of `tokens` (and 16)
+   * is used as it is (each row reads as much of it as its prompt shares). So a chat template's tool
+   * list is computed once per weights version, not once per batch.
+   */
   private async prefixOf(session: ort.InferenceSession, tokens: number[]): Promise<Prefix> {
+    if (!this.graphPrefix) return this.computePrefix(session, tokens);
+    const cache = this.prefixCache.get(session) ?? [];
+    this.prefixCache.set(session, cache);
+    let best: Prefix | undefined;
+    let m = 0;
+    for (const c of cache) {
+      const k = commonLength(c.tokens, tokens);
+      if (k > m) [best, m] = [c, k];
+    }
+    let out: Prefix;
+    if (best && m === best.n && m === tokens.length) out = best;
+    else if (best && m === best.n && m >= 16) out = await this.extendPrefix(session, best, tokens.slice(m));
+    else if (best && m >= 16 && 4 * m >= 3 * tokens.length) out = best;
+    else out = await this.computePrefix(session, tokens);
+    const i = cache.indexOf(out);
+    if (i >= 0) cache.splice(i, 1);
+    cache.push(out);
+    if (cache.length > 4) cache.shift();
+    return out;
+  }
+
+  /** `prefix` followed by `more` tokens: their keys and values computed reading `prefix`, appended to its own. */
+  private async extendPrefix(session: ort.InferenceSession, prefix: Prefix, more: number[]): Promise<Prefix> {
+    const { L, H, Dh } = this;
+    const n = more.length;
+    const N = prefix.n + n;
+    const none = Array.from({ length: L }, () => new Float32Array(0));
+    const ids = BigInt64Array.from(more, (t) => BigInt(t));
+    const pos = BigInt64Array.from({ length: n }, (_, t) => BigInt(prefix.n + t));
+    const r = await this.run(session, ids, pos, new Float32Array(n).fill(1), 1, n, 0, none, none, 'logits', { p: prefix, mask: new Float32Array(prefix.n).fill(1) });
+    const K = Array.from({ length: L }, () => new Float32Array(H * Dh * N));
+    const V = Array.from({ length: L }, () => new Float32Array(H * N * Dh));
+    for (let l = 0; l < L; l++) {
+      for (let h = 0; h < H; h++) {
+        V[l]!.set(prefix.V[l]!.subarray(h * prefix.n * Dh, (h + 1) * prefix.n * Dh), h * N * Dh);
+        for (let d = 0; d < Dh; d++) K[l]!.set(prefix.K[l]!.subarray((h * Dh + d) * prefix.n, (h * Dh + d + 1) * prefix.n), (h * Dh + d) * N);
+      }
+    }
+    this.store(r.newK, r.newV, 1, 0, n, K, V, 0, prefix.n, N);
+    return { tokens: [...prefix.tokens, ...more], n: N, K, V };
+  }
+
+  /** The keys and values of `tokens`, computed in one pass. */
+  private async computePrefix(session: ort.InferenceSession, tokens: number[]): Promise<Prefix> {
     const { L } = this;
     const n = tokens.length;
     const none = Array.from({ length: L }, () => new Float32Array(0));
@@ -576,6 +709,7 @@ export class OnnxModel {
    * with it): its keys and values, its mask, and the logits of its first token.
    */
   private async laneAdd(lane: Lane, row: LaneRow): Promise<void> {
+    if (this.graphPrefix) return this.laneAddRead(lane, row);
     const { L, V } = this;
     const p = row.prompt;
     this.laneReserve(lane, lane.B + 1, Math.min(this.maxLen, p.length + row.opts.maxNewTokens));
@@ -598,6 +732,92 @@ export class OnnxModel {
     lane.rows.push(row);
     lane.order.push(row);
     lane.B++;
+  }
+
+  /**
+   * laneAdd for a graph that reads the shared prefix itself: the row reads the lane prefix's first
+   * `base` tokens (as many as its prompt shares, at most all but its last token); its slots hold the
+   * rest of the prompt, prefilled on its own.
+   */
+  private async laneAddRead(lane: Lane, row: LaneRow): Promise<void> {
+    const { L, V, H, Dh } = this;
+    const p = row.prompt;
+    const kept = this.reusable(lane, row);
+    const base = kept ? kept.base : lane.prefix ? Math.min(commonLength(lane.prefix.tokens, p), p.length - 1) : 0;
+    this.laneReserve(lane, lane.B + 1, Math.min(this.maxLen - base, p.length - base + row.opts.maxNewTokens));
+    const c0 = kept?.n ?? 0; // slots taken from the kept cache
+    const n = p.length - base - c0; // tokens to prefill
+    const none = Array.from({ length: L }, () => new Float32Array(0));
+    const ids = BigInt64Array.from(p.slice(base + c0), (t) => BigInt(t));
+    const pos = BigInt64Array.from({ length: n }, (_, t) => BigInt(base + c0 + t));
+    const read = lane.prefix ? { p: lane.prefix, mask: new Float32Array(lane.prefix.n).fill(1, 0, base) } : undefined;
+    const r = await this.run(lane.session, ids, pos, new Float32Array(c0 + n).fill(1), 1, n, c0, kept?.K ?? none, kept?.V ?? none, lane.scores, read);
+    const b = lane.B;
+    const C = lane.C;
+    lane.logits.set(r.logits, b * V);
+    if (kept) {
+      for (let l = 0; l < L; l++) {
+        for (let h = 0; h < H; h++) {
+          const bh = b * H + h;
+          lane.V[l]!.set(kept.V[l]!.subarray(h * c0 * Dh, (h + 1) * c0 * Dh), bh * C * Dh);
+          for (let d = 0; d < Dh; d++) lane.K[l]!.set(kept.K[l]!.subarray((h * Dh + d) * c0, (h * Dh + d + 1) * c0), (bh * Dh + d) * C);
+        }
+      }
+      row.reused = c0;
+    }
+    this.store(r.newK, r.newV, 1, 0, n, lane.K, lane.V, b, c0, C);
+    lane.mask.fill(0, b * C, (b + 1) * C);
+    lane.mask.fill(1, b * C, b * C + c0 + n);
+    row.base = base;
+    row.next = c0 + n;
+    row.slot = b;
+    lane.rows.push(row);
+    lane.order.push(row);
+    lane.B++;
+  }
+
+  /** Rows kept for their next turn (RowOptions.cacheKey), least recently kept first. */
+  private readonly rowCaches = new Map<string, RowCache>();
+
+  /** Drops what `cacheKey` kept (an episode that ended). */
+  forgetRow(cacheKey: string): void {
+    this.rowCaches.delete(cacheKey);
+  }
+
+  /** The kept cache a row can start from: same weights, the same prefix read, and its tokens a prefix of the row's prompt. */
+  private reusable(lane: Lane, row: LaneRow): RowCache | undefined {
+    const key = row.opts.cacheKey;
+    const kept = key === undefined ? undefined : this.rowCaches.get(key);
+    if (!kept || key === undefined) return undefined;
+    this.rowCaches.delete(key);
+    const p = row.prompt;
+    const fits = kept.session === lane.session && kept.tokens.length < p.length && commonLength(kept.tokens, p) === kept.tokens.length;
+    const samePrefix = kept.base === 0 || (lane.prefix !== undefined && commonLength(lane.prefix.tokens, kept.tokens) >= kept.base);
+    return fits && samePrefix ? kept : undefined;
+  }
+
+  /** Keeps a finished row's keys and values under its cacheKey (at most 512 rows, oldest dropped). */
+  private keepRow(lane: Lane, row: LaneRow): void {
+    const key = row.opts.cacheKey;
+    if (key === undefined || !this.graphPrefix || row.gen.tokens.length === 0) return;
+    const { L, H, Dh } = this;
+    const n = row.next;
+    const C = lane.C;
+    const b = row.slot;
+    const K = Array.from({ length: L }, () => new Float32Array(H * Dh * n));
+    const V = Array.from({ length: L }, () => new Float32Array(H * n * Dh));
+    for (let l = 0; l < L; l++) {
+      for (let h = 0; h < H; h++) {
+        const bh = b * H + h;
+        V[l]!.set(lane.V[l]!.subarray(bh * C * Dh, bh * C * Dh + n * Dh), h * n * Dh);
+        for (let d = 0; d < Dh; d++) K[l]!.set(lane.K[l]!.subarray((bh * Dh + d) * C, (bh * Dh + d) * C + n), (h * Dh + d) * n);
+      }
+    }
+    // The last sampled token was never fed back: the slots hold the prompt and the sampled tokens before it.
+    const tokens = row.prompt.concat(row.gen.tokens.slice(0, -1));
+    this.rowCaches.delete(key);
+    this.rowCaches.set(key, { session: lane.session, tokens, base: row.base, n, K, V });
+    while (this.rowCaches.size > 512) this.rowCaches.delete(this.rowCaches.keys().next().value!);
   }
 
   /** Takes row b out of the lane: the last row moves into its slot. */
@@ -646,7 +866,7 @@ export class OnnxModel {
         if (stop.includes(token)) {
           g.stopped = true;
           finished.push(row);
-        } else if (g.tokens.length >= o.maxNewTokens || row.next >= lane.C || row.next + 1 >= this.maxLen) {
+        } else if (g.tokens.length >= o.maxNewTokens || row.next >= lane.C || row.base + row.next + 1 >= this.maxLen) {
           finished.push(row);
         }
         if (o.onToken) {
@@ -658,6 +878,7 @@ export class OnnxModel {
         }
       }
       if (finished.length) {
+        for (const row of finished) this.keepRow(lane, row);
         // Highest cache row first: the row moved into a freed one has not finished.
         for (const row of [...finished].sort((a, b) => b.slot - a.slot)) this.laneRemove(lane, row.slot);
         lane.order = lane.order.filter((r) => !finished.includes(r));
@@ -682,9 +903,17 @@ export class OnnxModel {
     for (let b = 0; b < B; b++) {
       const row = lane.rows[b]!;
       ids[b] = BigInt(row.gen.tokens[row.gen.tokens.length - 1]!);
-      pos[b] = BigInt(row.next);
+      pos[b] = BigInt(row.base + row.next);
       mask.set(lane.mask.subarray(b * C, (b + 1) * C), b * (C + 1));
       mask[b * (C + 1) + C] = 1;
+    }
+    // The prefix positions each row reads (graphs that read the shared prefix).
+    let read: { p: Prefix; mask: Float32Array } | undefined;
+    if (this.graphPrefix && lane.prefix) {
+      const P = lane.prefix.n;
+      const pm = new Float32Array(B * P);
+      for (let b = 0; b < B; b++) pm.fill(1, b * P, b * P + lane.rows[b]!.base);
+      read = { p: lane.prefix, mask: pm };
     }
     const r = await this.run(
       lane.session,
@@ -697,6 +926,7 @@ export class OnnxModel {
       lane.K.map((k) => k.subarray(0, B * H * Dh * C)),
       lane.V.map((v) => v.subarray(0, B * H * C * Dh)),
       lane.scores,
+      read,
     );
     for (let b = 0; b < B; b++) {
       const row = lane.rows[b]!;
@@ -755,6 +985,8 @@ export interface BatchRequest {
   onToken?: (token: number, logprob: number) => void;
   /** Aborted while queued: the request is dropped (rejected); while sampled: its row stops. */
   signal?: AbortSignal;
+  /** Keep the row's keys and values for a later request with the same key (RowOptions.cacheKey). */
+  cacheKey?: string;
 }
 
 /** A generation and the version of the weights that sampled it. */
@@ -945,7 +1177,7 @@ export class GenerationBatcher {
         c.rows++;
         return {
           prompt: r.prompt,
-          opts: { sampling: r.sampling ?? defaults.sampling, maxNewTokens: r.maxNewTokens, rng: r.rng ?? defaults.rng, onToken: r.onToken, signal: r.signal },
+          opts: { sampling: r.sampling ?? defaults.sampling, maxNewTokens: r.maxNewTokens, rng: r.rng ?? defaults.rng, onToken: r.onToken, signal: r.signal, ...(r.cacheKey !== undefined ? { cacheKey: r.cacheKey } : {}) },
           onDone: (g, version) => {
             taken.delete(q);
             this.running--;
@@ -978,15 +1210,24 @@ export interface OnnxPolicyOptions extends Partial<SamplingOptions>, OnnxModelOp
   chatTemplate?: HfTurnsOptions;
   /** Tokens an assistant turn may have. Default 160. */
   maxNewTokens?: number;
-  /** Requests sampled together at most. Default 32. */
+  /** Requests sampled together at most. Default 32 (64 for a Hugging Face model). */
   maxBatch?: number;
   seed?: number;
+  /**
+   * How concurrent episodes' turns are batched. `static` (the embedded GPT's default): a batch is
+   * the turns queued when the previous one ends, sampled to its end. `continuous` (a Hugging Face
+   * model's default): turns join the running batch between decode steps and leave it as they end,
+   * so that an episode's next turn does not wait for the longest turn of a batch; each turn still
+   * draws from its own seeded random source.
+   */
+  batching?: 'static' | 'continuous';
 }
 
 interface Pending {
   prompt: number[];
   maxNewTokens: number;
   rng: RandomFn;
+  cacheKey?: string;
   resolve: (g: Generation) => void;
   reject: (e: unknown) => void;
 }
@@ -1000,6 +1241,9 @@ export class OnnxPolicy implements Policy {
   private batches = { runs: 0, rows: 0, largest: 0 };
   readonly sampling: SamplingOptions;
 
+  /** Continuous batching (options.batching): the batcher that runs the rows. */
+  private readonly batcher?: GenerationBatcher;
+
   private constructor(
     readonly model: OnnxModel,
     private readonly options: OnnxPolicyOptions,
@@ -1008,6 +1252,9 @@ export class OnnxPolicy implements Policy {
   ) {
     this.id = `onnx:${model.name}`;
     this.sampling = { temperature: options.temperature ?? 1, topK: options.topK ?? 0, topP: options.topP ?? 1 };
+    if ((options.batching ?? (hf ? 'continuous' : 'static')) === 'continuous') {
+      this.batcher = new GenerationBatcher(model, { mode: 'continuous', maxBatch: options.maxBatch ?? (hf ? 64 : 32), sampling: this.sampling, rng: seededRandom(options.seed ?? 1) });
+    }
   }
 
   /**
@@ -1063,6 +1310,7 @@ export class OnnxPolicy implements Policy {
       content: parsed.content,
       ...(parsed.calls.length ? { toolCalls: parsed.calls } : {}),
       ...(parsed.error ? { parseError: parsed.error } : {}),
+      ...(parsed.error ? { callParse: 'failed' as const } : parsed.calls.length ? { callParse: 'strict' as const } : {}),
       tokens: g.tokens,
       logprobs: g.logprobs,
       envTokens: env,
@@ -1078,7 +1326,8 @@ export class OnnxPolicy implements Policy {
     const maxNew = Math.min(this.options.maxNewTokens ?? 160, this.model.maxLen - 1 - prompt.length);
     if (maxNew < 8) return { content: 'The conversation no longer fits my context.', envTokens: [], tokens: [], logprobs: [], ...drift };
     const rng = seededRandom(fnv1a(`${this.options.seed ?? 1}:${obs.episodeKey ?? obs.episodeId}:${obs.turn}`));
-    const g = await this.enqueue({ prompt, maxNewTokens: maxNew, rng });
+    // The episode's keys and values are kept between its turns: the next turn prefills only what the environment added.
+    const g = await this.enqueue({ prompt, maxNewTokens: maxNew, rng, cacheKey: obs.episodeId });
     this.sequences.set(obs.episodeId, prompt.concat(g.tokens));
     return { ...hf.sampled(obs, g.tokens), tokens: g.tokens, logprobs: g.logprobs, envTokens: p.env, ...drift };
   }
@@ -1086,14 +1335,22 @@ export class OnnxPolicy implements Policy {
   endEpisode(episodeId: string): void {
     this.sequences.delete(episodeId);
     this.hf?.end(episodeId);
+    this.model.forgetRow(episodeId);
   }
 
   /** Batches sampled so far: how many, their rows, the largest. */
   stats(): { runs: number; rows: number; largestBatch: number } {
+    if (this.batcher) {
+      const b = this.batcher.stats();
+      return { runs: b.runs, rows: b.rows, largestBatch: b.largestBatch };
+    }
     return { runs: this.batches.runs, rows: this.batches.rows, largestBatch: this.batches.largest };
   }
 
-  private enqueue(row: { prompt: number[]; maxNewTokens: number; rng: RandomFn }): Promise<Generation> {
+  private enqueue(row: { prompt: number[]; maxNewTokens: number; rng: RandomFn; cacheKey?: string }): Promise<Generation> {
+    if (this.batcher) {
+      return this.batcher.submit({ prompt: row.prompt, maxNewTokens: row.maxNewTokens, rng: row.rng, ...(row.cacheKey !== undefined ? { cacheKey: row.cacheKey } : {}) });
+    }
     return new Promise((resolve, reject) => {
       this.queue.push({ ...row, resolve, reject });
       if (!this.running) void this.drain();
@@ -1120,7 +1377,7 @@ export class OnnxPolicy implements Policy {
         try {
           const gens = await this.model.generate(
             batch.map((p) => p.prompt),
-            { ...this.sampling, maxNewTokens: Math.max(...batch.map((p) => p.maxNewTokens)), rng: batch[0]!.rng, rows: batch.map((p) => ({ maxNewTokens: p.maxNewTokens, rng: p.rng })) },
+            { ...this.sampling, maxNewTokens: Math.max(...batch.map((p) => p.maxNewTokens)), rng: batch[0]!.rng, rows: batch.map((p) => ({ maxNewTokens: p.maxNewTokens, rng: p.rng, ...(p.cacheKey !== undefined ? { cacheKey: p.cacheKey } : {}) })) },
           );
           batch.forEach((p, i) => p.resolve(gens[i]!));
         } catch (err) {
@@ -1139,6 +1396,7 @@ export class OnnxPolicy implements Policy {
   }
 
   async close(): Promise<void> {
+    await this.batcher?.close();
     await this.model.close();
   }
 }

@@ -5,7 +5,7 @@
  * when the export is missing or older than the weights (model*.safetensors, adapter/).
  */
 import { spawnSync } from 'node:child_process';
-import { existsSync, readdirSync, statSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { isHfModelDir, learnerPython, LEARNER_DIR } from './learner-client.ts';
 
@@ -14,6 +14,11 @@ export function hfOnnxStale(dir: string): string | undefined {
   if (!isHfModelDir(dir)) return undefined;
   const stamp = join(dir, 'onnx', 'config.json');
   if (!existsSync(stamp)) return 'no ONNX export yet';
+  try {
+    if ((JSON.parse(readFileSync(stamp, 'utf8')) as { prefix?: unknown }).prefix !== true) return 'an older export, without the shared-prefix inputs';
+  } catch {
+    return `${stamp} is not valid JSON`;
+  }
   const exported = statSync(stamp).mtimeMs;
   const weights = readdirSync(dir).filter((f) => f.endsWith('.safetensors')).map((f) => join(dir, f));
   const adapter = join(dir, 'adapter', 'adapter_model.safetensors');
