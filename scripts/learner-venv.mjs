@@ -36,7 +36,7 @@ export function ensureVenv({ root, log, basePython = '/usr/bin/python3' }) {
   execFileSync(venvPython(root), ['-m', 'pip', 'install', '--quiet', '--no-cache-dir', '--disable-pip-version-check', '-r', join(root, 'learner', 'requirements.lock')], {
     stdio: ['ignore', 'inherit', 'inherit'],
   });
-  const check = spawnSync(venvPython(root), ['-c', 'import torch, transformers, peft, safetensors, onnx, jsonschema, pytest'], { encoding: 'utf8' });
+  const check = spawnSync(venvPython(root), ['-c', 'import torch, transformers, peft, safetensors, onnx, jsonschema, pytest, gguf'], { encoding: 'utf8' });
   if (check.status !== 0) throw new Error(`the learner venv ${dir} cannot import its packages: ${check.stderr.trim().split('\n').pop()}`);
   writeFileSync(join(dir, '.mcp-gym-lock'), lockHash(root) + '\n');
   log(`learner venv ready in ${Math.round((Date.now() - t0) / 1000)} s`);
