@@ -18,7 +18,7 @@ import { applyRuler, JudgeError, rollout, TrajectoryWriter, type ChatModel, type
 import { SUITE_NAMES } from '../env/suites/index.ts';
 import { compareSurfaceSets, driftWarning, readToolSurfaces, surfacesHash, type SurfacesDrift, type ToolSurfaces } from '../tools/index.ts';
 import { API_FLAGS, API_HELP, apiOptionsFrom, intFlag, numFlag, UsageError } from './args.ts';
-import { applyModelFlag, checkResume, cliEnvironment, RUN_FLAGS, runSettings, selectTasks } from './rollout.ts';
+import { applyModelFlag, checkResume, cliEnvironment, RUN_FLAGS, runSettings, selectTasks, toolFormatFlag } from './rollout.ts';
 import { TAPE_HELP, tapeOptions } from './record-replay.ts';
 import { FAULTS_HELP, faultedEval, faultOptions, printFaultComparison } from './faults.ts';
 import { ProgressBar, table } from './ui.ts';
@@ -28,8 +28,10 @@ export const EVAL_HELP = `mcp-gym eval: a policy on a task suite or a task file,
   --suite S[,S2...] | --tasks F   bundled suites (${SUITE_NAMES.join(', ')}, all), or a .json/.jsonl task file
                                   (its servers may be any stdio command or URL: third-party servers work)
   --policy P              expert (default), random[:seed], onnx:<model dir>, openai:<model>, anthropic:<model>
-  --model DIR             a model directory sampled in-process (the embedded model's or a Hugging Face
-                          checkpoint's: Qwen3, Qwen2, Llama; exported to ONNX in DIR/onnx when needed)
+  --model M               a model sampled in-process: a directory (the embedded model's or a Hugging Face
+                          checkpoint's: Qwen3, Qwen2, Llama; exported to ONNX in DIR/onnx when needed), a
+                          .gguf file (converted once) or a registered model (smollm2-135m; mcp-gym models)
+  --tool-format F         a Hugging Face model's tools: auto (default: its template's own, else hermes), native, hermes
   -k, --k K               samples per task (default 4)
   --split eval|train|all  (default eval)   --limit N (first N tasks of each suite)   --max-difficulty D
   --eval-tasks N          generated eval tasks per suite (default 40)   --seed S
@@ -102,7 +104,7 @@ export async function evalCommand(argv: string[]): Promise<void> {
   if (!values.resume && existsSync(file) && statSync(file).size > 0) {
     throw new UsageError(`${file} already holds trajectories: pass --resume to continue that evaluation, or choose another --out`);
   }
-  applyModelFlag(values, argv);
+  await applyModelFlag(values, argv);
   const settings = runSettings(values, k, reward);
   const runFile = join(outDir, 'run.json');
   if (values.resume) checkResume(outDir, settings);
@@ -112,7 +114,7 @@ export async function evalCommand(argv: string[]): Promise<void> {
     if (ruler) judge = await makeChatModel(values.judge!, { baseURL: values['judge-base-url'], apiKeyEnv: values['judge-api-key-env'] }).catch((err: Error) => {
       throw new Error(`--judge: ${err.message}`);
     });
-    policy = await makePolicy(values.policy!, { ...(temperature !== undefined ? { temperature } : {}), ...(api.topP !== undefined ? { topP: api.topP as number } : {}), api });
+    policy = await makePolicy(values.policy!, { ...(temperature !== undefined ? { temperature } : {}), ...(api.topP !== undefined ? { topP: api.topP as number } : {}), api, chatTemplate: { toolFormat: toolFormatFlag(values['tool-format']) } });
   } catch (err) {
     throw new UsageError((err as Error).message);
   }

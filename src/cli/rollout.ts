@@ -4,12 +4,12 @@ import { setMaxListeners } from 'node:events';
 import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
-import { makePolicy } from '../agents/index.ts';
+import { makePolicy, TOOL_FORMAT_CHOICES, type ToolFormatChoice } from '../agents/index.ts';
 import { Environment, exportOpenAI, loadTasks, repairJsonlLines, rollout, summarize, type RolloutSummary, type Task } from '../env/index.ts';
 import { describeSuites, generateSuite, SUITE_NAMES } from '../env/suites/index.ts';
 import { ProgressBar, table } from './ui.ts';
 import { API_FLAGS, apiOptionsFrom, UsageError, intFlag } from './args.ts';
-import { ensureHfOnnx } from '../trainers/hf-onnx.ts';
+import { ensureHfOnnx, resolveModel } from '../trainers/index.ts';
 import { TAPE_FLAGS, tapeOptions } from './record-replay.ts';
 import { faultOptions, faultsSetting } from './faults.ts';
 import { faultCounts, type FaultOptions } from '../env/index.ts';
@@ -82,6 +82,8 @@ export interface RunSettings {
   temperature: number | null;
   /** `--faults`, in a fixed order (src/env/faults.ts); null without. */
   faults?: string | null;
+  /** `--tool-format` as asked (auto, native, hermes; a Hugging Face model's tool format, src/agents/hf/tool-format.ts). */
+  tool_format?: string;
 }
 
 const SETTING_FLAGS: [keyof RunSettings, string][] = [
@@ -122,7 +124,7 @@ export function settingsMismatch(dir: string, was: Partial<RunSettings>, now: Ru
   return undefined;
 }
 
-type SettingValues = { policy?: string; suite?: string; tasks?: string; split?: string; limit?: string; 'max-difficulty'?: string; seed?: string; 'eval-tasks'?: string; temperature?: string; faults?: string };
+type SettingValues = { policy?: string; suite?: string; tasks?: string; split?: string; limit?: string; 'max-difficulty'?: string; seed?: string; 'eval-tasks'?: string; temperature?: string; faults?: string; 'tool-format'?: string };
 
 /** A run's settings from its flags (the task file by path and content hash). */
 export function runSettings(values: SettingValues, group: number, reward: string): RunSettings {
@@ -140,6 +142,7 @@ export function runSettings(values: SettingValues, group: number, reward: string
     reward,
     temperature: num(values.temperature),
     faults: faultsSetting(faultOptions(values)),
+    tool_format: values['tool-format'] ?? 'auto',
   };
 }
 
@@ -164,6 +167,7 @@ export const RUN_FLAGS = {
   split: { type: 'string' },
   policy: { type: 'string', default: 'expert' },
   model: { type: 'string' },
+  'tool-format': { type: 'string', default: 'auto' },
   concurrency: { type: 'string', default: '8' },
   out: { type: 'string' },
   resume: { type: 'boolean', default: false },
@@ -181,14 +185,22 @@ export const RUN_FLAGS = {
 } as const;
 
 /**
- * `--model <dir>`: the model directory sampled in-process (`--policy onnx:<dir>`): the embedded
- * model's, or a Hugging Face checkpoint's, exported to ONNX first when it has no current export.
- * Sets `values.policy`, so that the run's settings record it.
+ * `--model <dir | file.gguf | name>`: the model directory sampled in-process (`--policy onnx:<dir>`):
+ * the embedded model's, or a Hugging Face checkpoint's (a .gguf file converted, a registered name
+ * fetched: src/trainers/models.ts), exported to ONNX first when it has no current export. Sets
+ * `values.policy`, so that the run's settings record it.
  */
-export function applyModelFlag(values: { policy?: string; model?: string }, argv: string[], log: (line: string) => void = (l) => process.stderr.write(`${l}\n`)): void {
+export async function applyModelFlag(values: { policy?: string; model?: string; 'tool-format'?: string }, argv: string[], log: (line: string) => void = (l) => process.stderr.write(`${l}\n`)): Promise<void> {
+  toolFormatFlag(values['tool-format']);
   if (values.model === undefined) return;
   if (argv.some((a) => a === '--policy' || a.startsWith('--policy='))) throw new UsageError('give --model <dir> or --policy, not both (--model <dir> is --policy onnx:<dir>)');
-  const dir = resolve(values.model);
+  let spec = values.model;
+  try {
+    spec = await resolveModel(spec, log);
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
+  const dir = resolve(spec);
   if (!existsSync(join(dir, 'config.json'))) throw new UsageError(`--model: no model directory at ${dir} (no config.json)`);
   try {
     ensureHfOnnx(dir, log);
@@ -196,6 +208,13 @@ export function applyModelFlag(values: { policy?: string; model?: string }, argv
     throw new UsageError(`--model: ${(err as Error).message}`);
   }
   values.policy = `onnx:${dir}`;
+}
+
+/** `--tool-format`: auto (default), native or hermes. */
+export function toolFormatFlag(v: string | undefined): ToolFormatChoice {
+  const f = v ?? 'auto';
+  if (!(TOOL_FORMAT_CHOICES as readonly string[]).includes(f)) throw new UsageError(`--tool-format must be ${TOOL_FORMAT_CHOICES.join(', ')}, got '${f}'`);
+  return f as ToolFormatChoice;
 }
 
 /**
@@ -245,13 +264,13 @@ export async function rolloutCommand(argv: string[]): Promise<void> {
   if (!values.resume && held) {
     throw new UsageError(`${file} already holds trajectories: pass --resume to continue that run, or choose another --out`);
   }
-  applyModelFlag(values, argv);
+  await applyModelFlag(values, argv);
   const settings = runSettings(values, group, reward);
   const runFile = join(outDir, 'run.json');
   if (values.resume) checkResume(outDir, settings);
   let policy: Awaited<ReturnType<typeof makePolicy>>;
   try {
-    policy = await makePolicy(values.policy!, { temperature: values.temperature === undefined ? undefined : Number(values.temperature), api });
+    policy = await makePolicy(values.policy!, { temperature: values.temperature === undefined ? undefined : Number(values.temperature), api, chatTemplate: { toolFormat: toolFormatFlag(values['tool-format']) } });
   } catch (err) {
     throw new UsageError((err as Error).message);
   }
