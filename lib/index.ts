@@ -21,3 +21,5 @@ export { fnv1a, sha256Hex } from './hash.ts';
 export { esc } from './html.ts';
 export { LOCAL_NAMES, tokenProblem, invalidOption, hostName, acceptedHostNames, tokenMatches } from './http-guard.ts';
 export { passAtK, passHatK } from './pass-k.ts';
+export { overTasks, taskRates, pairedDifference } from './over-tasks.ts';
+export type { Estimate } from './over-tasks.ts';

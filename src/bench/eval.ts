@@ -9,30 +9,13 @@
  * [0, 1] for rates). With one task there is no spread to measure and the interval is the point
  * (marked `n_tasks` 1 in the JSON).
  */
-import { esc } from '../../lib/index.ts';
+import { esc, overTasks, type Estimate } from '../../lib/index.ts';
 import { failureCauses, type FailureCause, type Task, type Trajectory } from '../env/index.ts';
 import { fmt, renderFeedbackHtml } from './report.ts';
 import { taskStats, type TaskAgentStats } from './agent.ts';
 import { toolFeedback, type Feedback } from './feedback.ts';
 
-/** A mean over tasks with its 95% interval. */
-export interface Estimate {
-  mean: number;
-  ci95: [number, number];
-}
-
-/** Mean of per-task values and its 95% interval over tasks (rates clipped to [0, 1]). */
-export function overTasks(values: number[], rate = false): Estimate {
-  const T = values.length;
-  if (T === 0) return { mean: 0, ci95: [0, 0] };
-  const mean = values.reduce((a, b) => a + b, 0) / T;
-  if (T === 1) return { mean, ci95: [mean, mean] };
-  const s = Math.sqrt(values.reduce((a, b) => a + (b - mean) ** 2, 0) / (T - 1));
-  const h = (1.96 * s) / Math.sqrt(T);
-  const lo = mean - h;
-  const hi = mean + h;
-  return { mean, ci95: rate ? [Math.max(0, lo), Math.min(1, hi)] : [lo, hi] };
-}
+export { overTasks, type Estimate };
 
 export interface EvalTaskRow extends TaskAgentStats {
   difficulty: number;
