@@ -33,6 +33,7 @@ export const TrainConfigSchema = z
     tasks: z.string().min(1).optional().describe('a task file (.json or .jsonl) to train on instead of a suite: its train split (and, without eval_tasks, its eval split as the held-out tasks)'),
     eval_tasks: z.string().min(1).optional().describe('a task file of held-out tasks (all of it; default: the eval split of the tasks, or of the suite, which is the same whatever the seed)'),
     max_difficulty: z.number().int().min(1).max(5).default(5).describe('only tasks up to this difficulty, for training and evaluation'),
+    min_difficulty: z.number().int().min(1).max(5).default(1).describe('only tasks of this difficulty or above, for training and evaluation'),
     model: z.string().default(BUNDLED_MODEL_DIR).describe('the cold-start model directory (copied into the run; the copy is trained)'),
     steps: z.number().int().min(0).default(30).describe('training steps'),
     tasks_per_step: z.number().int().min(1).default(12).describe('groups (tasks) per step'),
@@ -43,6 +44,7 @@ export const TrainConfigSchema = z
     advantage: z.enum(['grpo', 'dr_grpo', 'gae']).default('grpo').describe('advantage estimator: grpo ((r − mean) / sample std), dr_grpo (r − mean) or gae (PPO with GAE: the learner\'s value head, gae_* fields; the batch carries the turns\' rewards)'),
     per_turn: z.boolean().default(false).describe('per-turn advantages: each turn gets the group-normalised return from that turn on (the reward\'s step rewards)'),
     dynamic_sampling: z.boolean().default(false).describe('DAPO dynamic sampling: drop groups without signal and sample more tasks until the batch is full'),
+    drop_zero_variance: z.boolean().default(false).describe('leave groups whose rewards are all equal out of the learner\'s batch (their advantages are 0: with beta 0 and no entropy bonus they add no gradient, only cost); the loss is then normalised over the groups with signal. Needs beta 0, entropy_coef 0 and a group advantage (not gae)'),
     dynamic_sampling_on: z.enum(['outcome', 'reward']).default('outcome').describe('what "without signal" means: every episode solved or every one failed (outcome, as in DAPO), or all shaped rewards equal (reward)'),
     max_resample_rounds: z.number().int().min(0).default(4).describe('with dynamic sampling, at most this many extra sampling rounds per step (the cap)'),
     curriculum: z.enum(CURRICULUM_MODES).default('off').describe('task difficulty over the run: off (uniform draws), adaptive (a level per suite moved by the recent success at it), schedule (curriculum_schedule); each draw is at the level with probability curriculum_share, else below it'),
@@ -91,6 +93,7 @@ export const TrainConfigSchema = z
     lora_alpha: z.number().gt(0).optional().describe('Hugging Face models: LoRA\'s alpha (default 2 × lora_rank)'),
     lora_dropout: z.number().min(0).lt(1).default(0).describe('Hugging Face models: LoRA\'s dropout'),
     lora_targets: z.string().min(1).default('all-linear').describe('Hugging Face models: the modules LoRA adapts: all-linear, or module names separated by commas (e.g. q_proj,v_proj)'),
+    tool_format: z.enum(['auto', 'native', 'hermes']).default('auto').describe('Hugging Face models: how the chat template renders tools: auto (its own when it has them, else the Hermes format), native, hermes (docs/models.md)'),
     dtype: z.enum(['auto', 'float32', 'bfloat16']).default('auto').describe('Hugging Face models: the learner\'s parameter dtype (auto: float32, with bf16 autocast on a GPU that has it)'),
     gradient_checkpointing: z.boolean().default(false).describe('Hugging Face models: recompute activations in the backward pass (less memory, slower)'),
     judge: z.string().default('').describe('RULER\'s judge, a chat model: openai:<model> or anthropic:<model> (empty: no judge)'),
@@ -163,6 +166,10 @@ export function resolveConfig(overrides: Partial<TrainConfigInput>, file?: strin
   }
   if (r.data.learner && isHfModelDir(r.data.model)) {
     throw new Error(`${file ? `${file}: ` : ''}learner: a remote learner (${r.data.learner}) trains the embedded model only; ${r.data.model} is a Hugging Face checkpoint: run this command where the checkpoint and a GPU are (the learner then starts locally with the venv), or leave out learner`);
+  }
+  if (r.data.drop_zero_variance && (r.data.beta > 0 || r.data.entropy_coef > 0 || r.data.advantage === 'gae')) {
+    const why = r.data.beta > 0 ? `beta ${r.data.beta} (the KL term trains on every sequence)` : r.data.entropy_coef > 0 ? `entropy_coef ${r.data.entropy_coef}` : "advantage 'gae' (the value head trains on every sequence)";
+    throw new Error(`${file ? `${file}: ` : ''}drop_zero_variance: groups without signal add no gradient only with beta 0, entropy_coef 0 and a group advantage; this run has ${why}`);
   }
   if (r.data.curriculum_low > r.data.curriculum_high) {
     throw new Error(`${file ? `${file}: ` : ''}curriculum_low: ${r.data.curriculum_low} is above curriculum_high ${r.data.curriculum_high} (the band that keeps the level)`);

@@ -82,6 +82,8 @@ export interface LearnerOptions {
   env?: Record<string, string>;
   /** Copy the learner's stderr (its log) to ours. Default false. */
   forwardStderr?: boolean;
+  /** Hears each line of the learner's own log (its stderr lines that start with "[learner] ", without that mark): progress of a long request. */
+  onLog?: (line: string) => void;
   /** The model is a Hugging Face checkpoint: run the learner with the venv's Python (learnerPython). */
   hf?: boolean;
 }
@@ -97,9 +99,14 @@ export class LearnerClient implements LearnerConnection {
     child.stdout.setEncoding('utf8');
     child.stdout.on('data', (chunk: string) => this.onData(chunk));
     child.stderr.setEncoding('utf8');
+    let partial = '';
     child.stderr.on('data', (chunk: string) => {
       this.stderr = (this.stderr + chunk).slice(-4000);
       if (this.forward) process.stderr.write(chunk);
+      if (!this.onLog) return;
+      const lines = (partial + chunk).split('\n');
+      partial = lines.pop()!;
+      for (const l of lines) if (l.startsWith('[learner] ')) this.onLog(l.slice('[learner] '.length));
     });
     child.on('exit', (code, signal) => {
       this.exited = { code, signal };
@@ -110,6 +117,7 @@ export class LearnerClient implements LearnerConnection {
   }
 
   private forward = false;
+  private onLog?: (line: string) => void;
 
   static start(options: LearnerOptions = {}): LearnerClient {
     const python = learnerPython({ hf: options.hf });
@@ -129,6 +137,7 @@ export class LearnerClient implements LearnerConnection {
     });
     const client = new LearnerClient(child);
     client.forward = options.forwardStderr ?? false;
+    client.onLog = options.onLog;
     child.on('error', (err) => {
       for (const p of client.pending.values()) p.reject(new LearnerError(`cannot start the learner (${python}): ${err.message}`));
       client.pending.clear();

@@ -14,8 +14,8 @@ import { OnnxPolicy, OpenAIPolicy } from '../agents/index.ts';
 import { ServerEndpointError } from '../agents/openai.ts';
 import { Environment, loadTasks, rollout, type ChatModel, type EnvironmentOptions, type Policy, type RewardFn, type Task, type Trajectory } from '../env/index.ts';
 import { generateSuite } from '../env/suites/index.ts';
-import { passAtK, passHatK } from '../../lib/index.ts';
-import { mean, std } from './advantages.ts';
+import { overTasks, passAtK, passHatK, taskRates } from '../../lib/index.ts';
+import { isZeroVariance, mean, std } from './advantages.ts';
 import { buildTrainBatch, type BuiltBatch } from './batch.ts';
 import { collectGroups, rulerJudge, TaskSampler, type Collected } from './collect.ts';
 import { hfLoadOptions, learnerConfig, policyTokenBudget, resolveConfig, samplerThreads, type TrainConfig, type TrainConfigInput } from './config.ts';
@@ -55,6 +55,8 @@ export interface TrainOptions {
   /** RULER's judge (with `ruler` on in the config); it wins over the config's `judge` spec, which it fills when empty. */
   judge?: ChatModel;
   onStep?: (m: Record<string, unknown>) => void;
+  /** Hears each held-out evaluation's seconds and its result. */
+  onEval?: (seconds: number, e: EvalResult) => void;
   onLog?: (line: string) => void;
   /** Warnings (a resumed run whose tools drifted from those it was trained with); default: onLog as `warning: ...`. */
   onWarning?: (message: string) => void;
@@ -74,6 +76,12 @@ export function wilson(successes: number, n: number, z = 1.96): [number, number]
   const c = (p + (z * z) / (2 * n)) / d;
   const h = (z * Math.sqrt((p * (1 - p)) / n + (z * z) / (4 * n * n))) / d;
   return [Math.max(0, c - h), Math.min(1, c + h)];
+}
+
+/** The success rate's interval over tasks (each task's episodes a cluster) and the number of tasks. */
+export function taskClustered(trajectories: Trajectory[]): Pick<EvalResult, 'ci95_tasks' | 'tasks'> {
+  const rates = taskRates(trajectories);
+  return { ci95_tasks: overTasks([...rates.values()], true).ci95, tasks: rates.size };
 }
 
 /**
@@ -152,7 +160,7 @@ function stepMetrics(step: number, learner: Record<string, unknown>, got: Collec
  * suite (large pools, so that training rarely repeats a task). Only tasks up to max_difficulty.
  */
 export function trainingTasks(c: TrainConfig, o: Pick<TrainOptions, 'trainTasks' | 'evalTasks'> = {}): { train: Task[]; held: Task[]; source: string } {
-  const upTo = (ts: Task[]) => ts.filter((t) => t.difficulty <= c.max_difficulty);
+  const upTo = (ts: Task[]) => ts.filter((t) => t.difficulty <= c.max_difficulty && t.difficulty >= c.min_difficulty);
   const fromFile = c.tasks ? upTo(loadTasks(c.tasks)) : undefined;
   // The seed draws the suite's training tasks; its held-out tasks are the suite's own (drawn with the
   // suite's default seed), the same for every seed, so that runs with different seeds are compared on
@@ -163,7 +171,7 @@ export function trainingTasks(c: TrainConfig, o: Pick<TrainOptions, 'trainTasks'
   const train = o.trainTasks ?? (fromFile ?? suite).filter((t) => t.split === 'train');
   let held = o.evalTasks ?? (c.eval_tasks ? upTo(loadTasks(c.eval_tasks)) : (fromFile ?? suiteHeld).filter((t) => t.split === 'eval'));
   if (c.eval_limit > 0) held = held.slice(0, c.eval_limit);
-  const limit = c.max_difficulty < 5 ? ` of difficulty <= ${c.max_difficulty}` : '';
+  const limit = c.max_difficulty < 5 || c.min_difficulty > 1 ? ` of difficulty ${c.min_difficulty}-${c.max_difficulty}` : '';
   if (train.length === 0) throw new Error(o.trainTasks ? 'trainTasks: no tasks' : `${c.tasks ? `tasks: ${c.tasks}` : `suite '${c.suite}'`} has no train tasks${limit} (a task's "split" says where it goes)`);
   if (held.length === 0) {
     throw new Error(o.evalTasks ? 'evalTasks: no tasks' : c.eval_tasks ? `eval_tasks: ${c.eval_tasks} has no tasks${limit}` : `${c.tasks ? `tasks: ${c.tasks}` : `suite '${c.suite}'`} has no eval tasks${limit}: give held-out tasks with --eval-tasks FILE (or "split": "eval" in the task file)`);
@@ -216,7 +224,7 @@ function servedPolicyError(c: TrainConfig, what: string, err: unknown): Error {
 async function rolloutPolicy(c: TrainConfig, modelDir: string, o: { step: number; runDir: string; log: (line: string) => void }): Promise<RolloutPolicy> {
   const hf = isHfModelDir(modelDir);
   if (c.policy === 'onnx') {
-    const p = await OnnxPolicy.load(modelDir, { temperature: c.temperature, topK: c.top_k, topP: c.top_p, maxNewTokens: c.max_new_tokens, seed: c.seed + 1 + o.step, threads: samplerThreads(c) });
+    const p = await OnnxPolicy.load(modelDir, { temperature: c.temperature, topK: c.top_k, topP: c.top_p, maxNewTokens: c.max_new_tokens, seed: c.seed + 1 + o.step, threads: samplerThreads(c), chatTemplate: { toolFormat: c.tool_format } });
     return { policy: p, maxLen: p.model.maxLen, version: () => p.version, reload: () => p.reload(), close: () => p.close() };
   }
   const base = c.policy.slice('openai:'.length);
@@ -362,10 +370,12 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
     const pol = policy.policy;
 
     const evaluate = async (step: number): Promise<EvalResult> => {
+      const te = performance.now();
       const r = await rollout(env, pol, held, { group: c.eval_samples, concurrency: c.concurrency, iteration: `eval.${step}` });
       const ok = r.trajectories.filter((t) => t.success).length;
-      const e: EvalResult = { step, success: ok / r.trajectories.length, ci95: wilson(ok, r.trajectories.length), episodes: r.trajectories.length, mean_reward: mean(r.trajectories.map((t) => t.reward)), ...passK(r.trajectories, c.eval_samples) };
+      const e: EvalResult = { step, success: ok / r.trajectories.length, ci95: wilson(ok, r.trajectories.length), episodes: r.trajectories.length, mean_reward: mean(r.trajectories.map((t) => t.reward)), ...passK(r.trajectories, c.eval_samples), ...taskClustered(r.trajectories) };
       run.writeEval(e, r.trajectories);
+      o.onEval?.((performance.now() - te) / 1000, e);
       return e;
     };
     const checkpoint = (step: number) => s.saveCheckpoint(step, (dir) => {
@@ -452,7 +462,10 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
       const stale = splitStale([...got.kept, ...replayedGroups], step, (g) => (replayedIds.has(g.group_id) ? c.max_staleness + c.replay_max_age : c.max_staleness), versions);
       if (stale.dropped) log(`step ${step}: ${stale.dropped} group(s) sampled more than max_staleness ${c.max_staleness} steps ago (replayed: ${c.max_staleness + c.replay_max_age}), dropped`);
       const replayedKept = stale.kept.filter((g) => replayedIds.has(g.group_id));
-      const built = buildTrainBatch(stale.kept, { advantage: c.advantage, perTurn: c.per_turn, maxLen: p.maxLen });
+      // drop_zero_variance: groups whose advantages are all 0 cost the learner a pass and add no gradient.
+      const signal = c.drop_zero_variance ? stale.kept.filter((g) => !isZeroVariance(g.trajectories.map((t) => t.reward))) : stale.kept;
+      const built = buildTrainBatch(signal, { advantage: c.advantage, perTurn: c.per_turn, maxLen: p.maxLen });
+      if (c.drop_zero_variance) built.zeroVarianceGroups = stale.kept.length - signal.length;
 
       const tl = performance.now();
       const checkpointDue = step % c.checkpoint_every === 0 || step === c.steps;

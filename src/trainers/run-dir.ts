@@ -24,6 +24,12 @@ export interface EvalResult {
   /** pass@k and pass^k for k = 1..eval_samples (keys "1".."K"), averaged over the held-out tasks. */
   pass_at_k?: Record<string, number>;
   pass_hat_k?: Record<string, number>;
+  /** The success rate's 95% interval over tasks (a task's episodes are one cluster: lib/over-tasks.ts). */
+  ci95_tasks?: [number, number];
+  /** Held-out tasks evaluated. */
+  tasks?: number;
+  /** The episodes' trajectories, in the run directory (evals/step-NNNNN.jsonl). */
+  trajectories?: string;
 }
 
 export interface RunState {
@@ -70,7 +76,7 @@ function readRows(file: string): Record<string, unknown>[] {
 }
 
 /** What makes a run the run it is: resuming with any of these changed would mix two runs in one directory. */
-export const RUN_IDENTITY = ['preset', 'model', 'suite', 'tasks', 'eval_tasks', 'max_difficulty', 'reward', 'group', 'tasks_per_step', 'loss', 'advantage', 'per_turn', 'seed', 'temperature', 'top_k', 'top_p', 'max_new_tokens', 'ruler', 'judge', 'ruler_weight', 'ruler_verifier_weight', 'ruler_rubric', 'policy', 'lora_rank', 'lora_alpha', 'lora_dropout', 'lora_targets', 'dtype', 'curriculum', 'curriculum_schedule', 'replay_fraction', 'composer_weights', 'gae_level', 'faults'] as const;
+export const RUN_IDENTITY = ['preset', 'model', 'suite', 'tasks', 'eval_tasks', 'max_difficulty', 'min_difficulty', 'tool_format', 'reward', 'group', 'tasks_per_step', 'loss', 'advantage', 'per_turn', 'seed', 'temperature', 'top_k', 'top_p', 'max_new_tokens', 'ruler', 'judge', 'ruler_weight', 'ruler_verifier_weight', 'ruler_rubric', 'policy', 'lora_rank', 'lora_alpha', 'lora_dropout', 'lora_targets', 'dtype', 'curriculum', 'curriculum_schedule', 'replay_fraction', 'composer_weights', 'gae_level', 'faults'] as const;
 
 /** The differences between a run's recorded config and the one it is resumed with, as `field: was X, now Y`. */
 export function identityChanges(was: Record<string, unknown>, now: Record<string, unknown>): string[] {
@@ -223,6 +229,11 @@ export class RunDir {
   }
 
   writeEval(e: EvalResult, trajectories: Trajectory[]): void {
+    // The episodes themselves: the viewer shows them, and two evaluations compare task by task.
+    const file = join('evals', `step-${String(e.step).padStart(5, '0')}.jsonl`);
+    mkdirSync(join(this.dir, 'evals'), { recursive: true });
+    writeFileSync(join(this.dir, file), trajectories.map((t) => JSON.stringify(t)).join('\n') + '\n');
+    e.trajectories = file;
     this.evalOut.write(e);
     this.state.evals.push(e);
     this.samples = [...trajectories.filter((t) => t.success).slice(0, 2), ...trajectories.filter((t) => !t.success).slice(0, 2)].map((t) => ({ label: `eval @ step ${e.step}`, trajectory: t }));

@@ -5,7 +5,7 @@
  */
 import { cpSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { ChatTemplate, ExpertPolicy, HfTurns, hfDemoExample, toChatMessages, toToolSpecs } from '../agents/index.ts';
+import { ChatTemplate, ExpertPolicy, HfTurns, hfDemoExample, toChatMessages, toToolSpecs, writeChatTemplate, type ToolFormatChoice } from '../agents/index.ts';
 import { Environment, rollout, type Task, type Trajectory } from '../env/index.ts';
 import { seededRandom } from '../../lib/index.ts';
 import { writeToolSurfaces } from '../tools/index.ts';
@@ -20,6 +20,8 @@ export interface SftSchedule {
   seed: number;
   threads?: number;
   onLog?: (line: string) => void;
+  /** The learner's per-step lines ("sft step 3/40 loss 0.41 lr 1.0e-04 950 tok/s"); default: onLog. */
+  onProgress?: (line: string) => void;
 }
 
 export interface SftOptions extends SftSchedule {
@@ -29,6 +31,8 @@ export interface SftOptions extends SftSchedule {
    * demonstrations); without it a new embedded model is trained from scratch.
    */
   model?: string;
+  /** How the Hugging Face model's template renders tools (default auto: its own, else the Hermes format). */
+  toolFormat?: ToolFormatChoice;
   /** LoRA on the Hugging Face model (else full fine-tuning). */
   lora?: { r: number; alpha?: number; dropout?: number; target_modules?: string | string[] };
   demos: number;
@@ -158,15 +162,19 @@ async function runHfSft(o: SftOptions, out: string, trajectories: Trajectory[], 
   }
   const hfConfig = JSON.parse(readFileSync(join(out, 'config.json'), 'utf8')) as { max_position_embeddings?: number };
   const maxLen = Number(o.architecture?.max_seq_len ?? Math.min(hfConfig.max_position_embeddings ?? 4096, 4096));
-  const turns = HfTurns.load(out);
+  const turns = HfTurns.load(out, o.toolFormat ? { toolFormat: o.toolFormat } : {});
+  // The checkpoint carries the template its demonstrations are rendered with (the Hermes tool block
+  // included, when mcp-gym added it): transformers and vLLM then render the prompts it learned.
+  writeChatTemplate(out, turns.template);
   const { examples, dropped, unrenderable } = hfDemoExamples(trajectories, turns, maxLen);
   if (examples.length === 0) throw new Error(`sft: none of the ${trajectories.length} demonstrations could be rendered by ${src}'s chat template within ${maxLen} tokens`);
   const data = join(out, 'sft-data.jsonl');
   writeFileSync(data, examples.map((e) => JSON.stringify(e)).join('\n') + '\n');
   const tokens = examples.reduce((s, e) => s + e.ids.length, 0);
   const masked = examples.reduce((s, e) => s + e.mask.reduce((a, b) => a + b, 0), 0);
-  log(`${examples.length} demonstrations in ${turns.family} format (${dropped} longer than ${maxLen} tokens dropped${unrenderable ? `, ${unrenderable} the template cannot render` : ''}), ${tokens} tokens, ${masked} with loss`);
-  const learner = LearnerClient.start({ threads: o.threads, forwardStderr: false, hf: true });
+  log(`${examples.length} demonstrations in ${turns.family} format (tools: ${turns.toolFormat}) (${dropped} longer than ${maxLen} tokens dropped${unrenderable ? `, ${unrenderable} the template cannot render` : ''}), ${tokens} tokens, ${masked} with loss`);
+  // The learner logs each step ("sft step 3/40 loss ... lr ... tok/s"): passed on as progress.
+  const learner = LearnerClient.start({ threads: o.threads, forwardStderr: false, hf: true, onLog: (l) => l.startsWith('sft step') && (o.onProgress ?? log)(l) });
   try {
     await learner.request('load', { model_dir: out, device: 'cpu', ...(o.lora ? { lora: o.lora } : {}) });
     log(`training ${o.lora ? `LoRA r=${o.lora.r}` : 'all weights'}: ${o.steps} steps of ${o.batchSize}, lr ${o.lr}`);
