@@ -3,7 +3,8 @@ import { setMaxListeners } from 'node:events';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { recordedConfig, resolveConfig, train, TrainConfigSchema, type TrainConfigInput, type TrainResult } from '../trainers/index.ts';
+import { isHfModelDir, isModelName, recordedConfig, resolveConfig, train, TrainConfigSchema, type TrainConfigInput, type TrainResult } from '../trainers/index.ts';
+import { modelJobCommand } from './model-job.ts';
 import { BUNDLED_MODEL_DIR } from '../paths.ts';
 import { ProgressBar } from './ui.ts';
 import { UsageError } from './args.ts';
@@ -138,8 +139,15 @@ export async function trainCommand(argv: string[]): Promise<void> {
   await runTraining(argv, {}, 'train');
 }
 
-/** The main job: the embedded policy from its SFT cold start, trained with the art preset. */
+/**
+ * The main job: the embedded policy from its SFT cold start, trained with the art preset; with
+ * `--model` naming a Hugging Face model (a registered name, a checkpoint directory, a .gguf file),
+ * the real-model job instead (model-job.ts: base -> SFT -> GRPO).
+ */
 export async function startCommand(argv: string[]): Promise<void> {
+  const at = argv.findIndex((a) => a === '--model' || a.startsWith('--model='));
+  const spec = at < 0 ? undefined : argv[at]!.includes('=') ? argv[at]!.slice('--model='.length) : argv[at + 1];
+  if (spec !== undefined && (isModelName(spec) || isHfModelDir(spec))) return modelJobCommand(argv);
   if (!argv.includes('--model') && !existsSync(join(String(MAIN_JOB.model), 'config.json'))) {
     throw new UsageError(`the cold-start model ${MAIN_JOB.model} is missing: make it with: npx mcp-gym sft --out ${MAIN_JOB.model}`);
   }

@@ -9,6 +9,10 @@ export { LearnerConfigSchema, TrainBatchSchema, TrainMetricsSchema, LEARNER_COMM
 export type { LearnerConfig, LearnerConfigInput, LearnerCommand, LearnerArgs, LearnerResult, TrainMetrics } from './protocol.ts';
 export { LearnerClient, HttpLearnerClient, LearnerError, learnerPython, isHfModelDir, LEARNER_DIR } from './learner-client.ts';
 export { ensureHfOnnx, hfOnnxStale } from './hf-onnx.ts';
+export { resolveModel, getModel, convertGguf, registeredModels, modelsRoot, isModelName } from './models.ts';
+export type { RegisteredModel } from './models.ts';
+export { runModelJob, stageEval, jobTasks } from './model-job.ts';
+export type { ModelJobConfig, ModelJobResult, ModelJobProgress, ModelJobOptions, StageEval } from './model-job.ts';
 export type { LearnerOptions, LearnerConnection } from './learner-client.ts';
 export { LearnerSession } from './session.ts';
 export type { LearnerSessionOptions } from './session.ts';

@@ -1,0 +1,154 @@
+/**
+ * `mcp-gym start --model <name | dir | file.gguf>`: the real-model job (src/trainers/model-job.ts):
+ * base -> SFT -> GRPO on the CPU, a held-out evaluation at each stage, progress on the terminal,
+ * and one JSON line at the end. Its defaults (MODEL_JOB) are the recipe measured in
+ * bench/RESULTS.md, "A real model".
+ */
+import { setMaxListeners } from 'node:events';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { runModelJob, resolveModel, type ModelJobConfig, type ModelJobProgress, type StageEval } from '../trainers/index.ts';
+import { intFlag, numFlag, UsageError } from './args.ts';
+import { toolFormatFlag } from './rollout.ts';
+
+/** The job's defaults: the suite, the held-out set, the SFT and the GRPO recipe (bench/RESULTS.md, "A real model"). */
+export const MODEL_JOB = {
+  suite: 'sql',
+  min_difficulty: 1,
+  max_difficulty: 2,
+  eval_tasks: 64,
+  k: 2,
+  sft: { demos: 128, epochs: 2, batch: 16, lr: 1e-4, lora_rank: 0 },
+  rl: { preset: 'art', steps: 12, tasks_per_step: 8, group: 8, lr: 2e-5, beta: 0, epochs: 1, minibatch_size: 0, warmup_steps: 0, eval_every: 0, max_staleness: 0, max_new_tokens: 160, drop_zero_variance: true },
+} as const;
+
+export const MODEL_JOB_HELP = `mcp-gym start --model M: a pretrained Hugging Face model from base to SFT to GRPO on the CPU
+
+  --model M             a registered model (smollm2-135m), a checkpoint directory or a .gguf file
+  --run DIR             the job's directory (default runs/model-<time>; the same command resumes it)
+  --suite S             the task suite (default ${MODEL_JOB.suite})   --min-difficulty D --max-difficulty D (default ${MODEL_JOB.min_difficulty}-${MODEL_JOB.max_difficulty})
+  --eval-tasks N        held-out tasks (default ${MODEL_JOB.eval_tasks})   -k K samples of each (default ${MODEL_JOB.k})
+  --seed S              the training tasks and the sampling (default 0; the held-out tasks stay the same)
+  --tool-format F       auto (default), native, hermes
+  --sft-demos N --sft-epochs E --sft-lr X --sft-batch B --sft-lora-rank R   (default ${MODEL_JOB.sft.demos}, ${MODEL_JOB.sft.epochs}, ${MODEL_JOB.sft.lr}, ${MODEL_JOB.sft.batch}, 0: full)
+  --steps N --tasks-per-step T --group G --lr X   GRPO (default ${MODEL_JOB.rl.steps}, ${MODEL_JOB.rl.tasks_per_step}, ${MODEL_JOB.rl.group}, ${MODEL_JOB.rl.lr})
+
+Prints the stage, step and ETA as it goes, then one JSON line:
+{"model", "suite", "base", "sft", "rl", "rl_minus_sft": {"points", "ci95"}, "seconds": {"sft", "rl", "eval", "total"}, "checkpoints"}
+`;
+
+const STAGES: ModelJobProgress['stage'][] = ['base', 'sft', 'rl'];
+
+/** One line of progress: the stage, its step, the stage's ETA and the job's elapsed time. */
+function progressLine(t0: number) {
+  const tty = process.stderr.isTTY === true;
+  let stageStart = performance.now();
+  let stage = '';
+  let last = 0;
+  return (p: ModelJobProgress) => {
+    const now = performance.now();
+    if (p.stage !== stage) {
+      if (tty && stage) process.stderr.write('\n');
+      stage = p.stage;
+      stageStart = now;
+    }
+    if (tty && now - last < 200 && p.done < p.total) return;
+    if (!tty && p.done < p.total && p.stage !== 'rl' && p.stage !== 'sft' && p.done % Math.max(1, Math.floor(p.total / 10)) !== 0) return;
+    last = now;
+    const el = (now - stageStart) / 1000;
+    const eta = p.done > 0 ? (el * (p.total - p.done)) / p.done : NaN;
+    const m = (s: number) => (Number.isFinite(s) ? `${Math.floor(s / 60)}m${String(Math.round(s % 60)).padStart(2, '0')}s` : '?');
+    const n = STAGES.indexOf(p.stage) + 1;
+    const line = `[${n}/3 ${p.stage}] ${p.done}/${p.total}${p.detail ? ` ${p.detail}` : ''}  ETA ${m(eta)}  (job ${m((now - t0) / 1000)})`;
+    process.stderr.write(tty ? `\r${line.padEnd(100)}` : `${line}\n`);
+  };
+}
+
+const pct = (x: number) => `${(100 * x).toFixed(1)}%`;
+const line = (name: string, e: StageEval) => `${name.padEnd(5)} held-out success ${pct(e.success)} [${pct(e.ci95[0])}, ${pct(e.ci95[1])}] over ${e.tasks} tasks x ${Math.round(e.episodes / Math.max(1, e.tasks))}; pass^k ${Object.entries(e.pass_hat_k).map(([k, v]) => `${k}: ${pct(v)}`).join(', ')}; tool calls ${e.tool_call_parse.strict} strict, ${e.tool_call_parse.lenient} lenient, ${e.tool_call_parse.failed} failed`;
+
+export async function modelJobCommand(argv: string[]): Promise<void> {
+  let values: Record<string, string | boolean | undefined>;
+  try {
+    values = parseArgs({
+      args: argv,
+      options: {
+        model: { type: 'string' }, run: { type: 'string' }, suite: { type: 'string' }, 'min-difficulty': { type: 'string' }, 'max-difficulty': { type: 'string' },
+        'eval-tasks': { type: 'string' }, k: { type: 'string', short: 'k' }, seed: { type: 'string' }, 'tool-format': { type: 'string' },
+        'sft-demos': { type: 'string' }, 'sft-epochs': { type: 'string' }, 'sft-lr': { type: 'string' }, 'sft-batch': { type: 'string' }, 'sft-lora-rank': { type: 'string' },
+        steps: { type: 'string' }, 'tasks-per-step': { type: 'string' }, group: { type: 'string' }, lr: { type: 'string' }, json: { type: 'boolean' }, help: { type: 'boolean', short: 'h' },
+      },
+    }).values as Record<string, string | boolean | undefined>;
+  } catch (err) {
+    throw new UsageError(`${(err as Error).message} (mcp-gym start --model M --help lists the options)`);
+  }
+  if (values.help) {
+    process.stdout.write(MODEL_JOB_HELP);
+    return;
+  }
+  const s = (k: string) => values[k] as string | undefined;
+  const int = (k: string, d: number, min = 1) => {
+    const v = intFlag(s(k), `--${k}`, d);
+    if (v < min) throw new UsageError(`--${k} must be at least ${min}, got '${s(k)}'`);
+    return v;
+  };
+  const spec = s('model')!;
+  const t0 = performance.now();
+  let model: string;
+  try {
+    model = await resolveModel(spec, (l) => process.stderr.write(`${l}\n`));
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
+  const min = int('min-difficulty', MODEL_JOB.min_difficulty);
+  const max = int('max-difficulty', MODEL_JOB.max_difficulty);
+  if (min > max || max > 5) throw new UsageError(`--min-difficulty ${min} and --max-difficulty ${max}: difficulties are 1 to 5, min at most max`);
+  const config: ModelJobConfig = {
+    model,
+    model_name: spec,
+    suite: s('suite') ?? MODEL_JOB.suite,
+    min_difficulty: min,
+    max_difficulty: max,
+    eval_tasks: int('eval-tasks', MODEL_JOB.eval_tasks),
+    k: int('k', MODEL_JOB.k),
+    seed: int('seed', 0, 0),
+    tool_format: toolFormatFlag(s('tool-format')),
+    sft: {
+      demos: int('sft-demos', MODEL_JOB.sft.demos),
+      epochs: int('sft-epochs', MODEL_JOB.sft.epochs),
+      batch: int('sft-batch', MODEL_JOB.sft.batch),
+      lr: numFlag(s('sft-lr'), '--sft-lr', { min: 0 }) ?? MODEL_JOB.sft.lr,
+      lora_rank: int('sft-lora-rank', 0, 0),
+    },
+    rl: {
+      ...MODEL_JOB.rl,
+      steps: int('steps', MODEL_JOB.rl.steps, 0),
+      tasks_per_step: int('tasks-per-step', MODEL_JOB.rl.tasks_per_step),
+      group: int('group', MODEL_JOB.rl.group, 2),
+      lr: numFlag(s('lr'), '--lr', { min: 0 }) ?? MODEL_JOB.rl.lr,
+    },
+  };
+  const dir = s('run') ?? join('runs', `model-${new Date().toISOString().replace(/[:.]/g, '-')}`);
+  console.log(`model job: ${spec} (${model}) on ${config.suite} difficulty ${min}-${max}: base eval, SFT (${config.sft.demos} demos x ${config.sft.epochs} epochs), GRPO (${config.rl.steps} steps of ${config.rl.tasks_per_step} x ${config.rl.group}); in ${dir}`);
+  const ac = new AbortController();
+  setMaxListeners(10_000, ac.signal);
+  const onSigint = () => {
+    process.stderr.write('\nstopping after this step (run the same command to resume; Ctrl-C again to quit at once)...\n');
+    ac.abort();
+    process.once('SIGINT', () => process.exit(130));
+  };
+  process.once('SIGINT', onSigint);
+  const progress = progressLine(t0);
+  try {
+    const r = await runModelJob({ config, dir, signal: ac.signal, onLog: (l) => process.stderr.write(`${process.stderr.isTTY ? '\r' : ''}${l}\n`), onProgress: progress });
+    if (process.stderr.isTTY) process.stderr.write('\n');
+    console.log(line('base', r.base));
+    console.log(line('sft', r.sft));
+    console.log(line('rl', r.rl));
+    console.log(`rl - sft: ${r.rl_minus_sft.points.toFixed(1)} points [${r.rl_minus_sft.ci95[0].toFixed(1)}, ${r.rl_minus_sft.ci95[1].toFixed(1)}] (paired over ${r.rl_minus_sft.tasks} tasks); minutes: sft ${(r.seconds.sft / 60).toFixed(1)}, rl ${(r.seconds.rl / 60).toFixed(1)}, eval ${(r.seconds.eval / 60).toFixed(1)}, total ${(r.seconds.total / 60).toFixed(1)}`);
+    const { tasks: _t, ...diff } = r.rl_minus_sft;
+    console.log(JSON.stringify({ ...r, rl_minus_sft: diff }));
+  } finally {
+    process.off('SIGINT', onSigint);
+  }
+}
