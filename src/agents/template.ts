@@ -60,7 +60,10 @@ export interface TemplateOptions {
 export interface TemplateMessage {
   role: 'system' | 'user' | 'assistant' | 'tool';
   content: string;
-  tool_calls?: { function: { name: string; arguments: string } }[];
+  tool_calls?: { id?: string; function: { name: string; arguments: string } }[];
+  /** A tool result's call id and tool name (a Hugging Face template may render them). */
+  tool_call_id?: string;
+  name?: string;
 }
 
 /** Cuts a text to at most `max` bytes on a character boundary, marking the cut. */
