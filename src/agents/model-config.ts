@@ -54,3 +54,13 @@ export function readModelConfig(dir: string): ModelConfig {
   }
   return r.data;
 }
+
+/** Whether a model directory holds a Hugging Face checkpoint (config.json without mcp-gym's `format`). */
+export function isHfModelDir(dir: string): boolean {
+  try {
+    const c = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8')) as Record<string, unknown>;
+    return c.format === undefined && (typeof c.model_type === 'string' || Array.isArray(c.architectures));
+  } catch {
+    return false;
+  }
+}

@@ -173,12 +173,14 @@ export function hfDialect(turns: HfTurns): Dialect {
     parse: (c, tokens) => {
       const raw = tokenizer.decode(tokens);
       const { content, toolCalls } = readTurn(raw, renderer.family);
-      // Sent back, the message renders after the prompt's text: the same tokens when it renders as sampled.
+      // Sent back (followed by another message, as the next request has it), the message renders
+      // after the prompt's text: the same tokens when it renders as sampled. (Followed by nothing,
+      // some templates render the last assistant turn otherwise: Qwen3 adds an empty think block.)
       let rendersBack = false;
       try {
         const message: ChatMessage = { role: 'assistant', content, ...(toolCalls.length ? { tool_calls: toolCalls.map((f, i) => ({ id: `call_${i}`, type: 'function' as const, function: f })) } : {}) };
         const sampled = end !== undefined && !raw.endsWith(end) ? raw + end : raw;
-        rendersBack = render(c, [message], false).startsWith(render(c, [], true) + sampled);
+        rendersBack = render(c, [message, { role: 'user', content: '.' }], false).startsWith(render(c, [], true) + sampled);
       } catch {
         rendersBack = false;
       }
@@ -209,6 +211,8 @@ class HfStreamer implements Streamer {
   /** The text that may go out: up to the first call's tag, without a trailing end token or a partial character. */
   private visible(final: boolean): string {
     let t = this.decodeIds(this.tokens);
+    // Llama 3.x calls are the whole turn (bare JSON or <|python_tag|>): such a turn is held back to its end.
+    if (!final && this.family === 'llama3' && /^\s*(\{|<$|<\||<\|python_tag)/.test(t)) return '';
     const at = t.indexOf('<tool_call>');
     if (at >= 0) t = t.slice(0, at);
     if (this.end && t.endsWith(this.end)) t = t.slice(0, -this.end.length);
@@ -217,6 +221,8 @@ class HfStreamer implements Streamer {
       const lt = t.lastIndexOf('<');
       if (lt >= 0 && lt > t.length - 12) t = t.slice(0, lt);
       if (t.endsWith('\ufffd')) t = t.slice(0, -1);
+      // and a newline that may be the one before a call's tag (not part of the content then)
+      if (t.endsWith('\n')) t = t.slice(0, -1);
     }
     return t;
   }

@@ -67,10 +67,13 @@ import { existsSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import { join, resolve } from 'node:path';
 import { acceptedHostNames, invalidOption, seededRandom, tokenMatches, tokenProblem, type RandomFn } from '../../lib/index.ts';
-import { readModelConfig, type ModelConfig } from './model-config.ts';
-import { GenerationBatcher, OnnxModel, hfOnnxConfigPath, type BatcherStats, type BatchedGeneration, type Generation } from './onnx.ts';
+import { isHfModelDir, readModelConfig, type ModelConfig } from './model-config.ts';
+import { GenerationBatcher, OnnxModel, type BatcherStats, type BatchedGeneration, type Generation } from './onnx.ts';
 import type { SamplingOptions } from './sampling.ts';
-import { decode, T, type ChatTemplate, type TemplateMessage } from './template.ts';
+import type { TemplateMessage } from './template.ts';
+import { HfTurns } from './hf-turns.ts';
+import type { ToolSpec } from './hf/chat-template.ts';
+import type { ToolFormatChoice } from './hf/tool-format.ts';
 
 export interface PolicyServerOptions {
   /** The exported model directory (config.json with an onnx section). */
@@ -97,6 +100,16 @@ export interface PolicyServerOptions {
    * clients answered together come back together and their prompts' common prefix is computed once.
    */
   batching?: 'continuous' | 'static';
+  /**
+   * A Hugging Face model's tool format (hf/tool-format.ts): `auto` (default) renders tools with
+   * the template's own format, or adds the Hermes format to a template without tools.
+   */
+  toolFormat?: ToolFormatChoice;
+  /**
+   * Called with a model directory before it is loaded (the first, and each one /v1/reload names
+   * or re-reads): the CLI exports a Hugging Face checkpoint's ONNX graph here (ensureHfOnnx).
+   */
+  prepare?: (dir: string) => void | Promise<void>;
 }
 
 export interface PolicyServerStats extends BatcherStats {
@@ -141,15 +154,13 @@ const bad = (message: string, param: string | null = null) => new ApiError(400, 
 
 const MAX_BODY_BYTES = 32 * 2 ** 20;
 
-import { CompletionParser, parseCompletion, type Delta } from './serve-dialect.ts';
+import { gptDialect, hfDialect, type Conversation, type Delta, type Dialect } from './serve-dialect.ts';
 export { parseCompletion, type ParsedCall } from './serve-dialect.ts';
 
 // ---------------------------------------------------------------------------------------------
 // Requests.
 
-interface ChatRequest {
-  messages: TemplateMessage[];
-  toolNames: string[];
+interface ChatRequest extends Conversation {
   sampling: SamplingOptions;
   maxTokens?: number;
   seed?: number;
@@ -207,7 +218,12 @@ function readMessages(raw: unknown): TemplateMessage[] {
       case 'user':
         return { role: 'user', content: textOf(m.content, where, false) };
       case 'tool':
-        return { role: 'tool', content: textOf(m.content, where, false) };
+        return {
+          role: 'tool',
+          content: textOf(m.content, where, false),
+          ...(typeof m.tool_call_id === 'string' ? { tool_call_id: m.tool_call_id } : {}),
+          ...(typeof m.name === 'string' ? { name: m.name } : {}),
+        };
       case 'assistant': {
         if (given(m.function_call)) throw bad(`${where}: function_call is not supported; use tool_calls`, `${where}.function_call`);
         const calls = m.tool_calls;
@@ -216,7 +232,8 @@ function readMessages(raw: unknown): TemplateMessage[] {
           const fn = isObject(c) ? c.function : undefined;
           if (!isObject(fn) || typeof fn.name !== 'string') throw bad(`${where}.tool_calls[${j}] must be {"type": "function", "function": {"name", "arguments"}}`, `${where}.tool_calls`);
           const args = fn.arguments ?? '';
-          return { function: { name: fn.name, arguments: typeof args === 'string' ? args : JSON.stringify(args) } };
+          const id = isObject(c) && typeof c.id === 'string' ? { id: c.id } : {};
+          return { ...id, function: { name: fn.name, arguments: typeof args === 'string' ? args : JSON.stringify(args) } };
         });
         return { role: 'assistant', content: textOf(m.content, where, true), ...(tool_calls.length ? { tool_calls } : {}) };
       }
@@ -228,14 +245,20 @@ function readMessages(raw: unknown): TemplateMessage[] {
 
 function readChatRequest(body: Record<string, unknown>): ChatRequest {
   const messages = readMessages(body.messages);
-  let toolNames: string[] = [];
+  let tools: ToolSpec[] = [];
   if (given(body.tools)) {
     if (!Array.isArray(body.tools)) throw bad("'tools' must be an array", 'tools');
-    toolNames = body.tools.map((t, i) => {
+    tools = body.tools.map((t, i): ToolSpec => {
       if (!isObject(t) || t.type !== 'function' || !isObject(t.function) || typeof t.function.name !== 'string') {
         throw bad(`tools[${i}] must be {"type": "function", "function": {"name", "description", "parameters"}}`, 'tools');
       }
-      return t.function.name;
+      const f = t.function;
+      if (given(f.description) && typeof f.description !== 'string') throw bad(`tools[${i}].function.description must be a string`, 'tools');
+      if (given(f.parameters) && !isObject(f.parameters)) throw bad(`tools[${i}].function.parameters must be a JSON schema object`, 'tools');
+      return {
+        type: 'function',
+        function: { name: f.name as string, ...(typeof f.description === 'string' ? { description: f.description } : {}), ...(isObject(f.parameters) ? { parameters: f.parameters } : {}) },
+      };
     });
   }
   if (given(body.tool_choice) && body.tool_choice !== 'auto') throw bad(`tool_choice ${JSON.stringify(body.tool_choice)} is not supported (only "auto": the model decides)`, 'tool_choice');
@@ -245,7 +268,7 @@ function readChatRequest(body: Record<string, unknown>): ChatRequest {
   if (topLogprobs) throw bad(`top_logprobs ${topLogprobs} is not supported: only the sampled token's logprob is returned (use top_logprobs 0 or leave it out)`, 'top_logprobs');
   for (const key of ['stop', 'stop_token_ids']) {
     const v = body[key];
-    if (given(v) && !(Array.isArray(v) && v.length === 0)) throw bad(`'${key}' is not supported: a turn ends at the model's <|end|> token or at max_tokens`, key);
+    if (given(v) && !(Array.isArray(v) && v.length === 0)) throw bad(`'${key}' is not supported: a turn ends at the model's end-of-turn token or at max_tokens`, key);
   }
   if (isObject(body.logit_bias) && Object.keys(body.logit_bias).length) throw bad('logit_bias is not supported', 'logit_bias');
   for (const key of ['presence_penalty', 'frequency_penalty', 'min_p']) {
@@ -271,7 +294,8 @@ function readChatRequest(body: Record<string, unknown>): ChatRequest {
   }
   return {
     messages,
-    toolNames,
+    tools,
+    toolNames: tools.map((t) => t.function.name),
     sampling: { temperature, topP, topK: Math.max(0, topK) },
     ...(maxTokens !== undefined ? { maxTokens } : {}),
     ...(seed !== undefined ? { seed } : {}),
@@ -337,12 +361,21 @@ export async function startPolicyServer(o: PolicyServerOptions): Promise<PolicyS
 
   const modelOptions = { threads: o.threads ?? 1 };
   let modelDir = resolve(o.modelDir);
-  const first = await OnnxModel.load(modelDir, modelOptions);
-  if (first.family !== 'gpt') {
-    // Prompts are rendered with the GPT's template (template.ts); HF chat templates are not served yet.
-    await first.close();
-    throw invalidOption(`the model at ${modelDir} is a Hugging Face ${first.family} model: serve-policy serves the embedded GPT only (for now)`);
-  }
+  // Each loaded model's dialect: how prompts are rendered and completions read (serve-dialect.ts).
+  const dialects = new WeakMap<OnnxModel, Dialect>();
+  const load = async (dir: string): Promise<OnnxModel> => {
+    await o.prepare?.(dir);
+    const model = await OnnxModel.load(dir, modelOptions);
+    try {
+      dialects.set(model, model.family === 'gpt' ? gptDialect(model.template) : hfDialect(HfTurns.load(dir, { toolFormat: o.toolFormat ?? 'auto' })));
+    } catch (err) {
+      await model.close();
+      throw err;
+    }
+    return model;
+  };
+  const dialectOf = (model: OnnxModel): Dialect => dialects.get(model)!;
+  const first = await load(modelDir);
   const modelName = o.modelName ?? first.name;
   const created = Math.floor(Date.now() / 1000);
   const serverRng = seededRandom(o.seed ?? 1);
@@ -351,10 +384,6 @@ export async function startPolicyServer(o: PolicyServerOptions): Promise<PolicyS
   let inexact = 0;
   let reloading: Promise<unknown> = Promise.resolve();
   const retiring: Promise<void>[] = [];
-
-  // Each token's text and bytes in logprobs entries.
-  const tokenText: string[] = [];
-  const textOfToken = (id: number) => (tokenText[id] ??= decode([id]));
 
   function modelCard() {
     const m = batcher.model;
@@ -381,7 +410,8 @@ export async function startPolicyServer(o: PolicyServerOptions): Promise<PolicyS
     }
     const r = readChatRequest(body);
     const model = batcher.model;
-    const prompt = model.template.prompt(r.messages, r.toolNames);
+    const dialect = dialectOf(model);
+    const prompt = dialect.prompt(r);
     if (prompt.length >= model.maxLen) {
       // OpenAI's code for it, so that clients can tell it from other bad requests.
       throw new ApiError(400, `This model's maximum context length is ${model.maxLen} tokens, but the messages take ${prompt.length} tokens (at least one must be left for the completion). Shorten the messages.`, 'invalid_request_error', 'context_length_exceeded', 'messages');
@@ -395,9 +425,9 @@ export async function startPolicyServer(o: PolicyServerOptions): Promise<PolicyS
       if (!res.writableFinished) abort.abort(new Error('the client went away'));
     });
     const entry = (token: number, logprob: number) => ({
-      token: r.tokensAsIds ? `token_id:${token}` : textOfToken(token),
+      token: r.tokensAsIds ? `token_id:${token}` : dialect.tokenText(token),
       logprob,
-      bytes: token < 256 ? [token] : null,
+      bytes: dialect.tokenBytes(token),
       top_logprobs: [],
     });
     const callId = () => `call_${randomBytes(12).toString('hex')}`;
@@ -407,7 +437,7 @@ export async function startPolicyServer(o: PolicyServerOptions): Promise<PolicyS
     if (!r.stream) {
       const g = await batcher.submit({ prompt, maxNewTokens: maxNew, sampling: r.sampling, rng, signal: abort.signal });
       if (abort.signal.aborted) return;
-      const { content, toolCalls, rendersBack } = parseCompletion(g.tokens, model.template);
+      const { content, toolCalls, rendersBack } = dialect.parse(r, g.tokens);
       if (!rendersBack) inexact++;
       sendJson(res, 200, {
         id,
@@ -436,7 +466,7 @@ export async function startPolicyServer(o: PolicyServerOptions): Promise<PolicyS
     }
 
     // Streaming: one chunk per sampled token, as it is sampled (the same parser, token by token).
-    const parser = new CompletionParser();
+    const parser = dialect.streamer();
     const callIds: string[] = [];
     res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', connection: 'keep-alive' });
     let fingerprint = `v${model.version}`;
@@ -480,8 +510,14 @@ export async function startPolicyServer(o: PolicyServerOptions): Promise<PolicyS
     if (abort.signal.aborted) return;
     fingerprint = `v${g.version}`;
     const tail = parser.finish();
-    if (!parseCompletion(g.tokens, model.template).rendersBack) inexact++;
-    if (tail.content) send([{ index: 0, delta: deltaOf(tail), logprobs: null, finish_reason: null }]);
+    if (!dialect.parse(r, g.tokens).rendersBack) inexact++;
+    if (tail.call) callIds.push(callId());
+    if (tail.content || tail.call) send([{ index: 0, delta: deltaOf(tail), logprobs: null, finish_reason: null }]);
+    // Calls read only once the turn ended (a Hugging Face model's, from the whole text) go out now, one chunk each.
+    while (callIds.length < parser.calls.length) {
+      callIds.push(callId());
+      send([{ index: 0, delta: deltaOf({ call: parser.calls[callIds.length - 1]! }), logprobs: null, finish_reason: null }]);
+    }
     send([{ index: 0, delta: {}, logprobs: null, finish_reason: finishReason(g, parser.calls.length), stop_reason: null }]);
     if (r.includeUsage) send([], { usage: usage(g) });
     res.end('data: [DONE]\n\n');
@@ -500,26 +536,43 @@ export async function startPolicyServer(o: PolicyServerOptions): Promise<PolicyS
       const current = batcher.model;
       const dir = typeof body.model_dir === 'string' ? resolve(body.model_dir) : modelDir;
       if (!existsSync(join(dir, 'config.json'))) throw bad(`No model at ${dir}: it has no config.json`, 'model_dir');
-      if (existsSync(hfOnnxConfigPath(dir))) throw bad(`The model at ${dir} is a Hugging Face model: serve-policy serves the embedded GPT only (for now)`, 'model_dir');
-      let config: ModelConfig;
-      try {
-        config = readModelConfig(dir);
-      } catch (err) {
-        throw bad((err as Error).message, 'model_dir');
+      const hf = isHfModelDir(dir);
+      if (hf !== (current.family !== 'gpt')) throw bad(`The model at ${dir} is ${hf ? 'a Hugging Face checkpoint' : 'an embedded GPT'}; the served one is ${current.family === 'gpt' ? 'an embedded GPT' : 'a Hugging Face checkpoint'}: reload a model of the same kind`, 'model_dir');
+      if (!hf) {
+        let config: ModelConfig;
+        try {
+          config = readModelConfig(dir);
+        } catch (err) {
+          throw bad((err as Error).message, 'model_dir');
+        }
+        const a = config.architecture;
+        const b = current.config.architecture;
+        const differs = [
+          a.vocab_size !== b.vocab_size ? `vocab_size ${a.vocab_size} (served: ${b.vocab_size})` : '',
+          a.max_seq_len !== b.max_seq_len ? `max_seq_len (the context) ${a.max_seq_len} (served: ${b.max_seq_len})` : '',
+        ].filter(Boolean);
+        if (differs.length) throw bad(`The model at ${dir} has another architecture: ${differs.join(', ')}`, 'model_dir');
+        if (dir === modelDir && config.version === current.version) return { version: current.version, model_dir: dir, reloaded: false };
       }
-      const a = config.architecture;
-      const b = current.config.architecture;
-      const differs = [
-        a.vocab_size !== b.vocab_size ? `vocab_size ${a.vocab_size} (served: ${b.vocab_size})` : '',
-        a.max_seq_len !== b.max_seq_len ? `max_seq_len (the context) ${a.max_seq_len} (served: ${b.max_seq_len})` : '',
-      ].filter(Boolean);
-      if (differs.length) throw bad(`The model at ${dir} has another architecture: ${differs.join(', ')}`, 'model_dir');
-      if (dir === modelDir && config.version === current.version) return { version: current.version, model_dir: dir, reloaded: false };
       let next: OnnxModel;
       try {
-        next = await OnnxModel.load(dir, modelOptions);
+        next = await load(dir);
       } catch (err) {
         throw bad(`Cannot load the model at ${dir}: ${(err as Error).message}`, 'model_dir');
+      }
+      if (hf) {
+        const differs = [
+          next.V !== current.V ? `vocab_size ${next.V} (served: ${current.V})` : '',
+          next.maxLen !== current.maxLen ? `the context ${next.maxLen} (served: ${current.maxLen})` : '',
+        ].filter(Boolean);
+        if (differs.length) {
+          await next.close();
+          throw bad(`The model at ${dir} has another architecture: ${differs.join(', ')}`, 'model_dir');
+        }
+        if (dir === modelDir && next.version === current.version) {
+          await next.close();
+          return { version: current.version, model_dir: dir, reloaded: false };
+        }
       }
       modelDir = dir;
       // The previous model is closed once the rows sampling on it (if any) have finished.

@@ -2,11 +2,17 @@
 import { parseArgs } from 'node:util';
 import { startPolicyServer } from '../agents/serve-policy.ts';
 import { BUNDLED_MODEL_DIR } from '../paths.ts';
+import { ensureHfOnnx, resolveModel } from '../trainers/index.ts';
 import { checkToken, intFlag, UsageError } from './args.ts';
+import { toolFormatFlag } from './rollout.ts';
 
-export const SERVE_POLICY_HELP = `mcp-gym serve-policy: the embedded model behind an OpenAI-compatible API (vLLM's formats)
+export const SERVE_POLICY_HELP = `mcp-gym serve-policy: a model behind an OpenAI-compatible API (vLLM's formats)
 
-  --model DIR          the model directory (default: the bundled ${BUNDLED_MODEL_DIR.split('/').slice(-2).join('/')})
+  --model M            a model directory (the embedded GPT's, or a Hugging Face checkpoint: exported to
+                       ONNX on first use), a model store name (smollm2-135m) or a .gguf file
+                       (default: the bundled ${BUNDLED_MODEL_DIR.split('/').slice(-2).join('/')})
+  --tool-format F      a Hugging Face model's tools: auto (default: the template's own format, or
+                       Hermes <tool_call> blocks for a template without tools), native, hermes
   --host H             interface to bind (default 127.0.0.1)     --port N (default 8000; 0 picks a free one)
   --token T            require "Authorization: Bearer T" (or env MCP_GYM_TOKEN); not empty
   --allowed-host N     also accept N in the Host and Origin headers (repeatable, or N1,N2)
@@ -34,6 +40,7 @@ export async function servePolicyCommand(argv: string[]): Promise<void> {
       threads: { type: 'string' },
       seed: { type: 'string' },
       batching: { type: 'string', default: 'static' },
+      'tool-format': { type: 'string' },
       help: { type: 'boolean', short: 'h', default: false },
     },
   });
@@ -48,8 +55,21 @@ export async function servePolicyCommand(argv: string[]): Promise<void> {
   const maxBatch = intFlag(values['max-batch'], '--max-batch', 32);
   if (values.batching !== 'static' && values.batching !== 'continuous') throw new UsageError(`--batching must be static or continuous, got '${values.batching}'`);
   if (maxBatch < 1) throw new UsageError(`--max-batch must be at least 1, got '${values['max-batch']}'`);
+  const toolFormat = toolFormatFlag(values['tool-format']);
+  const log = (line: string) => process.stderr.write(`${line}\n`);
+  let modelDir: string;
+  try {
+    modelDir = await resolveModel(values.model!, log);
+  } catch (err) {
+    throw new UsageError(`serve-policy: ${(err as Error).message}`);
+  }
   const server = await startPolicyServer({
-    modelDir: values.model!,
+    modelDir,
+    toolFormat,
+    // A Hugging Face checkpoint (the first, or one /v1/reload names) is exported to ONNX when its export is missing or stale.
+    prepare: (dir) => {
+      ensureHfOnnx(dir, log);
+    },
     host: values.host,
     port: intFlag(values.port, '--port', 8000),
     token,

@@ -7,7 +7,7 @@
  * exit status and the end of its stderr. `LearnerSession` (session.ts) builds on these.
  */
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { LEARNER_DIR, PACKAGE_ROOT } from '../paths.ts';
 import { LEARNER_COMMANDS, type LearnerArgs, type LearnerCommand, type LearnerResult } from './protocol.ts';
@@ -38,15 +38,7 @@ export function learnerPython(o: { hf?: boolean } = {}): string {
   return existsSync('/usr/bin/python3') ? '/usr/bin/python3' : 'python3';
 }
 
-/** Whether a model directory holds a Hugging Face checkpoint (config.json without mcp-gym's `format`). */
-export function isHfModelDir(dir: string): boolean {
-  try {
-    const c = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8')) as Record<string, unknown>;
-    return c.format === undefined && (typeof c.model_type === 'string' || Array.isArray(c.architectures));
-  } catch {
-    return false;
-  }
-}
+export { isHfModelDir } from '../agents/model-config.ts';
 
 export class LearnerError extends Error {}
 
