@@ -15,9 +15,9 @@ export function cliStdioSpec(name: string, extra: string[] = []) {
 }
 
 /** Runs the `mcp-gym` CLI (the built dist/) with `args`; never throws: the exit code and both outputs. */
-export async function runCli(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+export async function runCli(args: string[], env?: Record<string, string>): Promise<{ code: number; stdout: string; stderr: string }> {
   try {
-    const { stdout, stderr } = await promisify(execFile)(process.execPath, [CLI, ...args], { cwd: ROOT, maxBuffer: 64 * 1024 * 1024 });
+    const { stdout, stderr } = await promisify(execFile)(process.execPath, [CLI, ...args], { cwd: ROOT, maxBuffer: 64 * 1024 * 1024, ...(env ? { env: { ...process.env, ...env } } : {}) });
     return { code: 0, stdout, stderr };
   } catch (err) {
     const e = err as { code: number; stdout: string; stderr: string };

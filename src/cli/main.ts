@@ -12,6 +12,7 @@ import { tasksCommand } from './tasks.ts';
 import { evalCommand } from './eval.ts';
 import { servePolicyCommand } from './serve-policy.ts';
 import { viewCommand } from './view.ts';
+import { modelsCommand } from './models.ts';
 
 const HELP = `mcp-gym: tasks, training and benchmarks for tool-using agents over MCP
 
@@ -27,10 +28,13 @@ Commands:
                                           and the bound host), e.g. with --host 0.0.0.0; repeatable, or N1,N2
                         --data-dir D      where the server keeps its files (default: a temp dir)
                         --delay-ms N      add N ms to every tool call (for benchmarks)
-  serve-policy        The embedded model behind an OpenAI-compatible API (vLLM's formats: logprobs, token ids)
-                        --model DIR --port N (default 8000) --host H --token T   (serve-policy --help)
+  serve-policy        A model behind an OpenAI-compatible API (vLLM's formats: logprobs, token ids)
+                        --model M --port N (default 8000) --host H --token T   (serve-policy --help)
   start               The main job: train the embedded policy (SFT cold start in models/calc-tiny)
                       with the art preset on the calculator suite; print held-out success before/after
+                        --model M   a real model (smollm2-135m, a checkpoint, a .gguf) from base to SFT
+                                    to GRPO on the sql tasks, evaluated at each stage (start --model x --help)
+  models              Real pretrained models without a model hub: list, get NAME, convert FILE.gguf
   train               Train a policy with a preset: grpo, dapo, dr_grpo, gspo, rlvr, art, ruler
                         --preset P --suite S | --tasks F [--eval-tasks F2] --steps N --group G --model DIR
                         --run DIR (default runs/<preset>-<time>)  --resume  --config FILE (JSON)
@@ -219,6 +223,8 @@ export async function main(argv: string[]): Promise<void> {
         return await tasksCommand(rest);
       case 'view':
         return await viewCommand(rest);
+      case 'models':
+        return await modelsCommand(rest);
       default:
         throw new UsageError(`Unknown command '${command}'. Run 'mcp-gym --help' for the list of commands.`);
     }

@@ -91,7 +91,7 @@ async function fileSha256(path: string): Promise<string> {
 /** A .gguf file converted into a checkpoint under the models directory, keyed by the file's content; returns its directory. */
 export async function convertGguf(file: string, log: (line: string) => void = () => {}): Promise<string> {
   const path = resolve(file);
-  if (!existsSync(path) || !statSync(path).isFile()) throw new Error(`--model: ${file} does not exist`);
+  if (!existsSync(path) || !statSync(path).isFile()) throw new Error(`no .gguf file at ${path}`);
   const dir = join(modelsRoot(), `gguf-${(await fileSha256(path)).slice(0, 16)}`);
   if (ready(dir)) return dir;
   log(`converting ${path} into a Hugging Face checkpoint in ${dir} (once)`);
@@ -105,7 +105,11 @@ export async function convertGguf(file: string, log: (line: string) => void = ()
  */
 export async function resolveModel(spec: string, log: (line: string) => void = () => {}): Promise<string> {
   if (existsSync(spec) && statSync(spec).isDirectory()) return spec;
-  if (spec.toLowerCase().endsWith('.gguf')) return convertGguf(spec, log);
+  if (spec.toLowerCase().endsWith('.gguf')) {
+    return convertGguf(spec, log).catch((err: unknown) => {
+      throw new Error(`--model: ${(err as Error).message}`);
+    });
+  }
   if (spec in registeredModels()) return getModel(spec, log);
   throw new Error(`--model: ${spec} is not a model directory, a .gguf file or a registered model (${Object.keys(registeredModels()).join(', ')})`);
 }
