@@ -7,6 +7,11 @@
  * tokens/s for the same model (bench/hf_learner_cpu.py: HFBackend.load + one RLTrainer GRPO step).
  *
  *   npx tsx bench/hf-sampling.ts [--threads 2] [--new-tokens 64] [--reps 5] [--learner-reps 3] [--no-learner]
+ *   npx tsx bench/hf-sampling.ts --model smollm2-135m      (a real model: a registered name, a checkpoint or a .gguf)
+ *
+ * With --model, the prompt is rendered with the model's tool format (Hermes for SmolLM2's ChatML),
+ * and the learner runs twice, float32 and under bf16 autocast on the CPU (--learner-autocast bf16 /
+ * none picks one), side by side.
  *
  * The model: a random Qwen3-shape checkpoint of ~30.7M parameters (hidden 192, 4 layers, 6 heads,
  * 2 key/value heads, head_dim 32, intermediate 512, the real Qwen3 tokenizer's 151669-token
@@ -37,8 +42,9 @@ import { dirname, join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { OnnxModel, sampleToken } from '../src/agents/index.ts';
 import { ChatTemplateRenderer, HfTokenizer, type ChatMessage, type ToolSpec } from '../src/agents/hf/index.ts';
+import { resolveToolFormat } from '../src/agents/hf/tool-format.ts';
 import { seededRandom } from '../lib/index.ts';
-import { LEARNER_DIR, learnerPython } from '../src/trainers/index.ts';
+import { ensureHfOnnx, LEARNER_DIR, learnerPython, resolveModel } from '../src/trainers/index.ts';
 
 const { values } = parseArgs({
   options: {
@@ -50,6 +56,8 @@ const { values } = parseArgs({
     'learner-batch': { type: 'string', default: '8' },
     'learner-seq': { type: 'string', default: '256' },
     'no-learner': { type: 'boolean', default: false },
+    model: { type: 'string' },
+    'learner-autocast': { type: 'string' },
   },
 });
 const THREADS = Number(values.threads);
@@ -58,7 +66,9 @@ const REPS = Number(values.reps);
 const BATCHES = [1, 16] as const;
 const SHAPE = { hidden: 192, layers: 4, heads: 6, 'kv-heads': 2, intermediate: 512, 'head-dim': 32 };
 const ROOT = resolve(import.meta.dirname, '..');
-const dir = resolve(ROOT, values.dir!);
+const REAL = values.model !== undefined;
+const dir = REAL ? resolve(await resolveModel(values.model!, (l) => console.log(l))) : resolve(ROOT, values.dir!);
+if (REAL) ensureHfOnnx(dir, (l) => console.log(l));
 const PY = learnerPython({ hf: true });
 const pyEnv = { ...process.env, PYTHONPATH: LEARNER_DIR };
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[xs.length >> 1]!;
@@ -87,7 +97,8 @@ if (!existsSync(join(dir, 'onnx', 'config.json'))) {
 // The prompt: a real conversation through the checkpoint's chat template.
 
 const tokenizer = HfTokenizer.load(dir);
-const renderer = ChatTemplateRenderer.fromTokenizer(tokenizer, { now: new Date(2026, 0, 15) });
+const format = resolveToolFormat(tokenizer.chatTemplate!, 'auto');
+const renderer = new ChatTemplateRenderer(format.template, { bosToken: tokenizer.bosToken, eosToken: tokenizer.eosToken, now: new Date(2026, 0, 15) });
 const tools: ToolSpec[] = [
   { type: 'function', function: { name: 'query', description: 'Run a read-only SQL query on the shop database.', parameters: { type: 'object', properties: { sql: { type: 'string' } }, required: ['sql'] } } },
 ];
@@ -220,10 +231,12 @@ interface LearnerResult {
   pack: boolean;
   peak_rss_mb: number;
 }
-let learner: LearnerResult | undefined;
-if (!values['no-learner']) {
-  console.log(`learner: HFBackend.load + RLTrainer GRPO steps (batch ${values['learner-batch']} x ${values['learner-seq']} tokens) ...`);
-  const args = [join(import.meta.dirname, 'hf_learner_cpu.py'), '--model-dir', dir, '--threads', String(THREADS), '--batch', values['learner-batch']!, '--seq', values['learner-seq']!, '--repeats', values['learner-reps']!];
+const learners: Record<string, LearnerResult> = {};
+const AUTOCASTS = values['learner-autocast'] ? [values['learner-autocast']] : REAL ? ['none', 'bf16'] : ['none'];
+for (const autocast of values['no-learner'] ? [] : AUTOCASTS) {
+  let learner: LearnerResult | undefined;
+  console.log(`learner: HFBackend.load + RLTrainer GRPO steps (batch ${values['learner-batch']} x ${values['learner-seq']} tokens, autocast ${autocast}) ...`);
+  const args = [join(import.meta.dirname, 'hf_learner_cpu.py'), '--model-dir', dir, '--threads', String(THREADS), '--batch', values['learner-batch']!, '--seq', values['learner-seq']!, '--repeats', values['learner-reps']!, '--autocast', autocast];
   const child = spawn(PY, args, { cwd: ROOT, env: pyEnv, stdio: ['ignore', 'pipe', 'pipe'] });
   let err = '';
   child.stderr!.on('data', (d: Buffer) => void (err = (err + d.toString()).slice(-4000)));
@@ -234,7 +247,9 @@ if (!values['no-learner']) {
   }
   const code = await new Promise<number | null>((res) => (child.exitCode !== null ? res(child.exitCode) : child.on('close', res)));
   if (code !== 0 || !learner) throw new Error(`hf_learner_cpu.py failed (${code}):\n${err}`);
+  learners[autocast] = learner;
 }
+const learner = learners.none ?? Object.values(learners)[0];
 
 // ---------------------------------------------------------------------------------------------
 // The report.
@@ -243,8 +258,10 @@ const r1 = (x: number) => Math.round(x * 10) / 10;
 const pad = (s: string | number, n: number) => String(s).padStart(n);
 const params = loaded.params;
 console.log('');
-console.log(`model ${dir}: Qwen3, ${params.toLocaleString('en-US')} parameters (hidden ${SHAPE.hidden}, ${SHAPE.layers} layers, ${SHAPE.heads} heads / ${SHAPE['kv-heads']} kv heads, head_dim ${SHAPE['head-dim']}, intermediate ${SHAPE.intermediate}, vocab ${model.V}, tied)`);
-console.log(`prompt ${P} tokens (Qwen3 chat template with a tool), ${NEW} new tokens per row, temperature 1, full vocabulary; ${THREADS} thread(s) each side; medians of ${REPS} rounds (${decodeWall.toFixed(0)} s)`);
+console.log(REAL
+  ? `model ${dir}: ${params.toLocaleString('en-US')} parameters, vocab ${model.V} (a real checkpoint)`
+  : `model ${dir}: Qwen3, ${params.toLocaleString('en-US')} parameters (hidden ${SHAPE.hidden}, ${SHAPE.layers} layers, ${SHAPE.heads} heads / ${SHAPE['kv-heads']} kv heads, head_dim ${SHAPE['head-dim']}, intermediate ${SHAPE.intermediate}, vocab ${model.V}, tied)`);
+console.log(`prompt ${P} tokens (the model's chat template with a tool, tool format ${format.format}), ${NEW} new tokens per row, temperature 1, full vocabulary; ${THREADS} thread(s) each side; medians of ${REPS} rounds (${decodeWall.toFixed(0)} s)`);
 console.log(`torch ${loaded.torch}, transformers ${loaded.transformers} (torch threads ${loaded.torch_threads}); onnxruntime-node intraOpNumThreads ${THREADS}`);
 console.log('');
 console.log('decode tok/s (prefill excluded; prefill ms and total tok/s beside):');
@@ -271,9 +288,10 @@ for (const B of BATCHES) {
 }
 console.log('');
 console.log(`peak RSS: node (onnx) ${mib(nodePeakRss)} MiB (${mib(nodeRssAfterLoad)} after loading the model and the tokenizer); torch ${Math.round(torchRss.peak_rss_mb)} MiB (${Math.round(loaded.rss_mb)} after loading)`);
-if (learner) {
-  console.log(`learner (HFBackend.load on the CPU + RLTrainer GRPO step, reference forward included, ${learner.attn_implementation}, packed ${learner.pack}): batch ${learner.batch} x ${learner.seq} tokens, ${learner.step_s} s/step (median of ${learner.step_s_all.join(', ')}) = ${learner.tokens_per_s} tokens/s (${learner.gflop_s} GFLOP/s); peak RSS ${Math.round(learner.peak_rss_mb)} MiB`);
+for (const [autocast, l] of Object.entries(learners)) {
+  console.log(`learner, autocast ${autocast} (HFBackend.load on the CPU + RLTrainer GRPO step, reference forward included, ${l.attn_implementation}, packed ${l.pack}): batch ${l.batch} x ${l.seq} tokens, ${l.step_s} s/step (median of ${l.step_s_all.join(', ')}) = ${l.tokens_per_s} tokens/s, ${((1000 * l.step_s) / (l.batch * l.seq)).toFixed(2)} s per 1k tokens (${l.gflop_s} GFLOP/s); peak RSS ${Math.round(l.peak_rss_mb)} MiB`);
 }
+if (learners.none && learners.bf16) console.log(`learner bf16 autocast / float32: ${(learners.none.step_s / learners.bf16.step_s).toFixed(2)}x the tokens/s (bf16 ${learners.bf16.tokens_per_s}, float32 ${learners.none.tokens_per_s})`);
 const fig = (s: Subject, B: number) => ({ tok_s: r1(med(s, B, 'tok_s')), prefill_ms: Math.round(med(s, B, 'prefill_s') * 1000), total_tok_s: r1(med(s, B, 'total_tok_s')) });
 console.log(
   JSON.stringify({
@@ -294,5 +312,6 @@ console.log(
     peak_rss_mb: { node: mib(nodePeakRss), torch: Math.round(torchRss.peak_rss_mb), learner: learner ? Math.round(learner.peak_rss_mb) : null },
     learner_tokens_per_s: learner?.tokens_per_s ?? null,
     learner_step_s: learner?.step_s ?? null,
+    learners: Object.fromEntries(Object.entries(learners).map(([k, l]) => [k, { step_s: l.step_s, tokens_per_s: l.tokens_per_s, s_per_1k_tokens: +((1000 * l.step_s) / (l.batch * l.seq)).toFixed(3) }])),
   }),
 );

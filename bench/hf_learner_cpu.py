@@ -41,6 +41,8 @@ def main() -> int:
     p.add_argument("--seq", type=int, default=256)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--autocast", choices=["none", "bf16"], default="none",
+                   help="bf16: the step under torch.autocast('cpu', bfloat16) (float32 parameters and optimizer)")
     a = p.parse_args()
 
     from mcp_gym_learner.hf_backend import HFBackend
@@ -70,7 +72,11 @@ def main() -> int:
     last = {}
     for i in range(a.warmup + a.repeats):
         t = time.perf_counter()
-        last = trainer.train(batch, cfg)["metrics"]
+        if a.autocast == "bf16":
+            with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+                last = trainer.train(batch, cfg)["metrics"]
+        else:
+            last = trainer.train(batch, cfg)["metrics"]
         dt = time.perf_counter() - t
         if i >= a.warmup:
             times.append(dt)
@@ -88,7 +94,7 @@ def main() -> int:
            "load_s": round(load_s, 2), "step_s": round(step_s, 3), "step_s_all": [round(t, 3) for t in times],
            "tokens_per_s": round(tokens / step_s, 1), "gflop_s": round(flops / step_s / 1e9, 2),
            "loss": last.get("loss"), "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-           "torch": torch.__version__}
+           "autocast": a.autocast, "torch": torch.__version__}
     print(json.dumps(out), flush=True)
     return 0
 
