@@ -153,14 +153,15 @@ export class HfTurns {
   }
 
   /** Appends a sampled turn to its episode and reads its text and tool calls. */
-  sampled(obs: Observation, tokens: number[]): Pick<PolicyAction, 'content' | 'toolCalls' | 'parseError' | 'callParse'> {
+  sampled(obs: Observation, tokens: number[]): Pick<PolicyAction, 'content' | 'toolCalls' | 'parseError' | 'callParse' | 'text'> {
     const ep = this.episodes.get(obs.episodeId);
     if (!ep) throw new Error(`HfTurns: episode ${obs.episodeId} has no prompt`);
     // A turn cut off before its end token gets one (not sampled): it leads the next turn's env tokens.
     ep.carry = ep.seq.appendSampled(tokens);
-    const parsed = parseToolCalls(this.tokenizer.decode(tokens), this.renderer.family);
+    const text = this.tokenizer.decode(tokens);
+    const parsed = parseToolCalls(text, this.renderer.family);
     const calls: ProposedCall[] = parsed.calls.map((c) => ({ name: c.name, arguments: c.arguments }));
-    return { content: parsed.content, ...(calls.length ? { toolCalls: calls } : {}), ...(parsed.error ? { parseError: parsed.error } : {}), ...(parsed.mode !== 'none' ? { callParse: parsed.mode } : {}) };
+    return { text, content: parsed.content, ...(calls.length ? { toolCalls: calls } : {}), ...(parsed.error ? { parseError: parsed.error } : {}), ...(parsed.mode !== 'none' ? { callParse: parsed.mode } : {}) };
   }
 
   /** The episode's whole token sequence so far. */

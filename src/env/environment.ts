@@ -248,6 +248,7 @@ export class Environment {
           ...(action.envTokens ? { env_tokens: action.envTokens } : {}),
           ...(action.parseError ? { parse_error: action.parseError } : {}),
           ...(action.callParse ? { call_parse: action.callParse } : {}),
+          ...(action.text !== undefined ? { text: action.text } : {}),
           ...(action.usage ? { usage: action.usage } : {}),
           ...(action.stopReason ? { stop_reason: action.stopReason } : {}),
           ...(action.tokenDrift ? { token_drift: action.tokenDrift } : {}),

@@ -72,6 +72,8 @@ export interface PolicyAction {
    * fenced JSON call, src/agents/hf/tool-calls.ts), `failed` (see parseError); absent for a plain answer.
    */
   callParse?: 'strict' | 'lenient' | 'failed';
+  /** The turn as the model wrote it (its tokens decoded, special tokens kept): Hugging Face models. */
+  text?: string;
   /** Tokens the provider billed for this turn (API policies). */
   usage?: TokenUsage;
   /** Why the model stopped, as its API says (`stop`, `tool_calls`, `length`, `end_turn`, `max_tokens`, `refusal`, ...). */
@@ -162,6 +164,8 @@ export const TurnSchema = z.object({
   parse_error: z.string().optional(),
   /** How the turn's tool calls were read: strict (the model's format), lenient (a bare or fenced JSON call), failed; absent for a plain answer. */
   call_parse: z.enum(['strict', 'lenient', 'failed']).optional(),
+  /** The turn as the model wrote it (its tokens decoded, special tokens kept): Hugging Face models. */
+  text: z.string().optional(),
   policy_ms: z.number(),
   /** Tokens the provider billed for this turn (API policies). */
   usage: z.object({ prompt_tokens: z.number().int(), completion_tokens: z.number().int() }).optional(),

@@ -4,8 +4,11 @@
  *   - a training run: config.json with metrics.jsonl, state.json or status.json (src/trainers/run-dir.ts);
  *   - an evaluation: eval.json, or run.json with kind "eval" (`mcp-gym eval --out`);
  *   - a rollout: run.json with summary.json or trajectories.jsonl (`mcp-gym rollout --out`);
- *   - a benchmark: bench.json (`mcp-gym bench --out`).
- * A recognised directory is not searched further (a run's model/ and checkpoints/ are its own).
+ *   - a benchmark: bench.json (`mcp-gym bench --out`);
+ *   - a real-model job: job.json (`mcp-gym start --model`, src/trainers/model-job.ts): its three
+ *     held-out evaluations (base, SFT, RL) side by side; its RL run (rl/) is listed as a run too.
+ * A recognised directory is not searched further (a run's model/ and checkpoints/ are its own),
+ * except a job's rl/.
  *
  * An entry's id is `<root index>/<path under that root>`. Ids from the page are resolved against
  * their root and must stay inside it, after symbolic links too (`resolveId`): nothing outside the
@@ -14,7 +17,7 @@
 import { existsSync, lstatSync, readdirSync, readFileSync, realpathSync, statSync } from 'node:fs';
 import { join, relative, resolve, sep } from 'node:path';
 
-export type EntryKind = 'run' | 'eval' | 'rollout' | 'bench';
+export type EntryKind = 'run' | 'eval' | 'rollout' | 'bench' | 'job';
 export type EntryStatus = 'running' | 'finished' | 'stopped' | 'failed';
 
 export interface Interval {
@@ -43,9 +46,14 @@ export interface Entry {
   steps_total?: number;
   before?: Interval;
   after?: Interval;
+  /** A job's held-out evaluations (base, sft, rl) as far as it got. */
+  stages?: Partial<Record<JobStage, Interval>>;
   started_at?: string;
   updated_at?: string;
 }
+
+export type JobStage = 'base' | 'sft' | 'rl';
+export const JOB_STAGES: readonly JobStage[] = ['base', 'sft', 'rl'];
 
 /** How long a directory with no status marker counts as running after its last write. */
 export const LIVE_WINDOW_MS = 120_000;
@@ -119,6 +127,7 @@ function str(v: unknown): string | undefined {
 }
 
 function kindOf(dir: string, files: Set<string>): EntryKind | undefined {
+  if (files.has('job.json')) return 'job';
   if (files.has('bench.json')) return 'bench';
   if (files.has('config.json') && (files.has('metrics.jsonl') || files.has('state.json') || files.has('status.json'))) return 'run';
   if (files.has('eval.json')) return 'eval';
@@ -225,6 +234,47 @@ function describeBench(dir: string, base: Pick<Entry, 'id' | 'name' | 'path'>): 
   };
 }
 
+/**
+ * A job's evaluation files by stage (paths under the job directory): from job.json's result when it
+ * finished, else as far as it got (base/, then the RL run's first evaluation, the SFT checkpoint's).
+ */
+export function jobStageFiles(dir: string): Partial<Record<JobStage, string>> {
+  const job = readJson(join(dir, 'job.json')) ?? {};
+  const result = (job.result ?? {}) as Record<string, { trajectories?: string } | undefined>;
+  const out: Partial<Record<JobStage, string>> = {};
+  for (const s of JOB_STAGES) if (typeof result[s]?.trajectories === 'string') out[s] = result[s]!.trajectories;
+  if (!out.base && existsSync(join(dir, 'base', 'trajectories.jsonl'))) out.base = 'base/trajectories.jsonl';
+  if (!out.sft && existsSync(join(dir, 'rl', 'evals', 'step-00000.jsonl'))) out.sft = 'rl/evals/step-00000.jsonl';
+  return out;
+}
+
+function describeJob(dir: string, base: Pick<Entry, 'id' | 'name' | 'path'>, now: number): Entry {
+  const job = readJson(join(dir, 'job.json')) ?? {};
+  const config = (job.config ?? {}) as Record<string, unknown>;
+  const result = job.result as Record<string, unknown> | undefined;
+  const stages: Partial<Record<JobStage, Interval>> = {};
+  for (const s of JOB_STAGES) {
+    const v = interval(result?.[s] ?? (s === 'base' ? readJson(join(dir, 'base', 'eval.json')) : undefined));
+    if (v) stages[s] = v;
+  }
+  const written = lastWrite(dir, ['job.json', 'base/trajectories.jsonl', 'rl/metrics.jsonl', 'rl/trajectories.jsonl', 'sft/sft-data.jsonl']);
+  const status: EntryStatus = result ? 'finished' : written !== undefined && now - written < LIVE_WINDOW_MS ? 'running' : 'stopped';
+  const rl = (config.rl ?? {}) as Record<string, unknown>;
+  return {
+    ...base,
+    kind: 'job',
+    preset: str(rl.preset),
+    model: str(config.model_name) ?? str(config.model),
+    suite: typeof config.suite === 'string' ? `${config.suite} (difficulty ${String(config.min_difficulty)}-${String(config.max_difficulty)})` : undefined,
+    status,
+    stages,
+    ...(stages.sft ? { before: stages.sft } : {}),
+    ...(stages.rl ? { after: stages.rl } : {}),
+    started_at: iso(mtime(join(dir, 'base', 'eval.json')) ?? mtime(join(dir, 'job.json'))),
+    updated_at: iso(written),
+  };
+}
+
 /** The entry of one directory, or undefined when it is none of the kinds. */
 export function describe(dir: string, id: string, now = Date.now()): Entry | undefined {
   let names: string[];
@@ -237,6 +287,7 @@ export function describe(dir: string, id: string, now = Date.now()): Entry | und
   if (!kind) return undefined;
   const base = { id, name: dir.split(sep).at(-1) ?? dir, path: dir };
   if (kind === 'run') return describeRun(dir, base, now);
+  if (kind === 'job') return describeJob(dir, base, now);
   if (kind === 'bench') return describeBench(dir, base);
   return describeEval(dir, base, kind, now);
 }
@@ -249,6 +300,8 @@ export function discover(roots: readonly string[], now = Date.now()): Entry[] {
     const entry = describe(dir, rel ? `${rootIndex}/${rel}` : `${rootIndex}`, now);
     if (entry) {
       out.push(entry);
+      // A job's RL run is a run of its own (curves, checkpoints); the job shows its evaluations.
+      if (entry.kind === 'job' && depth < MAX_DEPTH) walk(rootIndex, root, join(dir, 'rl'), depth + 1);
       return;
     }
     if (depth >= MAX_DEPTH) return;

@@ -12,7 +12,8 @@
  *   GET /api/run/ID/trajectory/N                the Nth trajectory (line N of trajectories.jsonl), tokens left out
  *   GET /api/run/ID/failures                    the unsuccessful episodes grouped by cause (the error, or
  *                                               the checks that failed), with an example of each
- *   GET /api/run/ID/eval                        eval.json (evals) or summary.json (rollouts)
+ *   GET /api/run/ID/eval                        eval.json (evals), summary.json (rollouts), job.json (jobs:
+ *                                               the three stages; their trajectories are the job's, step=base|sft|rl)
  *   GET /api/run/ID/bench                       bench.json
  *
  * ID is an entry's id (`<root index>/<path>`, URL-encoded as one path segment); resolveId refuses
@@ -28,7 +29,7 @@ import { hostname, networkInterfaces } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { hideSecrets } from '../trainers/index.ts';
-import { discover, readEntryFile, readJsonl, resolveId, stepOf, type Entry } from './discover.ts';
+import { discover, JOB_STAGES, jobStageFiles, readEntryFile, readJsonl, resolveId, stepOf, type Entry } from './discover.ts';
 
 export interface ViewOptions {
   roots: string[];
@@ -91,6 +92,8 @@ interface TrajSummary {
   sample: number;
   split: string;
   step?: number;
+  /** A job's trajectory: the evaluation it belongs to. */
+  stage?: string;
   success: boolean;
   reward: number;
   turns: number;
@@ -102,8 +105,15 @@ interface TrajSummary {
 /** Trajectory files read once per size and mtime (a running run's file is read again when it grows). */
 const trajCache = new Map<string, { size: number; mtimeMs: number; rows: Record<string, unknown>[] }>();
 
-function trajectories(dir: string): Record<string, unknown>[] {
-  const file = join(dir, 'trajectories.jsonl');
+/** An entry's trajectories: its trajectories.jsonl, or a job's three evaluations in turn (each row tagged with its stage). */
+function entryTrajectories(dir: string, entry: Entry): Record<string, unknown>[] {
+  if (entry.kind !== 'job') return trajectories(dir);
+  const files = jobStageFiles(dir);
+  return JOB_STAGES.flatMap((s) => (files[s] ? trajectories(join(dir, files[s]!)).map((t) => ({ ...t, stage: s })) : []));
+}
+
+function trajectories(path: string): Record<string, unknown>[] {
+  const file = path.endsWith('.jsonl') ? path : join(path, 'trajectories.jsonl');
   let st: { size: number; mtimeMs: number };
   try {
     st = statSync(file);
@@ -131,6 +141,7 @@ function summary(t: Record<string, unknown>, index: number): TrajSummary {
     sample: Number(t.sample ?? 0),
     split: String(t.split ?? ''),
     step: stepOf(t),
+    ...(typeof t.stage === 'string' ? { stage: t.stage } : {}),
     success: t.success === true,
     reward: Number(t.reward ?? 0),
     turns: Number(m.turns ?? 0),
@@ -151,7 +162,10 @@ function num(q: URLSearchParams, name: string): number | undefined {
 function filterTrajectories(rows: Record<string, unknown>[], q: URLSearchParams) {
   const task = q.get('task')?.trim().toLowerCase();
   const group = q.get('group')?.trim();
-  const step = num(q, 'step');
+  // A job's trajectories are filtered by stage: step=base|sft|rl.
+  const stage = q.get('step')?.trim();
+  const byStage = stage !== undefined && (JOB_STAGES as readonly string[]).includes(stage) ? stage : undefined;
+  const step = byStage ? undefined : num(q, 'step');
   const outcome = q.get('outcome') ?? '';
   const min = num(q, 'min');
   const max = num(q, 'max');
@@ -163,6 +177,7 @@ function filterTrajectories(rows: Record<string, unknown>[], q: URLSearchParams)
       (!task || s.task_id.toLowerCase().includes(task)) &&
       (!group || s.group_id === group) &&
       (step === undefined || s.step === step) &&
+      (byStage === undefined || s.stage === byStage) &&
       (outcome === '' || outcome === 'any' || (outcome === 'success') === s.success) &&
       (min === undefined || s.reward >= min) &&
       (max === undefined || s.reward <= max),
@@ -230,18 +245,22 @@ function apiRun(roots: readonly string[], id: string, what: string | undefined, 
     }
     case 'config':
       // Secrets (learner_token, ...) are not served, as report.html does not show them.
-      return JSON.parse(JSON.stringify(readJsonFile(join(dir, entry.kind === 'run' ? 'config.json' : entry.kind === 'bench' ? 'bench.json' : 'run.json')), hideSecrets));
+      return JSON.parse(JSON.stringify(readJsonFile(join(dir, entry.kind === 'run' ? 'config.json' : entry.kind === 'bench' ? 'bench.json' : entry.kind === 'job' ? 'job.json' : 'run.json')), hideSecrets));
     case 'trajectories':
-      return filterTrajectories(trajectories(dir), q);
+      return filterTrajectories(entryTrajectories(dir, entry), q);
     case 'trajectory': {
-      const rows = trajectories(dir);
+      const rows = entryTrajectories(dir, entry);
       const n = Number(arg);
       if (!Number.isInteger(n) || n < 0 || n >= rows.length) throw new HttpError(404, `no trajectory ${arg ?? ''} (the file holds ${rows.length})`);
       return { index: n, step: stepOf(rows[n]!), trajectory: rows[n] };
     }
     case 'failures':
-      return failureGroups(trajectories(dir));
+      return failureGroups(entryTrajectories(dir, entry));
     case 'eval':
+      if (entry.kind === 'job') {
+        const job = readJsonFile(join(dir, 'job.json')) as Record<string, unknown>;
+        return { ...job, stage_files: jobStageFiles(dir), stages: entry.stages ?? {} };
+      }
       return readJsonFile(join(dir, entry.kind === 'rollout' ? 'summary.json' : 'eval.json'));
     case 'bench':
       return readJsonFile(join(dir, 'bench.json'));

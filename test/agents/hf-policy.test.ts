@@ -106,7 +106,8 @@ describe('(a) HfTurns: an episode as token sequences through the model’s own t
 
       // Turn 3: the final answer.
       const t3 = sample(obs(3, [r2]), 'The sum is 5; stored under "sum".' + END);
-      expect(t3.action).toEqual({ content: 'The sum is 5; stored under "sum".' });
+      // The turn as the model wrote it (end token kept) is recorded beside what was read from it.
+      expect(t3.action).toEqual({ content: 'The sum is 5; stored under "sum".', text: 'The sum is 5; stored under "sum".' + END });
       messages.push({ role: 'assistant', content: t3.action.content });
 
       // The turns' tokens, concatenated, are HfTurns' sequence (nothing decoded and encoded again).

@@ -11,12 +11,14 @@
  * side), the eval and bench views, and a step appended to metrics.jsonl appearing without a reload.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { appendFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
+import { appendFileSync, cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
 import { request } from 'node:http';
 import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { handler, startViewer, type Entry, type Viewer } from '../../src/view/index.ts';
+import { readTrajectories } from '../../src/env/index.ts';
+import { stageEval } from '../../src/trainers/model-job.ts';
 import { CLI, ROOT, runCli, sleep } from '../helpers.ts';
 const FRAGILE = join(ROOT, 'test', 'bench', 'fragile-server.ts');
 
@@ -255,6 +257,48 @@ describe('mcp-gym view: the API', () => {
     expect(list.entries.length).toBe(6);
     child.kill('SIGINT');
     await new Promise((r) => child.once('exit', r));
+  });
+});
+
+describe('mcp-gym view: a real-model job (mcp-gym start --model)', () => {
+  it('lists the job with its three evaluations and its RL run; serves each stage\'s trajectories, tagged and filtered by stage', async () => {
+    // A job directory in the layout runModelJob writes, from the fixtures' real episodes: the eval's as
+    // the base evaluation, the art run as the RL stage (its first and last evaluations: SFT and RL).
+    const root = mkdtempSync(join(tmpdir(), 'mcp-gym-view-job-'));
+    const job = join(root, 'job');
+    mkdirSync(join(job, 'base'), { recursive: true });
+    cpSync(join(dir, 'run-art'), join(job, 'rl'), { recursive: true });
+    cpSync(join(dir, 'eval-random', 'trajectories.jsonl'), join(job, 'base', 'trajectories.jsonl'));
+    const evalFiles = readdirSync(join(job, 'rl', 'evals')).sort();
+    const read = (f: string) => readTrajectories(join(job, f));
+    const stage = (f: string) => stageEval(read(f), 2, f);
+    const files = { base: 'base/trajectories.jsonl', sft: `rl/evals/${evalFiles[0]}`, rl: `rl/evals/${evalFiles.at(-1)}` };
+    const result = { model: 'smollm2-135m', suite: 'calculator (difficulty 1-1)', base: stage(files.base), sft: stage(files.sft), rl: stage(files.rl), rl_minus_sft: { points: 1, ci95: [-2, 4], tasks: 8 }, seconds: { sft: 1, rl: 2, eval: 3, total: 6 } };
+    writeFileSync(join(job, 'base', 'eval.json'), JSON.stringify(result.base));
+    writeFileSync(join(job, 'job.json'), JSON.stringify({ config: { model_name: 'smollm2-135m', suite: 'calculator', min_difficulty: 1, max_difficulty: 1, eval_tasks: 8, k: 2, rl: { preset: 'art' } }, seconds: result.seconds, result }));
+    const v = await startViewer({ roots: [root] });
+    try {
+      const list = ((await (await fetch(new URL('/api/list', v.url))).json()) as { entries: Entry[] }).entries;
+      expect(list.map((e) => [e.id, e.kind]).sort()).toEqual([['0/job', 'job'], ['0/job/rl', 'run']]);
+      const e = list.find((x) => x.kind === 'job')!;
+      expect(e).toMatchObject({ model: 'smollm2-135m', preset: 'art', status: 'finished', suite: 'calculator (difficulty 1-1)' });
+      expect(e.stages).toEqual({ base: { success: result.base.success, ci95: result.base.ci95 }, sft: { success: result.sft.success, ci95: result.sft.ci95 }, rl: { success: result.rl.success, ci95: result.rl.ci95 } });
+      const api = async (path: string) => (await fetch(new URL(`/api/run/${encodeURIComponent('0/job')}/${path}`, v.url))).json() as Promise<Record<string, unknown>>;
+      const all = (await api('trajectories?limit=1000')) as { total: number; items: { stage: string; index: number }[] };
+      expect(all.total).toBe(read(files.base).length + read(files.sft).length + read(files.rl).length);
+      for (const s of ['base', 'sft', 'rl'] as const) {
+        const got = (await api(`trajectories?step=${s}&limit=1000`)) as { matched: number; items: { stage: string; index: number }[] };
+        expect(got.matched, s).toBe(read(files[s]).length);
+        expect(got.items.every((t) => t.stage === s)).toBe(true);
+        const one = (await api(`trajectory/${got.items[0]!.index}`)) as { trajectory: { stage: string; id: string } };
+        expect(one.trajectory).toMatchObject({ stage: s, id: read(files[s])[0]!.id });
+      }
+      const ev = await api('eval');
+      expect(ev).toMatchObject({ stage_files: files, result: { rl_minus_sft: { points: 1 } } });
+    } finally {
+      await v.close();
+      rmSync(root, { recursive: true, force: true });
+    }
   });
 });
 

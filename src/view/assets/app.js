@@ -466,7 +466,7 @@
         'tr',
         { 'data-index': t.index, class: state.traj.a === t.index || state.traj.b === t.index ? 'open' : '' },
         h('td', { class: 'num' }, t.index),
-        h('td', { class: 'num' }, t.step ?? ''),
+        h('td', { class: 'num' }, t.stage ?? t.step ?? ''),
         h('td', {}, t.task_id),
         h('td', {}, h('button', { class: 'link', title: 'show this group only', onclick: () => ((document.getElementById('f-group').value = t.group_id), loadTrajectories()) }, t.group_id)),
         h('td', { class: 'num' }, t.sample),
@@ -529,7 +529,9 @@
     for (const m of msgs.slice(0, firstAssistant < 0 ? msgs.length : firstAssistant)) convo.push(h('div', { class: 'msg ' + m.role }, h('span', { class: 'role' }, m.role), typeof m.content === 'string' ? m.content : JSON.stringify(m.content)));
     (t.turns || []).forEach((turn, i) => {
       const parts = [h('span', { class: 'role' }, 'assistant · turn ' + (i + 1) + (turn.policy_ms !== undefined ? ' · ' + Math.round(turn.policy_ms) + ' ms' : '') + (turn.policy_version !== undefined ? ' · v' + turn.policy_version : ''))];
-      if (turn.action && turn.action.content) parts.push(turn.action.content);
+      // A Hugging Face model's turn as it wrote it (special tokens kept), and how its call was read.
+      if (typeof turn.text === 'string') parts.push(h('pre', { class: 'model-text' }, turn.text), turn.call_parse ? h('div', { class: 'muted' }, 'call read: ' + turn.call_parse) : null);
+      else if (turn.action && turn.action.content) parts.push(turn.action.content);
       const msg = h('div', { class: 'msg assistant turn', 'data-turn': i }, parts);
       convo.push(msg);
       if (turn.parse_error) convo.push(h('div', { class: 'tool-result error parse-error' }, h('b', {}, 'unparsed tool call: '), turn.parse_error));
@@ -561,7 +563,7 @@
     const box = document.getElementById('evals');
     const ids = state.selected.filter((id) => {
       const e = entryOf(id);
-      return e && (e.kind === 'eval' || e.kind === 'rollout');
+      return e && (e.kind === 'eval' || e.kind === 'rollout' || e.kind === 'job');
     });
     if (!ids.length) {
       box.replaceChildren(h('p', { class: 'muted' }, 'Select evaluations or rollouts in the list (a training run’s evaluations are its eval:* curves).'));
@@ -582,7 +584,8 @@
       } catch {
         groups = [];
       }
-      cards.push(entryOf(id).kind === 'eval' ? evalCard(id, r, groups) : h('div', { class: 'card' }, h('h2', {}, labelOf(id) + ' (rollout)'), failureTable(id, groups), h('pre', { class: 'json' }, JSON.stringify(r, null, 2))));
+      const kind = entryOf(id).kind;
+      cards.push(kind === 'job' ? jobCard(id, r, groups) : kind === 'eval' ? evalCard(id, r, groups) : h('div', { class: 'card' }, h('h2', {}, labelOf(id) + ' (rollout)'), failureTable(id, groups), h('pre', { class: 'json' }, JSON.stringify(r, null, 2))));
     }
     box.replaceChildren(...cards);
   }
@@ -613,6 +616,51 @@
     state.traj.b = null;
     showTab('trajectories');
     renderTrajSource();
+  }
+
+  // A real-model job (mcp-gym start --model): its three held-out evaluations side by side.
+  function jobCard(id, r, groups) {
+    const res = r.result || {};
+    const cfg = r.config || {};
+    const pct = (x) => (typeof x === 'number' ? (100 * x).toFixed(1) + '%' : '');
+    const ci = (v) => (v && v.ci95 ? '[' + (100 * v.ci95[0]).toFixed(1) + ', ' + (100 * v.ci95[1]).toFixed(1) + ']' : '');
+    const rows = ['base', 'sft', 'rl'].map((s) => {
+      const v = res[s] || (r.stages || {})[s];
+      const parse = (v && v.tool_call_parse) || {};
+      const hat = (v && v.pass_hat_k) || {};
+      return h(
+        'tr',
+        { 'data-stage': s },
+        h('td', {}, s === 'base' ? 'base model' : s === 'sft' ? 'after SFT' : 'after GRPO'),
+        h('td', { class: 'num' }, v ? pct(v.success) : '(not yet)'),
+        h('td', {}, v ? ci(v) : ''),
+        h('td', { class: 'num' }, Object.entries(hat).map(([k, x]) => 'pass^' + k + ' ' + pct(x)).join(' ')),
+        h('td', { class: 'num' }, v && v.episodes !== undefined ? v.episodes + ' (' + v.tasks + ' tasks)' : ''),
+        h('td', {}, ['strict', 'lenient', 'failed', 'none'].filter((m) => parse[m] !== undefined).map((m) => m + ' ' + parse[m]).join(', ')),
+        h('td', {}, r.stage_files && r.stage_files[s] ? h('button', { class: 'link', onclick: () => showStage(id, s) }, 'trajectories') : ''),
+      );
+    });
+    const d = res.rl_minus_sft;
+    const secs = res.seconds || (r.seconds || {});
+    return h(
+      'div',
+      { class: 'card job-card', 'data-id': id },
+      h('h2', {}, labelOf(id), ' ', h('span', { class: 'muted' }, (res.model || cfg.model_name || cfg.model || '') + ' · ' + (res.suite || cfg.suite || '') + ' · ' + (cfg.eval_tasks || '') + ' held-out tasks × ' + (cfg.k || ''))),
+      h('table', { class: 'job-stages' }, h('thead', {}, h('tr', {}, ...['stage', 'success', '95% (tasks)', 'pass^k', 'episodes', 'tool calls read', ''].map((x) => h('th', {}, x)))), h('tbody', {}, rows)),
+      d ? h('p', {}, 'GRPO − SFT: ', h('b', {}, (d.points >= 0 ? '+' : '') + d.points.toFixed(1) + ' points'), ' [' + d.ci95[0].toFixed(1) + ', ' + d.ci95[1].toFixed(1) + '] over ' + d.tasks + ' tasks (paired)') : h('p', { class: 'muted' }, 'running: the figures fill in as the stages end'),
+      h('p', { class: 'muted' }, 'seconds: ' + ['sft', 'rl', 'eval', 'total'].filter((k) => secs[k] !== undefined).map((k) => k + ' ' + Math.round(secs[k])).join(', ')),
+      h('h3', {}, 'unsuccessful episodes by cause (all stages)'),
+      failureTable(id, groups || []),
+    );
+  }
+
+  function showStage(id, stage) {
+    state.traj.source = id;
+    state.traj.a = state.traj.b = null;
+    document.getElementById('f-step').value = stage;
+    showTab('trajectories');
+    renderTrajSource();
+    loadTrajectories();
   }
 
   function evalCard(id, r, groups) {
