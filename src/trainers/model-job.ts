@@ -143,6 +143,8 @@ export async function runModelJob(o: ModelJobOptions): Promise<ModelJobResult> {
   save();
   const t0 = performance.now() - seconds.total * 1000;
   const { train: trainTasks, held } = jobTasks(c);
+  // The held-out tasks as a task file: `mcp-gym eval --tasks <dir>/heldout-tasks.jsonl --model <checkpoint> -k K` evaluates any checkpoint on them.
+  writeFileSync(join(dir, 'heldout-tasks.jsonl'), held.map((t) => JSON.stringify(t)).join('\n') + '\n');
   log(`${held.length} held-out tasks x ${c.k} samples, ${trainTasks.length} training tasks (${c.suite}, difficulty ${c.min_difficulty}-${c.max_difficulty})`);
 
   // 1. the base model
