@@ -165,7 +165,7 @@ export function resolveConfig(overrides: Partial<TrainConfigInput>, file?: strin
     throw new Error(`${file ? `${file}: ` : ''}${hfOnly[0]}: for Hugging Face models only; ${r.data.model} is an embedded GPT model (mcp-gym's format), trained in full: leave out ${hfOnly.join(', ')}`);
   }
   if (r.data.learner && isHfModelDir(r.data.model)) {
-    throw new Error(`${file ? `${file}: ` : ''}learner: a remote learner (${r.data.learner}) trains the embedded model only; ${r.data.model} is a Hugging Face checkpoint: run this command where the checkpoint and a GPU are (the learner then starts locally with the venv), or leave out learner`);
+    throw new Error(`${file ? `${file}: ` : ''}learner: a remote learner (${r.data.learner}) trains the embedded model only; ${r.data.model} is a Hugging Face checkpoint, whose learner writes the whole weights after every step into the directory the sampler reloads (540 MB for a 135M model in float32; docs/models.md, "Not here"): run this command where the checkpoint and a GPU are (the learner then starts locally with the venv), or sample with vLLM (--policy openai:..., LoRA adapters pushed to it), or leave out learner`);
   }
   if (r.data.drop_zero_variance && (r.data.beta > 0 || r.data.entropy_coef > 0 || r.data.advantage === 'gae')) {
     const why = r.data.beta > 0 ? `beta ${r.data.beta} (the KL term trains on every sequence)` : r.data.entropy_coef > 0 ? `entropy_coef ${r.data.entropy_coef}` : "advantage 'gae' (the value head trains on every sequence)";

@@ -139,9 +139,13 @@ export async function runModelJob(o: ModelJobOptions): Promise<ModelJobResult> {
   const was = readJson<{ config: ModelJobConfig }>(jobFile);
   if (was && JSON.stringify(was.config) !== JSON.stringify(c)) throw new Error(`${dir} holds a job made with other settings (its job.json): use another --run directory`);
   const seconds = { sft: 0, rl: 0, eval: 0, total: 0, ...(readJson<{ seconds?: ModelJobResult['seconds'] }>(jobFile)?.seconds ?? {}) };
-  const save = (extra: Record<string, unknown> = {}) => writeFileSync(jobFile, JSON.stringify({ config: c, seconds, ...extra }, null, 2) + '\n');
-  save();
+  // Wall time accumulates over resumed runs: each save records the time so far.
   const t0 = performance.now() - seconds.total * 1000;
+  const save = (extra: Record<string, unknown> = {}) => {
+    seconds.total = (performance.now() - t0) / 1000;
+    writeFileSync(jobFile, JSON.stringify({ config: c, seconds, ...extra }, null, 2) + '\n');
+  };
+  save();
   const { train: trainTasks, held } = jobTasks(c);
   // The held-out tasks as a task file: `mcp-gym eval --tasks <dir>/heldout-tasks.jsonl --model <checkpoint> -k K` evaluates any checkpoint on them.
   writeFileSync(join(dir, 'heldout-tasks.jsonl'), held.map((t) => JSON.stringify(t)).join('\n') + '\n');
