@@ -107,9 +107,10 @@ export function jobTasks(c: ModelJobConfig): { train: Task[]; held: Task[] } {
   return { train: t, held: held.slice(0, c.eval_tasks) };
 }
 
-async function evaluateBase(c: ModelJobConfig, held: Task[], file: string, o: ModelJobOptions): Promise<Trajectory[]> {
-  ensureHfOnnx(c.model, o.onLog);
-  const policy = await OnnxPolicy.load(c.model, { seed: c.seed + 101, maxNewTokens: c.rl.max_new_tokens ?? 96, threads: 2, chatTemplate: { toolFormat: c.tool_format } });
+/** A checkpoint's held-out evaluation as the job runs it (k samples per task, the job's sampling settings); `model` defaults to the job's base. */
+export async function evaluateCheckpoint(c: ModelJobConfig, held: Task[], file: string, o: Pick<ModelJobOptions, 'onLog' | 'onProgress' | 'signal'>, model = c.model): Promise<Trajectory[]> {
+  ensureHfOnnx(model, o.onLog);
+  const policy = await OnnxPolicy.load(model, { seed: c.seed + 101, maxNewTokens: c.rl.max_new_tokens ?? 96, threads: 2, chatTemplate: { toolFormat: c.tool_format } });
   const env = new Environment({ reward: c.rl.reward ?? 'art' });
   let done = 0;
   try {
@@ -158,7 +159,7 @@ export async function runModelJob(o: ModelJobOptions): Promise<ModelJobResult> {
   if (!base) {
     mkdirSync(baseDir, { recursive: true });
     const te = performance.now();
-    const trajectories = await evaluateBase(c, held, baseFile, o);
+    const trajectories = await evaluateCheckpoint(c, held, baseFile, o);
     base = stageEval(trajectories, c.k, 'base/trajectories.jsonl');
     writeFileSync(join(baseDir, 'eval.json'), JSON.stringify(base, null, 2) + '\n');
     seconds.eval += (performance.now() - te) / 1000;

@@ -1,0 +1,51 @@
+/**
+ * SFT to its plateau (issue 30): the real-model job's SFT (src/trainers/model-job.ts, MODEL_JOB's
+ * recipe: 128 expert demonstrations of the job's training tasks, batch 16, lr 1e-4, all weights)
+ * for 1, 2, 3 ... epochs, each a run of its own from the base checkpoint, each evaluated as the job
+ * evaluates (the same 64 held-out tasks x 2 samples, interval over tasks). An epoch is worth
+ * keeping while it adds 2 points or more.
+ *
+ *   npx tsx bench/sft-plateau.ts [--model smollm2-135m] [--epochs 1,2,3] [--seed 0] [--out .tmp/sft-plateau]
+ *
+ * Prints one row per epoch count (success, interval, the gain over the previous row, SFT and
+ * evaluation seconds) and, last, one JSON line.
+ */
+import { mkdirSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { parseArgs } from 'node:util';
+import { MODEL_JOB } from '../src/cli/model-job.ts';
+import { evaluateCheckpoint, jobTasks, resolveModel, runSft, stageEval, type ModelJobConfig } from '../src/trainers/index.ts';
+
+const { values } = parseArgs({ options: { model: { type: 'string', default: 'smollm2-135m' }, epochs: { type: 'string', default: '1,2,3' }, seed: { type: 'string', default: '0' }, out: { type: 'string', default: '.tmp/sft-plateau' } } });
+const log = (l: string) => console.log(l);
+const model = await resolveModel(values.model!, log);
+const config: ModelJobConfig = {
+  model,
+  model_name: values.model!,
+  suite: MODEL_JOB.suite,
+  min_difficulty: MODEL_JOB.min_difficulty,
+  max_difficulty: MODEL_JOB.max_difficulty,
+  eval_tasks: MODEL_JOB.eval_tasks,
+  k: MODEL_JOB.k,
+  seed: Number(values.seed),
+  tool_format: 'auto',
+  sft: { ...MODEL_JOB.sft },
+  rl: { ...MODEL_JOB.rl },
+};
+const { train, held } = jobTasks(config);
+const root = resolve(values.out!);
+mkdirSync(root, { recursive: true });
+const rows: { epochs: number; success: number; ci95: [number, number]; gain: number | null; sft_s: number; eval_s: number }[] = [];
+for (const epochs of values.epochs!.split(',').map(Number)) {
+  const out = join(root, `epochs-${epochs}`);
+  const t0 = performance.now();
+  await runSft({ tasks: train, model, demos: config.sft.demos, out, steps: Math.round((epochs * config.sft.demos) / config.sft.batch), batchSize: config.sft.batch, lr: config.sft.lr, seed: config.seed, toolFormat: 'auto' });
+  const t1 = performance.now();
+  const trajectories = await evaluateCheckpoint(config, held, join(out, 'eval-trajectories.jsonl'), {}, out);
+  const e = stageEval(trajectories, config.k, 'eval-trajectories.jsonl');
+  const prev = rows.at(-1);
+  rows.push({ epochs, success: e.success, ci95: e.ci95, gain: prev ? 100 * (e.success - prev.success) : null, sft_s: (t1 - t0) / 1000, eval_s: (performance.now() - t1) / 1000 });
+  const r = rows.at(-1)!;
+  console.log(`${epochs} epoch(s): held-out ${(100 * r.success).toFixed(1)}% [${(100 * r.ci95[0]).toFixed(1)}, ${(100 * r.ci95[1]).toFixed(1)}]${r.gain === null ? '' : `, ${r.gain >= 0 ? '+' : ''}${r.gain.toFixed(1)} points over ${prev!.epochs}`}; SFT ${r.sft_s.toFixed(0)} s, eval ${r.eval_s.toFixed(0)} s`);
+}
+console.log(JSON.stringify({ model: values.model, seed: config.seed, demos: config.sft.demos, rows }));
