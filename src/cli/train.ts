@@ -147,7 +147,9 @@ export async function trainCommand(argv: string[]): Promise<void> {
 export async function startCommand(argv: string[]): Promise<void> {
   const at = argv.findIndex((a) => a === '--model' || a.startsWith('--model='));
   const spec = at < 0 ? undefined : argv[at]!.includes('=') ? argv[at]!.slice('--model='.length) : argv[at + 1];
-  if (spec !== undefined && (isModelName(spec) || isHfModelDir(spec))) return modelJobCommand(argv);
+  // A real model (a registered name, a .gguf, a checkpoint directory), or something that is no model directory at
+  // all: the model job resolves it (and says what it looked for).
+  if (spec !== undefined && (isModelName(spec) || isHfModelDir(spec) || !existsSync(join(spec, 'config.json')))) return modelJobCommand(argv);
   if (!argv.includes('--model') && !existsSync(join(String(MAIN_JOB.model), 'config.json'))) {
     throw new UsageError(`the cold-start model ${MAIN_JOB.model} is missing: make it with: npx mcp-gym sft --out ${MAIN_JOB.model}`);
   }

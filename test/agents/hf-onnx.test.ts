@@ -192,11 +192,13 @@ describe.skipIf(!HAVE_PY)(`Hugging Face models in onnxruntime-node (learner Pyth
       const batch = await model.generate(prompts, { ...SAMPLING, maxNewTokens: 12, rng: seededRandom(2), rows: prompts.map((_, i) => ({ rng: seededRandom(20 + i) })) });
       batch.forEach((b, i) => sampled[f].push({ prompt: prompts[i]!, g: b }));
 
-      // OnnxPolicy samples it with the checkpoint's own template (hf-policy.test.ts); serve-policy refuses it.
+      // OnnxPolicy samples it with the checkpoint's own template (hf-policy.test.ts); serve-policy serves it (serve-policy-hf.test.ts).
       const policy = await OnnxPolicy.load(dir);
       expect(policy.hf?.family).toBe(f === 'llama' ? 'llama3' : 'qwen');
       await policy.close();
-      await expect(startPolicyServer({ modelDir: dir })).rejects.toThrow(/Hugging Face .* serves the embedded GPT only/);
+      const server = await startPolicyServer({ modelDir: dir });
+      expect(server.model.family).toBe(f);
+      await server.close();
     });
 
     it(`${f}: a batch of prompts of different lengths gives each row what it gets alone`, async () => {
