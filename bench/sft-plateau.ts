@@ -6,6 +6,10 @@
  * keeping while it adds 2 points or more.
  *
  *   npx tsx bench/sft-plateau.ts [--model smollm2-135m] [--epochs 1,2,3] [--seed 0] [--out .tmp/sft-plateau]
+ *                                [--lora R --lora-epochs 2 --lora-lr 1e-3]
+ *
+ * With --lora R, the same SFT with a LoRA adapter (rank R, alpha 2R, all linear layers) for each of
+ * --lora-epochs, evaluated the same way: the full-weights rows and the LoRA rows side by side.
  *
  * Prints one row per epoch count (success, interval, the gain over the previous row, SFT and
  * evaluation seconds) and, last, one JSON line.
@@ -16,7 +20,7 @@ import { parseArgs } from 'node:util';
 import { MODEL_JOB } from '../src/cli/model-job.ts';
 import { evaluateCheckpoint, jobTasks, resolveModel, runSft, stageEval, type ModelJobConfig } from '../src/trainers/index.ts';
 
-const { values } = parseArgs({ options: { model: { type: 'string', default: 'smollm2-135m' }, epochs: { type: 'string', default: '1,2,3' }, seed: { type: 'string', default: '0' }, out: { type: 'string', default: '.tmp/sft-plateau' } } });
+const { values } = parseArgs({ options: { model: { type: 'string', default: 'smollm2-135m' }, epochs: { type: 'string', default: '1,2,3' }, seed: { type: 'string', default: '0' }, out: { type: 'string', default: '.tmp/sft-plateau' }, lora: { type: 'string', default: '0' }, 'lora-epochs': { type: 'string', default: '2' }, 'lora-lr': { type: 'string', default: '1e-3' } } });
 const log = (l: string) => console.log(l);
 const model = await resolveModel(values.model!, log);
 const config: ModelJobConfig = {
@@ -35,17 +39,23 @@ const config: ModelJobConfig = {
 const { train, held } = jobTasks(config);
 const root = resolve(values.out!);
 mkdirSync(root, { recursive: true });
-const rows: { epochs: number; success: number; ci95: [number, number]; gain: number | null; sft_s: number; eval_s: number }[] = [];
-for (const epochs of values.epochs!.split(',').map(Number)) {
-  const out = join(root, `epochs-${epochs}`);
+const rows: { mode: string; epochs: number; success: number; ci95: [number, number]; gain: number | null; sft_s: number; eval_s: number }[] = [];
+const lora = Number(values.lora);
+const runs: { mode: string; epochs: number }[] = [
+  ...values.epochs!.split(',').filter(Boolean).map((e) => ({ mode: 'full', epochs: Number(e) })),
+  ...(lora > 0 ? values['lora-epochs']!.split(',').filter(Boolean).map((e) => ({ mode: `lora-r${lora}`, epochs: Number(e) })) : []),
+];
+for (const { mode, epochs } of runs) {
+  const out = join(root, `${mode}-epochs-${epochs}`);
   const t0 = performance.now();
-  await runSft({ tasks: train, model, demos: config.sft.demos, out, steps: Math.round((epochs * config.sft.demos) / config.sft.batch), batchSize: config.sft.batch, lr: config.sft.lr, seed: config.seed, toolFormat: 'auto' });
+  const isLora = mode !== 'full';
+  await runSft({ tasks: train, model, demos: config.sft.demos, out, steps: Math.round((epochs * config.sft.demos) / config.sft.batch), batchSize: config.sft.batch, lr: isLora ? Number(values['lora-lr']) : config.sft.lr, seed: config.seed, toolFormat: 'auto', ...(isLora ? { lora: { r: lora, alpha: 2 * lora } } : {}) });
   const t1 = performance.now();
   const trajectories = await evaluateCheckpoint(config, held, join(out, 'eval-trajectories.jsonl'), {}, out);
   const e = stageEval(trajectories, config.k, 'eval-trajectories.jsonl');
-  const prev = rows.at(-1);
-  rows.push({ epochs, success: e.success, ci95: e.ci95, gain: prev ? 100 * (e.success - prev.success) : null, sft_s: (t1 - t0) / 1000, eval_s: (performance.now() - t1) / 1000 });
+  const prev = rows.filter((r) => r.mode === mode).at(-1);
+  rows.push({ mode, epochs, success: e.success, ci95: e.ci95, gain: prev ? 100 * (e.success - prev.success) : null, sft_s: (t1 - t0) / 1000, eval_s: (performance.now() - t1) / 1000 });
   const r = rows.at(-1)!;
-  console.log(`${epochs} epoch(s): held-out ${(100 * r.success).toFixed(1)}% [${(100 * r.ci95[0]).toFixed(1)}, ${(100 * r.ci95[1]).toFixed(1)}]${r.gain === null ? '' : `, ${r.gain >= 0 ? '+' : ''}${r.gain.toFixed(1)} points over ${prev!.epochs}`}; SFT ${r.sft_s.toFixed(0)} s, eval ${r.eval_s.toFixed(0)} s`);
+  console.log(`${mode} ${epochs} epoch(s): held-out ${(100 * r.success).toFixed(1)}% [${(100 * r.ci95[0]).toFixed(1)}, ${(100 * r.ci95[1]).toFixed(1)}]${r.gain === null ? '' : `, ${r.gain >= 0 ? '+' : ''}${r.gain.toFixed(1)} points over ${prev!.epochs}`}; SFT ${r.sft_s.toFixed(0)} s, eval ${r.eval_s.toFixed(0)} s`);
 }
 console.log(JSON.stringify({ model: values.model, seed: config.seed, demos: config.sft.demos, rows }));
