@@ -15,7 +15,8 @@
  * across midnight and so break the append-only rule; the renderer fixes the date when it is made
  * (`now`), so one renderer renders one date.
  */
-import { Environment, Interpreter, Template } from '@huggingface/jinja';
+import { Environment, Template } from '@huggingface/jinja';
+import { PythonInterpreter } from './jinja-python.ts';
 import type { HfTokenizer } from './tokenizer.ts';
 
 export interface OpenAiToolCall {
@@ -158,7 +159,9 @@ export class ChatTemplateRenderer {
       ...this.options.context,
       ...options.context,
     };
-    if (options.tools && options.tools.length) ctx.tools = options.tools;
+    // As transformers passes them: `tools` and `documents` are always defined (None when not given).
+    ctx.tools = options.tools ?? null;
+    if (!('documents' in ctx)) ctx.documents = null;
     try {
       // Template.render declares strftime_now itself (today's date) and refuses a redeclaration,
       // so the environment is set up here with the same globals and a fixed date.
@@ -174,7 +177,8 @@ export class ChatTemplateRenderer {
         },
       };
       for (const [k, v] of Object.entries({ ...globals, ...ctx })) env.set(k, v);
-      return new Interpreter(env).run(this.compiled.parsed).value as string;
+      // Python's semantics where the library's differ (strip(chars), numbers, tojson, str()): jinja-python.ts.
+      return new PythonInterpreter(env).run(this.compiled.parsed).value as string;
     } catch (err) {
       throw new Error(`ChatTemplateRenderer: rendering failed (${(err as Error).message})`);
     }
