@@ -17,7 +17,7 @@ import { z } from 'zod';
 import { fnv1a, seededRandom, type RandomFn } from '../../lib/index.ts';
 import type { Observation, Policy, PolicyAction } from '../env/index.ts';
 import { readModelConfig, type ModelConfig } from './model-config.ts';
-import { sampleFromProbs, sampleToken, type SamplingOptions } from './sampling.ts';
+import { sampleFromProbs, samplesWholeVocabulary, sampleToken, type SamplingOptions } from './sampling.ts';
 import { ChatTemplate, parseAssistantTokens, T } from './template.ts';
 import { HfTurns, type HfTurnsOptions } from './hf-turns.ts';
 
@@ -653,7 +653,7 @@ export class OnnxModel {
    */
   private scoresFor(session: ort.InferenceSession, options: SamplingOptions[]): Scores {
     if (!session.outputNames.includes('probs')) return 'logits';
-    return options.every((o) => o.temperature === 1 && !(o.topK > 0 && o.topK < this.V) && !(o.topP < 1)) ? 'probs' : 'logits';
+    return options.every((o) => o.temperature === 1 && samplesWholeVocabulary(o, this.V)) ? 'probs' : 'logits';
   }
 
   /** A lane with room for `slots` rows of capacity C (both grow with laneReserve). */
@@ -1251,7 +1251,7 @@ export class OnnxPolicy implements Policy {
     readonly hf?: HfTurns,
   ) {
     this.id = `onnx:${model.name}`;
-    this.sampling = { temperature: options.temperature ?? 1, topK: options.topK ?? 0, topP: options.topP ?? 1 };
+    this.sampling = { temperature: options.temperature ?? 1, topK: options.topK ?? 0, topP: options.topP ?? 1, ...(options.minP ? { minP: options.minP } : {}) };
     if ((options.batching ?? (hf ? 'continuous' : 'static')) === 'continuous') {
       this.batcher = new GenerationBatcher(model, { mode: 'continuous', maxBatch: options.maxBatch ?? (hf ? 64 : 32), sampling: this.sampling, rng: seededRandom(options.seed ?? 1) });
     }

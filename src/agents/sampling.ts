@@ -1,7 +1,12 @@
 /**
- * Turning logits into a token: temperature, then top-k, then top-p (nucleus) on what is left,
- * renormalised; the logprob returned is that of the sampled token under exactly this
- * distribution (learner/PROTOCOL.md, "Logprobs"; the learner computes the same).
+ * Turning logits into a token, in the order transformers' generation applies its warpers
+ * (`_get_logits_processor`: TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper,
+ * MinPLogitsWarper): temperature, then top-k, then top-p (nucleus) on what is left, then min-p
+ * on what is left, renormalised. The logprob returned is that of the sampled token under exactly
+ * this distribution (learner/PROTOCOL.md, "Logprobs"; the learner computes the same, temperature
+ * included). Ties at a boundary are kept, as transformers keeps them for top-k and min-p
+ * (`scores < kth` and `probs < threshold` are what it removes); for top-p, where transformers'
+ * unstable sort keeps an arbitrary part of a tie, every tied token is kept.
  */
 import type { RandomFn } from '../../lib/index.ts';
 
@@ -11,11 +16,18 @@ export interface SamplingOptions {
   topK: number;
   /** 1 = no limit. */
   topP: number;
+  /** 0 = off: tokens with probability below minP x the top token's (after top-k and top-p) are cut. */
+  minP?: number;
+}
+
+/** Whether the options sample the whole vocabulary (no top-k, top-p or min-p cut). */
+export function samplesWholeVocabulary(o: SamplingOptions, vocab: number): boolean {
+  return !(o.topK > 0 && o.topK < vocab) && !(o.topP < 1) && !((o.minP ?? 0) > 0);
 }
 
 /**
- * The processed log-distribution over the vocabulary: -Infinity for tokens cut by top-k/top-p.
- * `out` receives the logprobs (float64).
+ * The processed log-distribution over the vocabulary: -Infinity for tokens cut by top-k, top-p or
+ * min-p. `out` receives the logprobs (float64).
  */
 export function processedLogprobs(logits: ArrayLike<number>, offset: number, vocab: number, o: SamplingOptions, out: Float64Array): void {
   const t = o.temperature;
@@ -25,33 +37,42 @@ export function processedLogprobs(logits: ArrayLike<number>, offset: number, voc
     out[i] = v;
     if (v > max) max = v;
   }
-  let keep: Uint8Array | undefined;
+  const keep = new Uint8Array(vocab).fill(1);
+  // top-k: remove what is below the k-th largest (the tokens tied with it stay).
   if (o.topK > 0 && o.topK < vocab) {
-    // Keep exactly k: the k largest (earlier index first among equals).
-    const idx = Array.from({ length: vocab }, (_, i) => i).sort((a, b) => out[b]! - out[a]! || a - b);
-    keep = new Uint8Array(vocab);
-    for (let j = 0; j < o.topK; j++) keep[idx[j]!] = 1;
+    const kth = Float64Array.from(out.subarray(0, vocab)).sort().at(vocab - o.topK)!;
+    for (let i = 0; i < vocab; i++) if (out[i]! < kth) keep[i] = 0;
   }
-  let sum = 0;
-  for (let i = 0; i < vocab; i++) if (!keep || keep[i]) sum += Math.exp(out[i]! - max);
-  let lse = max + Math.log(sum);
-  if (o.topP < 1) {
-    const idx = Array.from({ length: vocab }, (_, i) => i)
-      .filter((i) => !keep || keep[i])
-      .sort((a, b) => out[b]! - out[a]! || a - b);
-    const nucleus = new Uint8Array(vocab);
-    let cum = 0;
-    for (const i of idx) {
-      nucleus[i] = 1;
-      cum += Math.exp(out[i]! - lse);
-      if (cum >= o.topP) break;
-    }
-    keep = nucleus;
-    sum = 0;
+  const lseOfKept = () => {
+    let sum = 0;
     for (let i = 0; i < vocab; i++) if (keep[i]) sum += Math.exp(out[i]! - max);
-    lse = max + Math.log(sum);
+    return max + Math.log(sum);
+  };
+  let lse = lseOfKept();
+  // top-p: the smallest prefix (by probability, descending) whose mass reaches top_p, and every token tied with its last.
+  if (o.topP < 1) {
+    const idx: number[] = [];
+    for (let i = 0; i < vocab; i++) if (keep[i]) idx.push(i);
+    idx.sort((a, b) => out[b]! - out[a]! || a - b);
+    let before = 0;
+    let threshold = out[idx[0]!]!;
+    for (const i of idx) {
+      if (before >= o.topP) break;
+      threshold = out[i]!;
+      before += Math.exp(out[i]! - lse);
+    }
+    for (const i of idx) if (out[i]! < threshold) keep[i] = 0;
+    lse = lseOfKept();
   }
-  for (let i = 0; i < vocab; i++) out[i] = !keep || keep[i] ? out[i]! - lse : -Infinity;
+  // min-p: remove the tokens whose probability is below min_p x the top token's.
+  const minP = o.minP ?? 0;
+  if (minP > 0) {
+    // p_i < minP * p_max  <=>  x_i < x_max + log(minP)
+    const cut = max + Math.log(minP);
+    for (let i = 0; i < vocab; i++) if (keep[i] && out[i]! < cut) keep[i] = 0;
+    lse = lseOfKept();
+  }
+  for (let i = 0; i < vocab; i++) out[i] = keep[i] ? out[i]! - lse : -Infinity;
 }
 
 /**
@@ -64,7 +85,7 @@ export function sampleToken(logits: ArrayLike<number>, offset: number, vocab: nu
     for (let i = 1; i < vocab; i++) if (logits[offset + i]! > logits[offset + best]!) best = i;
     return { token: best, logprob: 0 };
   }
-  if (!(o.topK > 0 && o.topK < vocab) && !(o.topP < 1)) {
+  if (samplesWholeVocabulary(o, vocab)) {
     // The whole vocabulary: one pass of exponentials, then a walk of the cumulative sum.
     const t = o.temperature;
     let max = -Infinity;

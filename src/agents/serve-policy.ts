@@ -271,7 +271,7 @@ function readChatRequest(body: Record<string, unknown>): ChatRequest {
     if (given(v) && !(Array.isArray(v) && v.length === 0)) throw bad(`'${key}' is not supported: a turn ends at the model's end-of-turn token or at max_tokens`, key);
   }
   if (isObject(body.logit_bias) && Object.keys(body.logit_bias).length) throw bad('logit_bias is not supported', 'logit_bias');
-  for (const key of ['presence_penalty', 'frequency_penalty', 'min_p']) {
+  for (const key of ['presence_penalty', 'frequency_penalty']) {
     if (given(body[key]) && body[key] !== 0) throw bad(`'${key}' is not supported (only 0)`, key);
   }
   if (given(body.repetition_penalty) && body.repetition_penalty !== 1) throw bad("'repetition_penalty' is not supported (only 1)", 'repetition_penalty');
@@ -282,6 +282,7 @@ function readChatRequest(body: Record<string, unknown>): ChatRequest {
   const temperature = optNumber(body, 'temperature', (x) => x >= 0, 'a number >= 0') ?? 1;
   const topP = optNumber(body, 'top_p', (x) => x > 0 && x <= 1, 'a number in (0, 1]') ?? 1;
   const topK = optNumber(body, 'top_k', (x) => Number.isInteger(x) && x >= -1, 'an integer >= -1 (-1 or 0: no limit)') ?? 0;
+  const minP = optNumber(body, 'min_p', (x) => x >= 0 && x <= 1, 'a number in [0, 1] (0: off)') ?? 0;
   const maxTokens =
     optNumber(body, 'max_completion_tokens', (x) => Number.isInteger(x) && x >= 1, 'a positive integer') ??
     optNumber(body, 'max_tokens', (x) => Number.isInteger(x) && x >= 1, 'a positive integer');
@@ -296,7 +297,7 @@ function readChatRequest(body: Record<string, unknown>): ChatRequest {
     messages,
     tools,
     toolNames: tools.map((t) => t.function.name),
-    sampling: { temperature, topP, topK: Math.max(0, topK) },
+    sampling: { temperature, topP, topK: Math.max(0, topK), ...(minP > 0 ? { minP } : {}) },
     ...(maxTokens !== undefined ? { maxTokens } : {}),
     ...(seed !== undefined ? { seed } : {}),
     stream,
