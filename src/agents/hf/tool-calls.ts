@@ -3,10 +3,18 @@
  * gives them):
  *
  * - qwen (Qwen3, Hermes): `<tool_call>\n{"name": "f", "arguments": {...}}\n</tool_call>`, any
- *   number per turn, after optional text (and an optional <think>...</think> block);
+ *   number per turn, after optional text (and an optional <think>...</think> block); a last call
+ *   left open (no `</tool_call>` before the turn ends) is read when it is one whole call, as vLLM's
+ *   `hermes` parser reads it (mode `lenient`);
  * - llama3 (Llama 3.1-3.3): the turn is a JSON object `{"name": "f", "parameters": {...}}`
  *   (`"arguments"` accepted too), optionally after `<|python_tag|>`; several calls may be separated
- *   by `;` or whitespace. A turn that does not start with `{` / <|python_tag|> is a plain answer.
+ *   by `;` or whitespace. As vLLM's `llama3_json` parser reads them, a call after some text and text
+ *   after the calls are read too (mode `lenient`, the text as content); a turn without a call
+ *   object is a plain answer.
+ *
+ * Arguments written as a JSON string holding an object are read as that object (both dialects).
+ * test/agents/tool-call-parity.test.ts compares this parser with vLLM's documented `hermes` and
+ * `llama3_json` parsers.
  *
  * A call that cannot be read is reported in `error` (the agent is shown it), never thrown, as
  * template.ts's parseAssistantTokens does.
@@ -81,12 +89,22 @@ function readCall(json: string, argKeys: string[]): ParsedToolCall | string {
   if (typeof o.name !== 'string' || !o.name) return `a tool call has no "name": ${snippet(json)}`;
   const key = argKeys.find((k) => k in o);
   const args = key === undefined ? {} : o[key];
+  // Arguments written as a JSON string that holds an object (small models do): the object, as vLLM passes the string on.
+  if (typeof args === 'string') {
+    try {
+      const inner: unknown = JSON.parse(args);
+      if (inner !== null && typeof inner === 'object' && !Array.isArray(inner)) return { name: o.name, arguments: inner as Record<string, unknown> };
+    } catch {
+      // not JSON: reported below
+    }
+  }
   if (args === null || typeof args !== 'object' || Array.isArray(args)) return `the arguments of tool call '${o.name}' are not a JSON object: ${snippet(json)}`;
   const raw = key === undefined ? undefined : rawMember(json, key, args);
   return { name: o.name, arguments: args as Record<string, unknown>, ...(raw !== undefined ? { argumentsText: raw } : {}) };
 }
 
 function parseQwen(text: string): ParsedToolCalls {
+  let unclosed = false;
   const calls: ParsedToolCall[] = [];
   const errors: string[] = [];
   const outside: string[] = [];
@@ -101,6 +119,16 @@ function parseQwen(text: string): ParsedToolCalls {
     const start = open + '<tool_call>'.length;
     const close = text.indexOf('</tool_call>', start);
     const next = text.indexOf('<tool_call>', start);
+    if (close < 0 && next < 0) {
+      // The last call left open (the turn ended before </tool_call>): read as vLLM's hermes parser
+      // reads it, when what follows the tag is one whole call.
+      const r = readCall(text.slice(start).trim(), ['arguments', 'parameters']);
+      if (typeof r !== 'string') {
+        calls.push(r);
+        unclosed = true;
+        break;
+      }
+    }
     if (close < 0 || (next >= 0 && next < close)) {
       const stop = next >= 0 ? next : text.length;
       errors.push(`tool call not closed with </tool_call>: ${snippet(text.slice(start, stop).trim())}`);
@@ -115,7 +143,7 @@ function parseQwen(text: string): ParsedToolCalls {
   }
   const content = outside.join('').trim();
   const error = errors.length ? errors.join('; ') : undefined;
-  return { content, calls, mode: modeOf(calls.length, error), ...(error ? { error } : {}) };
+  return { content, calls, mode: unclosed && !error ? 'lenient' : modeOf(calls.length, error), ...(error ? { error } : {}) };
 }
 
 const FENCE = /```[A-Za-z]*[ \t]*\n?([\s\S]*?)```/g;
@@ -194,7 +222,15 @@ function parseLlama(text: string): ParsedToolCalls {
   const body = tagged ? text.slice(text.indexOf('<|python_tag|>') + '<|python_tag|>'.length) : text;
   const before = tagged ? text.slice(0, text.indexOf('<|python_tag|>')).trim() : '';
   const t = body.trim();
-  if (!tagged && !t.startsWith('{')) return { content: t, calls: [], mode: 'none' };
+  if (!tagged && !t.startsWith('{')) {
+    // A call after some text: vLLM's llama3_json reads the first JSON object anywhere in the turn.
+    const at = t.indexOf('{');
+    if (at > 0) {
+      const r = parseLlama(t.slice(at));
+      if (r.calls.length && !r.error) return { ...r, content: t.slice(0, at).trim(), mode: 'lenient' };
+    }
+    return { content: t, calls: [], mode: 'none' };
+  }
   const { objects, rest, unclosed } = jsonObjects(t);
   const calls: ParsedToolCall[] = [];
   const errors: string[] = [];
@@ -204,11 +240,14 @@ function parseLlama(text: string): ParsedToolCalls {
     else calls.push(r);
   }
   if (unclosed !== undefined) errors.push(`a tool call's JSON is not closed: ${snippet(unclosed)}`);
-  const leftover = rest.replace(/[;\s]/g, '');
+  // Text after the calls (not between them) is left out, as vLLM leaves it: the turn is read as its calls.
+  const tail = objects.length ? t.slice(t.lastIndexOf(objects.at(-1)!) + objects.at(-1)!.length) : '';
+  const leftover = rest.slice(0, rest.length - tail.length).replace(/[;\s]/g, '');
   if (leftover) errors.push(`text that is not a JSON tool call: ${snippet(rest.trim())}`);
-  if (!objects.length && unclosed === undefined && !leftover) errors.push('<|python_tag|> without a tool call');
+  if (!objects.length && unclosed === undefined && !leftover && !tail.trim()) errors.push('<|python_tag|> without a tool call');
   const error = errors.length ? errors.join('; ') : undefined;
-  return { content: before, calls, mode: modeOf(calls.length, error), ...(error ? { error } : {}) };
+  const trailing = tail.replace(/^[;\s]+/, '').trim();
+  return { content: [before, trailing].filter(Boolean).join('\n'), calls, mode: trailing && calls.length && !error ? 'lenient' : modeOf(calls.length, error), ...(error ? { error } : {}) };
 }
 
 /**
