@@ -42,7 +42,6 @@ TEMPLATES = [
     "Qwen-Qwen3-0.6B.jinja",
     "meta-llama-Llama-3.1-8B-Instruct.jinja",
     "meta-llama-Llama-3.2-3B-Instruct.jinja",
-    "meta-llama-Llama-3.3-70B-Instruct.jinja",
     "NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja",
 ]
 

