@@ -6,7 +6,7 @@
  * keeping while it adds 2 points or more.
  *
  *   npx tsx bench/sft-plateau.ts [--model smollm2-135m] [--epochs 1,2,3] [--seed 0] [--out .tmp/sft-plateau]
- *                                [--lora R --lora-epochs 2 --lora-lr 1e-3] [--min-difficulty D --max-difficulty D]
+ *                                [--lora R --lora-epochs 2 --lora-lr 1e-3] [--min-difficulty D --max-difficulty D] [--demos N]
  *
  * With --lora R, the same SFT with a LoRA adapter (rank R, alpha 2R, all linear layers) for each of
  * --lora-epochs, evaluated the same way: the full-weights rows and the LoRA rows side by side.
@@ -20,7 +20,7 @@ import { parseArgs } from 'node:util';
 import { MODEL_JOB } from '../src/cli/model-job.ts';
 import { evaluateCheckpoint, jobTasks, resolveModel, runSft, stageEval, type ModelJobConfig } from '../src/trainers/index.ts';
 
-const { values } = parseArgs({ options: { model: { type: 'string', default: 'smollm2-135m' }, epochs: { type: 'string', default: '1,2,3' }, seed: { type: 'string', default: '0' }, out: { type: 'string', default: '.tmp/sft-plateau' }, lora: { type: 'string', default: '0' }, 'lora-epochs': { type: 'string', default: '2' }, 'lora-lr': { type: 'string', default: '1e-3' }, 'min-difficulty': { type: 'string' }, 'max-difficulty': { type: 'string' } } });
+const { values } = parseArgs({ options: { model: { type: 'string', default: 'smollm2-135m' }, epochs: { type: 'string', default: '1,2,3' }, seed: { type: 'string', default: '0' }, out: { type: 'string', default: '.tmp/sft-plateau' }, lora: { type: 'string', default: '0' }, 'lora-epochs': { type: 'string', default: '2' }, 'lora-lr': { type: 'string', default: '1e-3' }, 'min-difficulty': { type: 'string' }, 'max-difficulty': { type: 'string' }, demos: { type: 'string' } } });
 const log = (l: string) => console.log(l);
 const model = await resolveModel(values.model!, log);
 const config: ModelJobConfig = {
@@ -33,7 +33,7 @@ const config: ModelJobConfig = {
   k: MODEL_JOB.k,
   seed: Number(values.seed),
   tool_format: 'auto',
-  sft: { ...MODEL_JOB.sft },
+  sft: { ...MODEL_JOB.sft, ...(values.demos !== undefined ? { demos: Number(values.demos) } : {}) },
   rl: { ...MODEL_JOB.rl },
 };
 const { train, held } = jobTasks(config);
@@ -46,7 +46,7 @@ const runs: { mode: string; epochs: number }[] = [
   ...(lora > 0 ? values['lora-epochs']!.split(',').filter(Boolean).map((e) => ({ mode: `lora-r${lora}`, epochs: Number(e) })) : []),
 ];
 for (const { mode, epochs } of runs) {
-  const out = join(root, `${mode}-d${config.min_difficulty}-${config.max_difficulty}-epochs-${epochs}`);
+  const out = join(root, `${mode}-d${config.min_difficulty}-${config.max_difficulty}-n${config.sft.demos}-epochs-${epochs}`);
   const t0 = performance.now();
   const isLora = mode !== 'full';
   await runSft({ tasks: train, model, demos: config.sft.demos, out, steps: Math.round((epochs * config.sft.demos) / config.sft.batch), batchSize: config.sft.batch, lr: isLora ? Number(values['lora-lr']) : config.sft.lr, seed: config.seed, toolFormat: 'auto', ...(isLora ? { lora: { r: lora, alpha: 2 * lora } } : {}) });
