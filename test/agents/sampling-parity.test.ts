@@ -6,18 +6,16 @@
  * logprob a draw records is the log of that probability; and the sampler's frequencies over many
  * draws match it (a chi-square test with a fixed seed).
  */
-import { execFileSync } from 'node:child_process';
-import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { seededRandom } from '../../lib/index.ts';
 import { processedLogprobs, sampleToken, type SamplingOptions } from '../../src/agents/sampling.ts';
 import { rng } from '../helpers/conversations.ts';
-import { HF_PY, REPO } from '../helpers/hf-fixtures.ts';
+import { learnerModule } from '../helpers/hf-fixtures.ts';
 
 interface Case { logits: number[]; temperature: number; top_k: number; top_p: number; min_p: number }
 
 function reference(cases: Case[]): { probs: number[]; learner: number[] | null }[] {
-  const out = execFileSync(HF_PY, ['-m', 'mcp_gym_learner.sampling_reference'], { cwd: REPO, env: { ...process.env, PYTHONPATH: join(REPO, 'learner') }, input: JSON.stringify(cases), encoding: 'utf8', maxBuffer: 1 << 26 });
+  const out = learnerModule('sampling_reference', [], JSON.stringify(cases));
   return JSON.parse(out) as { probs: number[]; learner: number[] | null }[];
 }
 

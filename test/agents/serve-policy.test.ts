@@ -314,6 +314,7 @@ describe('serve-policy', () => {
     await expectBad({ logprobs: true, top_logprobs: 5 }, /top_logprobs 5 is not supported/);
     await expectBad({ stop: ['\n'] }, /'stop' is not supported/);
     await expectBad({ temperature: -1 }, /'temperature' must be a number >= 0/);
+    await expectBad({ min_p: 1.5 } as Partial<Params>, /'min_p' must be a number in \[0, 1\]/);
     await expectBad({ messages: [{ role: 'user', content: 'x'.repeat(500) }] }, /maximum context length is 384 tokens, but the messages take 50\d tokens/);
     await expectBad({ messages: [] }, /'messages' must be a non-empty array/);
 

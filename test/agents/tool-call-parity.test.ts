@@ -12,12 +12,11 @@
  * does not know (lenient: fenced or bare JSON, "parameters" for "arguments"). Each class is
  * counted; a case outside them fails.
  */
-import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { parseToolCalls } from '../../src/agents/hf/index.ts';
-import { HF_PY, REPO } from '../helpers/hf-fixtures.ts';
+import { learnerModule, REPO } from '../helpers/hf-fixtures.ts';
 
 interface Output { family: 'hermes' | 'llama3_json'; text: string; note: string }
 interface VllmResult { called: boolean; calls: { name: string; arguments: string }[]; content: string | null }
@@ -29,7 +28,7 @@ const real = readFileSync(join(REPO, 'test', 'fixtures', 'smollm2-turns.jsonl'),
 });
 
 function vllm(outputs: Output[]): VllmResult[] {
-  const out = execFileSync(HF_PY, ['-m', 'mcp_gym_learner.vllm_tool_parsers'], { cwd: REPO, env: { ...process.env, PYTHONPATH: join(REPO, 'learner') }, input: JSON.stringify(outputs), encoding: 'utf8' });
+  const out = learnerModule('vllm_tool_parsers', [], JSON.stringify(outputs));
   return JSON.parse(out) as VllmResult[];
 }
 

