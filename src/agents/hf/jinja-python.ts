@@ -343,7 +343,7 @@ function installStringMethods(): void {
   });
 }
 
-type Node = { type: string; value?: unknown; operator?: { value: string }; left?: Node; right?: Node; callee?: Node; args?: Node[]; iterable?: Node & { lhs?: Node }; defaultBlock?: Node[] };
+type Node = { type: string; value?: unknown; operator?: { value: string }; left?: Node; right?: Node; callee?: Node; args?: Node[]; defaultBlock?: Node[] };
 
 /** The library's Interpreter as this file uses it (its evaluation methods are private in its typings). */
 interface Internals {
@@ -409,10 +409,13 @@ export class PythonInterpreter extends Base {
 
   /** Jinja2 iterates an undefined value as an empty sequence (the loop's else block runs). */
   override evaluateFor(node: Node, environment: Environment): RV {
-    const it = node.iterable!.type === 'SelectExpression' ? node.iterable!.lhs! : node.iterable!;
-    const v = this.evaluate(it, new Environment(environment));
-    if (v.type === 'UndefinedValue') return node.defaultBlock?.length ? this.evaluateBlock(node.defaultBlock, new Environment(environment)) : new StringValue('');
-    return super.evaluateFor(node, environment);
+    try {
+      return super.evaluateFor(node, environment);
+    } catch (err) {
+      // The library refuses the iterable before iterating (an inner loop's refusal is caught by that loop).
+      if (!/^Expected iterable or object type in for loop: got UndefinedValue$/.test((err as Error).message)) throw err;
+      return node.defaultBlock?.length ? this.evaluateBlock(node.defaultBlock, new Environment(environment)) : new StringValue('');
+    }
   }
 
   override applyFilter(operand: RV, filterNode: Node, environment: Environment): RV {
