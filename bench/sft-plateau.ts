@@ -8,19 +8,26 @@
  *   npx tsx bench/sft-plateau.ts [--model smollm2-135m] [--epochs 1,2,3] [--seed 0] [--out .tmp/sft-plateau]
  *                                [--lora R --lora-epochs 2 --lora-lr 1e-3] [--min-difficulty D --max-difficulty D] [--demos N]
  *
+ * With --per-epoch, one run instead of one per epoch count: the SFT for the largest of --epochs passes at a
+ * constant lr after a 2-step warm-up (min_lr_ratio 1), the weights written after every pass
+ * (runSft's saveEpochs), each of --epochs evaluated. With a constant lr the weights after pass e are
+ * those of a run of e passes (learner/tests/test_hf_train.py checks it), so the whole curve costs one
+ * SFT of the largest count plus the evaluations. The job's SFT takes the same schedule with
+ * `--sft-warmup 2 --sft-min-lr-ratio 1`.
+ *
  * With --lora R, the same SFT with a LoRA adapter (rank R, alpha 2R, all linear layers) for each of
  * --lora-epochs, evaluated the same way: the full-weights rows and the LoRA rows side by side.
  *
  * Prints one row per epoch count (success, interval, the gain over the previous row, SFT and
  * evaluation seconds) and, last, one JSON line.
  */
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { MODEL_JOB } from '../src/cli/model-job.ts';
 import { evaluateCheckpoint, jobTasks, resolveModel, runSft, stageEval, type ModelJobConfig } from '../src/trainers/index.ts';
 
-const { values } = parseArgs({ options: { model: { type: 'string', default: 'smollm2-135m' }, epochs: { type: 'string', default: '1,2,3' }, seed: { type: 'string', default: '0' }, out: { type: 'string', default: '.tmp/sft-plateau' }, lora: { type: 'string', default: '0' }, 'lora-epochs': { type: 'string', default: '2' }, 'lora-lr': { type: 'string', default: '1e-3' }, 'min-difficulty': { type: 'string' }, 'max-difficulty': { type: 'string' }, demos: { type: 'string' } } });
+const { values } = parseArgs({ options: { model: { type: 'string', default: 'smollm2-135m' }, epochs: { type: 'string', default: '1,2,3' }, seed: { type: 'string', default: '0' }, out: { type: 'string', default: '.tmp/sft-plateau' }, lora: { type: 'string', default: '0' }, 'lora-epochs': { type: 'string', default: '2' }, 'lora-lr': { type: 'string', default: '1e-3' }, 'min-difficulty': { type: 'string' }, 'max-difficulty': { type: 'string' }, demos: { type: 'string' }, 'per-epoch': { type: 'boolean', default: false }, keep: { type: 'boolean', default: false } } });
 const log = (l: string) => console.log(l);
 const model = await resolveModel(values.model!, log);
 const config: ModelJobConfig = {
@@ -41,6 +48,34 @@ const root = resolve(values.out!);
 mkdirSync(root, { recursive: true });
 const rows: { mode: string; epochs: number; success: number; ci95: [number, number]; gain: number | null; sft_s: number; eval_s: number }[] = [];
 const lora = Number(values.lora);
+const evaluate = async (mode: string, epochs: number, dir: string, sftSeconds: number) => {
+  const t1 = performance.now();
+  const trajectories = await evaluateCheckpoint(config, held, join(dir, 'eval-trajectories.jsonl'), {}, dir);
+  const e = stageEval(trajectories, config.k, 'eval-trajectories.jsonl');
+  const prev = rows.filter((r) => r.mode === mode).at(-1);
+  rows.push({ mode, epochs, success: e.success, ci95: e.ci95, gain: prev ? 100 * (e.success - prev.success) : null, sft_s: sftSeconds, eval_s: (performance.now() - t1) / 1000 });
+  const r = rows.at(-1)!;
+  console.log(`${mode} ${epochs} epoch(s): held-out ${(100 * r.success).toFixed(1)}% [${(100 * r.ci95[0]).toFixed(1)}, ${(100 * r.ci95[1]).toFixed(1)}]${r.gain === null ? '' : `, ${r.gain >= 0 ? '+' : ''}${r.gain.toFixed(1)} points over ${prev!.epochs}`}; SFT ${r.sft_s.toFixed(0)} s, eval ${r.eval_s.toFixed(0)} s`);
+};
+if (values['per-epoch']) {
+  // One constant-lr run of the largest count; every pass's weights written, the asked ones evaluated.
+  const wanted = values.epochs!.split(',').filter(Boolean).map(Number).sort((a, b) => a - b);
+  const last = wanted.at(-1)!;
+  const out = join(root, `constant-d${config.min_difficulty}-${config.max_difficulty}-n${config.sft.demos}-epochs-${last}`);
+  const perEpoch = Math.ceil(config.sft.demos / config.sft.batch);
+  const t0 = performance.now();
+  const r = await runSft({ tasks: train, model, demos: config.sft.demos, out, steps: last * perEpoch, batchSize: config.sft.batch, lr: config.sft.lr, seed: config.seed, toolFormat: 'auto', warmup: 2, minLrRatio: 1, saveEpochs: join(out, 'epochs'), onProgress: (l) => /step \d+0\//.test(l) && console.log(l) });
+  const sftSeconds = (performance.now() - t0) / 1000;
+  if (r.demos !== config.sft.demos) console.log(`note: ${r.demos} of ${config.sft.demos} demonstrations rendered: a pass is ${Math.ceil(r.demos / config.sft.batch)} steps, not ${perEpoch}`);
+  const dirs = [...(r.epochDirs ?? []), out];
+  for (const e of wanted) {
+    // Seconds: the SFT up to pass e, pro rata (one run).
+    await evaluate('constant', e, dirs[e - 1]!, (sftSeconds * e) / last);
+    if (!values.keep && e < last) for (const f of ['model.safetensors', 'onnx']) rmSync(join(dirs[e - 1]!, f), { recursive: true, force: true });
+  }
+  console.log(JSON.stringify({ model: values.model, seed: config.seed, demos: config.sft.demos, difficulty: [config.min_difficulty, config.max_difficulty], schedule: 'constant lr after 2 warm-up steps', rows }));
+  process.exit(0);
+}
 const runs: { mode: string; epochs: number }[] = [
   ...values.epochs!.split(',').filter(Boolean).map((e) => ({ mode: 'full', epochs: Number(e) })),
   ...(lora > 0 ? values['lora-epochs']!.split(',').filter(Boolean).map((e) => ({ mode: `lora-r${lora}`, epochs: Number(e) })) : []),

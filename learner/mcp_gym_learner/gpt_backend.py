@@ -162,6 +162,8 @@ class GPTBackend(Backend):
         warmup = a.get("warmup")
         if warmup is not None and warmup >= 1 and warmup != int(warmup):
             raise RequestError(f"warmup: a step count (integer >= 1) or a fraction in [0, 1), got {warmup}")
+        if a.get("save_epochs") is not None:
+            raise RequestError("save_epochs: only a Hugging Face model writes a checkpoint per epoch")
         from .sft import load_jsonl
 
         arch = self.model.architecture

@@ -618,12 +618,23 @@ class HFBackend(Backend):
         def step_fn(batch):
             return adapter_sft_step(module, self.adapter, batch, device, MICRO_TOKENS, autocast=self._autocast)
 
+        # save_epochs: the weights after each pass but the last, written as checkpoints DIR/epoch-<e> (the
+        # last pass is the loaded model itself, written by export as usual).
+        save_epochs = a.get("save_epochs")
+        epoch_dirs: List[str] = []
+
+        def on_epoch(e: int) -> None:
+            d = os.path.join(save_epochs, f"epoch-{e}")
+            self.write(d, True, 0)
+            epoch_dirs.append(d)
+
         result = train_sft(self.model, examples, epochs=epochs, steps=steps, batch_size=batch_size, lr=lr,
                            warmup=warmup, seed=seed, weight_decay=a.get("weight_decay", 0.01),
                            betas=tuple(a.get("betas", (0.9, 0.95))), grad_clip=a.get("grad_clip", 1.0),
-                           min_lr_ratio=a.get("min_lr_ratio", 0.1), step_fn=step_fn, log_every=1)
+                           min_lr_ratio=a.get("min_lr_ratio", 0.1), step_fn=step_fn, log_every=1,
+                           on_epoch=on_epoch if save_epochs else None)
         self.sft_steps += result["steps"]
-        result.update({"examples": len(examples), "lr": lr, "lora": self.lora})
+        result.update({"examples": len(examples), "lr": lr, "lora": self.lora, "epoch_dirs": epoch_dirs})
         return result
 
 

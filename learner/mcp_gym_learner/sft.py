@@ -211,7 +211,8 @@ def train_sft(model, examples: Sequence[Example], epochs: int = 1, steps: Option
               weight_decay: float = 0.01, betas: Tuple[float, float] = (0.9, 0.95), grad_clip: float = 1.0,
               min_lr_ratio: float = 0.1, log_every: int = 10,
               log: Optional[Callable[[str], None]] = None,
-              step_fn: Optional[Callable[[List[Example]], Tuple[float, int, int]]] = None) -> Dict[str, Any]:
+              step_fn: Optional[Callable[[List[Example]], Tuple[float, int, int]]] = None,
+              on_epoch: Optional[Callable[[int], None]] = None) -> Dict[str, Any]:
     """AdamW, warm-up + cosine, clipping; `steps` (if given) else `epochs` passes over the data.
 
     step_fn (a Hugging Face model, hf_backend.py): given a batch's examples, accumulates the gradient of the
@@ -219,6 +220,9 @@ def train_sft(model, examples: Sequence[Example], epochs: int = 1, steps: Option
     forward on a right-padded batch (collate, sft_loss) under bf16 autocast on CUDA.
 
     warmup: a step count (>= 1), or a fraction of the total steps (< 1); default 5% of the steps.
+    on_epoch(e): called (in eval mode, then back to training) after each complete pass e = 1, 2, ... over the
+    data that is not the last step; with min_lr_ratio 1 (no decay) and a warm-up in steps, the weights it sees
+    after pass e are those of a run of e passes.
     Returns {steps, loss_first, loss_last, loss_last_avg, tokens, tokens_per_s, seconds}: `tokens` counts
     the real (non-pad) tokens fed to the model; loss_last_avg is the mean over the last 10% of the steps.
     """
@@ -270,6 +274,10 @@ def train_sft(model, examples: Sequence[Example], epochs: int = 1, steps: Option
         if log_every and (step + 1) % log_every == 0 or step + 1 == total:
             dt = time.perf_counter() - t0
             log(f"sft step {step + 1}/{total} loss {losses[-1]:.4f} lr {cur_lr:.2e} {tokens / dt:.0f} tok/s")
+        if on_epoch is not None and (step + 1) % per_epoch == 0 and step + 1 < total:
+            model.eval()
+            on_epoch((step + 1) // per_epoch)
+            model.train()
     if device.type == "cuda":
         torch.cuda.synchronize()
     seconds = time.perf_counter() - t0

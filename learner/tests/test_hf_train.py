@@ -157,6 +157,28 @@ def test_sft_full_lowers_the_loss_through_the_chunked_head(qwen3, tmp_path):
     assert out["tokens"] == 6 * sum(len(e["ids"]) for e in examples)
 
 
+def test_sft_save_epochs_writes_the_weights_of_a_shorter_run(qwen3, tmp_path):
+    """save_epochs with a constant lr and a warm-up in steps: checkpoint epoch-1 of a 3-pass run holds exactly
+    the weights of a 1-pass run (the same batches, the same optimizer steps), and loads in plain transformers."""
+    examples = chat_examples(qwen3)
+    data = _jsonl(tmp_path, examples)
+    per_epoch = -(-len(examples) // 2)
+    sched = dict(cmd="sft", data=data, batch_size=2, lr=3e-2, warmup=1, min_lr_ratio=1.0, seed=3)
+    L3, _ = _learner(_copy(qwen3, tmp_path, "three"))
+    out = _ok(L3, steps=3 * per_epoch, save_epochs=str(tmp_path / "epochs"), **sched)
+    assert out["epoch_dirs"] == [str(tmp_path / "epochs" / "epoch-1"), str(tmp_path / "epochs" / "epoch-2")]
+    L1, _ = _learner(_copy(qwen3, tmp_path, "one"))
+    assert _ok(L1, steps=per_epoch, **sched)["epoch_dirs"] == []
+    one = L1.model.state_dict()
+    e1 = transformers.AutoModelForCausalLM.from_pretrained(out["epoch_dirs"][0]).state_dict()
+    e2 = transformers.AutoModelForCausalLM.from_pretrained(out["epoch_dirs"][1]).state_dict()
+    assert all(torch.equal(one[k], e1[k]) for k in e1)
+    assert any(not torch.equal(e1[k], e2[k]) for k in e1)
+    assert os.path.exists(os.path.join(out["epoch_dirs"][0], "tokenizer.json"))
+    r = L1.handle(json.dumps({**sched, "steps": 1, "save_epochs": 7}))
+    assert not r["ok"] and "save_epochs" in r["error"]
+
+
 def test_sft_lora_trains_the_adapter_only(qwen3, tmp_path):
     d = _copy(qwen3, tmp_path)
     examples = chat_examples(d)

@@ -31,6 +31,7 @@ export const MODEL_JOB_HELP = `mcp-gym start --model M: a pretrained Hugging Fac
   --seed S              the training tasks and the sampling (default 0; the held-out tasks stay the same)
   --tool-format F       auto (default), native, hermes
   --sft-demos N --sft-epochs E --sft-lr X --sft-batch B --sft-lora-rank R   (default ${MODEL_JOB.sft.demos}, ${MODEL_JOB.sft.epochs}, ${MODEL_JOB.sft.lr}, ${MODEL_JOB.sft.batch}, 0: full)
+  --sft-warmup N --sft-min-lr-ratio X   SFT's schedule: warm-up steps (default 5% of the steps), where the cosine ends (default 0.1; 1: constant)
   --steps N --tasks-per-step T --group G --lr X   GRPO (default ${MODEL_JOB.rl.steps}, ${MODEL_JOB.rl.tasks_per_step}, ${MODEL_JOB.rl.group}, ${MODEL_JOB.rl.lr})
 
 Prints the stage, step and ETA as it goes, then one JSON line:
@@ -76,6 +77,7 @@ export async function modelJobCommand(argv: string[]): Promise<void> {
         model: { type: 'string' }, run: { type: 'string' }, suite: { type: 'string' }, 'min-difficulty': { type: 'string' }, 'max-difficulty': { type: 'string' },
         'eval-tasks': { type: 'string' }, k: { type: 'string', short: 'k' }, seed: { type: 'string' }, 'tool-format': { type: 'string' },
         'sft-demos': { type: 'string' }, 'sft-epochs': { type: 'string' }, 'sft-lr': { type: 'string' }, 'sft-batch': { type: 'string' }, 'sft-lora-rank': { type: 'string' },
+        'sft-warmup': { type: 'string' }, 'sft-min-lr-ratio': { type: 'string' },
         steps: { type: 'string' }, 'tasks-per-step': { type: 'string' }, group: { type: 'string' }, lr: { type: 'string' }, json: { type: 'boolean' }, help: { type: 'boolean', short: 'h' },
       },
     }).values as Record<string, string | boolean | undefined>;
@@ -119,6 +121,8 @@ export async function modelJobCommand(argv: string[]): Promise<void> {
       batch: int('sft-batch', MODEL_JOB.sft.batch),
       lr: numFlag(s('sft-lr'), '--sft-lr', { min: 0 }) ?? MODEL_JOB.sft.lr,
       lora_rank: int('sft-lora-rank', 0, 0),
+      ...(s('sft-warmup') !== undefined ? { warmup: int('sft-warmup', 0, 0) } : 'warmup' in MODEL_JOB.sft ? { warmup: MODEL_JOB.sft.warmup as number } : {}),
+      ...(s('sft-min-lr-ratio') !== undefined ? { min_lr_ratio: numFlag(s('sft-min-lr-ratio'), '--sft-min-lr-ratio', { min: 0, max: 1 })! } : 'min_lr_ratio' in MODEL_JOB.sft ? { min_lr_ratio: MODEL_JOB.sft.min_lr_ratio as number } : {}),
     },
     rl: {
       ...MODEL_JOB.rl,

@@ -38,7 +38,8 @@ export interface ModelJobConfig {
   k: number;
   seed: number;
   tool_format: 'auto' | 'native' | 'hermes';
-  sft: { demos: number; epochs: number; batch: number; lr: number; lora_rank: number };
+  /** warmup: steps (default 5% of them); min_lr_ratio: where the cosine ends (default 0.1; 1: constant lr). */
+  sft: { demos: number; epochs: number; batch: number; lr: number; lora_rank: number; warmup?: number; min_lr_ratio?: number };
   /** The GRPO run's config fields (a preset and what it overrides). */
   rl: Partial<TrainConfigInput>;
 }
@@ -182,6 +183,8 @@ export async function runModelJob(o: ModelJobOptions): Promise<ModelJobResult> {
       batchSize: c.sft.batch,
       lr: c.sft.lr,
       seed: c.seed,
+      ...(c.sft.warmup !== undefined ? { warmup: c.sft.warmup } : {}),
+      ...(c.sft.min_lr_ratio !== undefined ? { minLrRatio: c.sft.min_lr_ratio } : {}),
       toolFormat: c.tool_format,
       ...(c.sft.lora_rank > 0 ? { lora: { r: c.sft.lora_rank, alpha: 2 * c.sft.lora_rank } } : {}),
       onLog: log,

@@ -196,8 +196,9 @@ export const LEARNER_COMMANDS = {
         seed: z.number().int().optional(),
         weight_decay: z.number().min(0).optional().describe('default 0.01'),
         grad_clip: z.number().min(0).optional().describe('default 1'),
-        min_lr_ratio: z.number().min(0).max(1).optional().describe('default 0.1'),
+        min_lr_ratio: z.number().min(0).max(1).optional().describe('default 0.1; 1: no decay after the warm-up'),
         betas: z.tuple([z.number().min(0).lt(1), z.number().min(0).lt(1)]).optional().describe('default [0.9, 0.95]'),
+        save_epochs: Dir.optional().describe('Hugging Face only: write the weights after each pass over the data but the last as checkpoints <save_epochs>/epoch-<e> (with min_lr_ratio 1 and warm-up in steps, those of a run of e passes); their paths in the result\'s epoch_dirs'),
       })
       .strict(),
     result: z.looseObject({ steps: num, loss_first: num, loss_last: num, tokens: num, tokens_per_s: num, seconds: num, examples: num }),

@@ -22,6 +22,15 @@ export interface SftSchedule {
   onLog?: (line: string) => void;
   /** The learner's per-step lines ("sft step 3/40 loss 0.41 lr 1.0e-04 950 tok/s"); default: onLog. */
   onProgress?: (line: string) => void;
+  /** Warm-up steps (default 5% of the steps, at least 1). */
+  warmup?: number;
+  /** Where the cosine schedule ends, as a fraction of lr (default 0.1; 1: constant after the warm-up). */
+  minLrRatio?: number;
+}
+
+/** The learner's `sft` schedule fields for a SftSchedule. */
+function sftSchedule(o: SftSchedule) {
+  return { steps: o.steps, batch_size: o.batchSize, lr: o.lr, seed: o.seed, warmup: o.warmup ?? Math.max(1, Math.round(o.steps * 0.05)), ...(o.minLrRatio !== undefined ? { min_lr_ratio: o.minLrRatio } : {}) };
 }
 
 export interface SftOptions extends SftSchedule {
@@ -41,6 +50,12 @@ export interface SftOptions extends SftSchedule {
   maxToolResultBytes?: number;
   /** List the tool names in a system turn (longer prompts; useful when tasks mix servers). */
   systemTools?: boolean;
+  /**
+   * Hugging Face only: also write the weights after each pass over the demonstrations but the last,
+   * as checkpoints `<saveEpochs>/epoch-<e>` (SftResult.epochDirs). With `minLrRatio: 1` and a
+   * warm-up in steps, checkpoint e holds the weights of a run of e passes: one run measures every epoch.
+   */
+  saveEpochs?: string;
 }
 
 export interface SftResult {
@@ -51,6 +66,8 @@ export interface SftResult {
   learner: Record<string, unknown>;
   export: Record<string, unknown>;
   seconds: number;
+  /** With saveEpochs: the checkpoints after pass 1, 2, ... (the last pass is `out`). */
+  epochDirs?: string[];
 }
 
 export function demoExamples(trajectories: Trajectory[], template: ChatTemplate, maxLen: number) {
@@ -101,6 +118,7 @@ export async function runSft(o: SftOptions): Promise<SftResult> {
   const t0 = performance.now();
   const log = o.onLog ?? (() => {});
   const out = resolve(o.out);
+  if (o.saveEpochs !== undefined && o.model === undefined) throw new Error('sft: saveEpochs (a checkpoint per epoch) needs a Hugging Face model');
   mkdirSync(out, { recursive: true });
   // Expert demonstrations on train tasks, drawn with the seed.
   const trajectories = await expertDemos(o.tasks, o.demos, o.seed);
@@ -126,7 +144,7 @@ export async function runSft(o: SftOptions): Promise<SftResult> {
     });
     await learner.request('load', { model_dir: out, device: 'cpu' });
     log(`training: ${o.steps} steps of ${o.batchSize}, lr ${o.lr}`);
-    const trained = await learner.request('sft', { data, steps: o.steps, batch_size: o.batchSize, lr: o.lr, seed: o.seed, warmup: Math.max(1, Math.round(o.steps * 0.05)) });
+    const trained = await learner.request('sft', { data, ...sftSchedule(o) });
     log(`trained: loss ${Number(trained.loss_first).toFixed(3)} -> ${Number(trained.loss_last).toFixed(3)}, ${Math.round(Number(trained.tokens_per_s))} tokens/s`);
     const exported = await learner.request('export', { model_dir: out, full: true });
     await recordSurfaces(out, o.tasks);
@@ -178,13 +196,15 @@ async function runHfSft(o: SftOptions, out: string, trajectories: Trajectory[], 
   try {
     await learner.request('load', { model_dir: out, device: 'cpu', ...(o.lora ? { lora: o.lora } : {}) });
     log(`training ${o.lora ? `LoRA r=${o.lora.r}` : 'all weights'}: ${o.steps} steps of ${o.batchSize}, lr ${o.lr}`);
-    const trained = await learner.request('sft', { data, steps: o.steps, batch_size: o.batchSize, lr: o.lr, seed: o.seed, warmup: Math.max(1, Math.round(o.steps * 0.05)) });
+    const trained = await learner.request('sft', { data, ...sftSchedule(o), ...(o.saveEpochs ? { save_epochs: resolve(o.saveEpochs) } : {}) });
     log(`trained: loss ${Number(trained.loss_first).toFixed(3)} -> ${Number(trained.loss_last).toFixed(3)}, ${Math.round(Number(trained.tokens_per_s))} tokens/s`);
+    const epochDirs = (trained.epoch_dirs as string[] | undefined) ?? [];
+    for (const d of epochDirs) await recordSurfaces(d, o.tasks);
     const exported = await learner.request('export', { model_dir: out, full: true });
     // The copy has no ONNX export yet (the learner only keeps an existing one current): make it, for sampling.
     ensureHfOnnx(out, log);
     await recordSurfaces(out, o.tasks);
-    return { demos: examples.length, dropped: dropped + unrenderable, tokens, masked_tokens: masked, learner: trained, export: exported, seconds: (performance.now() - t0) / 1000 };
+    return { demos: examples.length, dropped: dropped + unrenderable, tokens, masked_tokens: masked, learner: trained, export: exported, seconds: (performance.now() - t0) / 1000, ...(o.saveEpochs ? { epochDirs } : {}) };
   } finally {
     await learner.close();
   }
@@ -228,7 +248,7 @@ export async function continueSft(o: ContinueSftOptions): Promise<ContinueSftRes
   try {
     await learner.request('load', { model_dir: dir, device: 'cpu' });
     log(`sft: ${o.examples.length} sequences, ${tokens} tokens, ${masked} with loss; ${o.steps} steps of ${o.batchSize}, lr ${o.lr}`);
-    const trained = await learner.request('sft', { data, steps: o.steps, batch_size: o.batchSize, lr: o.lr, seed: o.seed, warmup: Math.max(1, Math.round(o.steps * 0.05)) });
+    const trained = await learner.request('sft', { data, ...sftSchedule(o) });
     log(`sft: loss ${Number(trained.loss_first).toFixed(3)} -> ${Number(trained.loss_last).toFixed(3)}`);
     await learner.request('export', { model_dir: dir, full: true });
     if (hf) ensureHfOnnx(dir, log);

@@ -42,6 +42,14 @@ describe('mcp-gym models', () => {
       expect(r.code, args.join(' ')).toBe(2);
       expect(r.stderr, args.join(' ')).toContain('gpt-5 is not a model directory, a .gguf file or a registered model (smollm2-135m)');
     }
+    // start's SFT schedule flags are checked before anything runs
+    for (const [flag, value, message] of [
+      ['--sft-min-lr-ratio', '2', "--sft-min-lr-ratio must be a number from 0 to 1, got '2'"],
+      ['--sft-warmup', '-1', "--sft-warmup must be a non-negative integer, got '-1'"],
+    ]) {
+      const r = await runCli(['start', '--model', root, '--run', join(root, 's2'), `${flag}=${value}`], env);
+      expect([r.code, r.stderr], flag).toEqual([2, expect.stringContaining(message!)]);
+    }
     const gguf = await runCli(['eval', '--suite', 'sql', '--model', join(root, 'none.gguf'), '--out', join(root, 'e2')], env);
     expect([gguf.code, gguf.stderr]).toEqual([2, expect.stringContaining(`--model: no .gguf file at ${join(root, 'none.gguf')}`)]);
   });
