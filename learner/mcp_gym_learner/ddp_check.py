@@ -64,6 +64,9 @@ def main(argv=None) -> int:
         torch.save({"states": states, "metrics": metrics, "world_size": world}, a.out)
         print(json.dumps({"world_size": world, "cases": len(cases),
                           "grad_norm": [m[-1]["grad_norm"] for m in metrics]}), flush=True)
+    # Both ranks reach the end before the group is torn down: a rank that leaves while rank 0 still writes
+    # can abort in gloo's teardown ("terminate called without an active exception", SIGABRT).
+    torch.distributed.barrier()
     shutdown_group()
     return 0
 
