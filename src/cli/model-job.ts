@@ -15,11 +15,11 @@ import { toolFormatFlag } from './rollout.ts';
 export const MODEL_JOB = {
   suite: 'sql',
   min_difficulty: 1,
-  max_difficulty: 2,
+  max_difficulty: 3,
   eval_tasks: 64,
   k: 2,
-  sft: { demos: 128, epochs: 2, batch: 16, lr: 1e-4, lora_rank: 0 },
-  rl: { preset: 'art', steps: 12, tasks_per_step: 8, group: 8, lr: 2e-5, beta: 0, epochs: 1, minibatch_size: 0, warmup_steps: 0, eval_every: 0, max_staleness: 0, max_new_tokens: 160, drop_zero_variance: true },
+  sft: { demos: 64, epochs: 5, batch: 16, lr: 1e-4, lora_rank: 0, warmup: 2, min_lr_ratio: 1 },
+  rl: { preset: 'art', steps: 14, tasks_per_step: 8, group: 8, lr: 2e-5, beta: 0, epochs: 1, minibatch_size: 0, warmup_steps: 0, eval_every: 0, max_staleness: 0, max_new_tokens: 160, drop_zero_variance: true },
 } as const;
 
 export const MODEL_JOB_HELP = `mcp-gym start --model M: a pretrained Hugging Face model from base to SFT to GRPO on the CPU
@@ -31,7 +31,7 @@ export const MODEL_JOB_HELP = `mcp-gym start --model M: a pretrained Hugging Fac
   --seed S              the training tasks and the sampling (default 0; the held-out tasks stay the same)
   --tool-format F       auto (default), native, hermes
   --sft-demos N --sft-epochs E --sft-lr X --sft-batch B --sft-lora-rank R   (default ${MODEL_JOB.sft.demos}, ${MODEL_JOB.sft.epochs}, ${MODEL_JOB.sft.lr}, ${MODEL_JOB.sft.batch}, 0: full)
-  --sft-warmup N --sft-min-lr-ratio X   SFT's schedule: warm-up steps (default 5% of the steps), where the cosine ends (default 0.1; 1: constant)
+  --sft-warmup N --sft-min-lr-ratio X   SFT's schedule: warm-up steps (default ${MODEL_JOB.sft.warmup}), then a cosine to lr x X (default ${MODEL_JOB.sft.min_lr_ratio}: a constant lr)
   --steps N --tasks-per-step T --group G --lr X   GRPO (default ${MODEL_JOB.rl.steps}, ${MODEL_JOB.rl.tasks_per_step}, ${MODEL_JOB.rl.group}, ${MODEL_JOB.rl.lr})
 
 Prints the stage, step and ETA as it goes, then one JSON line:
@@ -121,8 +121,8 @@ export async function modelJobCommand(argv: string[]): Promise<void> {
       batch: int('sft-batch', MODEL_JOB.sft.batch),
       lr: numFlag(s('sft-lr'), '--sft-lr', { min: 0 }) ?? MODEL_JOB.sft.lr,
       lora_rank: int('sft-lora-rank', 0, 0),
-      ...(s('sft-warmup') !== undefined ? { warmup: int('sft-warmup', 0, 0) } : 'warmup' in MODEL_JOB.sft ? { warmup: MODEL_JOB.sft.warmup as number } : {}),
-      ...(s('sft-min-lr-ratio') !== undefined ? { min_lr_ratio: numFlag(s('sft-min-lr-ratio'), '--sft-min-lr-ratio', { min: 0, max: 1 })! } : 'min_lr_ratio' in MODEL_JOB.sft ? { min_lr_ratio: MODEL_JOB.sft.min_lr_ratio as number } : {}),
+      warmup: int('sft-warmup', MODEL_JOB.sft.warmup, 0),
+      min_lr_ratio: numFlag(s('sft-min-lr-ratio'), '--sft-min-lr-ratio', { min: 0, max: 1 }) ?? MODEL_JOB.sft.min_lr_ratio,
     },
     rl: {
       ...MODEL_JOB.rl,
