@@ -64,7 +64,7 @@ if (values['per-epoch']) {
   const out = join(root, `constant-d${config.min_difficulty}-${config.max_difficulty}-n${config.sft.demos}-epochs-${last}`);
   const perEpoch = Math.ceil(config.sft.demos / config.sft.batch);
   const t0 = performance.now();
-  const r = await runSft({ tasks: train, model, demos: config.sft.demos, out, steps: last * perEpoch, batchSize: config.sft.batch, lr: config.sft.lr, seed: config.seed, toolFormat: 'auto', warmup: 2, minLrRatio: 1, saveEpochs: join(out, 'epochs'), onProgress: (l) => /step \d+0\//.test(l) && console.log(l) });
+  const r = await runSft({ tasks: train, model, demos: config.sft.demos, out, steps: last * perEpoch, batchSize: config.sft.batch, lr: config.sft.lr, seed: config.seed, toolFormat: 'auto', warmup: MODEL_JOB.sft.warmup, minLrRatio: 1, saveEpochs: join(out, 'epochs'), onProgress: (l) => /step \d+0\//.test(l) && console.log(l) });
   const sftSeconds = (performance.now() - t0) / 1000;
   if (r.demos !== config.sft.demos) console.log(`note: ${r.demos} of ${config.sft.demos} demonstrations rendered: a pass is ${Math.ceil(r.demos / config.sft.batch)} steps, not ${perEpoch}`);
   const dirs = [...(r.epochDirs ?? []), out];
@@ -85,12 +85,6 @@ for (const { mode, epochs } of runs) {
   const t0 = performance.now();
   const isLora = mode !== 'full';
   await runSft({ tasks: train, model, demos: config.sft.demos, out, steps: Math.round((epochs * config.sft.demos) / config.sft.batch), batchSize: config.sft.batch, lr: isLora ? Number(values['lora-lr']) : config.sft.lr, seed: config.seed, toolFormat: 'auto', ...(isLora ? { lora: { r: lora, alpha: 2 * lora } } : {}) });
-  const t1 = performance.now();
-  const trajectories = await evaluateCheckpoint(config, held, join(out, 'eval-trajectories.jsonl'), {}, out);
-  const e = stageEval(trajectories, config.k, 'eval-trajectories.jsonl');
-  const prev = rows.filter((r) => r.mode === mode).at(-1);
-  rows.push({ mode, epochs, success: e.success, ci95: e.ci95, gain: prev ? 100 * (e.success - prev.success) : null, sft_s: (t1 - t0) / 1000, eval_s: (performance.now() - t1) / 1000 });
-  const r = rows.at(-1)!;
-  console.log(`${mode} ${epochs} epoch(s): held-out ${(100 * r.success).toFixed(1)}% [${(100 * r.ci95[0]).toFixed(1)}, ${(100 * r.ci95[1]).toFixed(1)}]${r.gain === null ? '' : `, ${r.gain >= 0 ? '+' : ''}${r.gain.toFixed(1)} points over ${prev!.epochs}`}; SFT ${r.sft_s.toFixed(0)} s, eval ${r.eval_s.toFixed(0)} s`);
+  await evaluate(mode, epochs, out, (performance.now() - t0) / 1000);
 }
 console.log(JSON.stringify({ model: values.model, seed: config.seed, demos: config.sft.demos, difficulty: [config.min_difficulty, config.max_difficulty], rows }));
