@@ -113,6 +113,8 @@ def test_server_session(client, tmp_path):
     assert c.err("sft", data=str(baddata), steps=3) == \
         "data: line 2: ids[2]: token id 300 is out of range [0, 264)"
     assert c.ok("state")["dirty"] is False  # refused: nothing changed
+    assert c.err("sft", data=str(data), steps=3, save_epochs=str(tmp_path / "e")) == \
+        "save_epochs: only a Hugging Face model writes a checkpoint per epoch"
     assert c.ok("logprobs", sequences=seqs, starts=[3, 1])["logprobs"] == lp
 
     r = c.ok("sft", data=str(data), steps=20, batch_size=8, lr=1e-2, warmup=2, seed=0)
