@@ -3,7 +3,7 @@
  * 1-5), steps, tasks per step, group and seed, run with `curriculum: adaptive` (the subject) and
  * `curriculum: off` (the baseline), one after the other, in one process. Then the cold-start model
  * and each trained model are evaluated on the same held-out tasks, N per difficulty (the eval
- * split's first N of each), with a Wilson 95% interval per difficulty; and the highest curriculum
+ * split's first N of each), with a 95% interval per difficulty (cluster-robust over tasks, lib/evaluator.ts); and the highest curriculum
  * level reached (the subject), and for both the highest difficulty whose held-out success is above
  * the curriculum's band top (curriculum_high, 0.7).
  *
@@ -26,7 +26,8 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { OnnxPolicy } from '../src/agents/index.ts';
 import { Environment, readTrajectories, rollout, type Task } from '../src/env/index.ts';
-import { resolveConfig, train, trainingTasks, wilson } from '../src/trainers/index.ts';
+import { resolveConfig, train, trainingTasks } from '../src/trainers/index.ts';
+import { summarizeEpisodes } from '../lib/index.ts';
 import { benchConfig, parseSets } from './sets.ts';
 
 const { values } = parseArgs({
@@ -65,9 +66,11 @@ async function heldOut(modelDir: string): Promise<Record<string, PerDifficulty>>
     const out: Record<string, PerDifficulty> = {};
     for (const d of [1, 2, 3, 4, 5]) {
       const ts = r.trajectories.filter((t) => t.difficulty === d);
-      const ok = ts.filter((t) => t.success).length;
-      out[d] = { success: ts.length ? ok / ts.length : 0, ci95: wilson(ok, ts.length), episodes: ts.length };
+      const e = summarizeEpisodes(ts, samples);
+      out[d] = { success: e.success, ci95: e.ci95, episodes: e.episodes };
     }
+    const e = summarizeEpisodes(r.trajectories, samples);
+    out.all = { success: e.success, ci95: e.ci95, episodes: e.episodes };
     return out;
   } finally {
     await policy.close();
@@ -160,18 +163,14 @@ for (const mode of ['adaptive', 'off'] as const) {
 }
 const [subject, baseline] = rows as [Row, Row];
 console.log('');
-console.log(`held-out success per difficulty (${perDifficulty} tasks x ${samples} samples each; 95% Wilson intervals):`);
+console.log(`held-out success per difficulty (${perDifficulty} tasks x ${samples} samples each; 95% intervals over tasks, lib/evaluator.ts):`);
 console.log('difficulty | cold start              | adaptive curriculum     | uniform (baseline)      | adaptive / uniform');
 for (const d of ['1', '2', '3', '4', '5']) {
   const cell = (x: PerDifficulty) => `${pct(x.success).padStart(6)} [${pct(x.ci95[0])}, ${pct(x.ci95[1])}]`.padEnd(23);
   const ratio = baseline.held_out[d]!.success > 0 ? `${(subject.held_out[d]!.success / baseline.held_out[d]!.success).toFixed(2)}x` : subject.held_out[d]!.success > 0 ? 'inf' : '-';
   console.log(`${d.padEnd(10)} | ${cell(coldStart[d]!)} | ${cell(subject.held_out[d]!)} | ${cell(baseline.held_out[d]!)} | ${ratio}`);
 }
-const all = (h: Record<string, PerDifficulty>) => {
-  const n = Object.values(h).reduce((a, x) => a + x.episodes, 0);
-  const ok = Object.values(h).reduce((a, x) => a + x.success * x.episodes, 0);
-  return { success: ok / n, ci95: wilson(Math.round(ok), n) };
-};
+const all = (h: Record<string, PerDifficulty>) => h.all!;
 const [sa, ba, ca] = [all(subject.held_out), all(baseline.held_out), all(coldStart)];
 console.log(`all        | ${pct(ca.success)} [${pct(ca.ci95[0])}, ${pct(ca.ci95[1])}] | ${pct(sa.success)} [${pct(sa.ci95[0])}, ${pct(sa.ci95[1])}] | ${pct(ba.success)} [${pct(ba.ci95[0])}, ${pct(ba.ci95[1])}] | ${ba.success > 0 ? (sa.success / ba.success).toFixed(2) : '-'}x`);
 console.log(`highest curriculum level reached: adaptive ${subject.highest_level}; highest difficulty with held-out success > ${cfg.curriculum_high}: adaptive ${subject.highest_mastered || 'none'}, uniform ${baseline.highest_mastered || 'none'}`);

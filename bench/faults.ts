@@ -5,7 +5,7 @@
  * (the subject) and one without (the baseline), one after the other in one process. Then the
  * cold start and both trained models are evaluated on the same held-out tasks, each twice: on the
  * true servers and with the faults injected (the same seed, so the same faults hit the same
- * episodes' calls); for each, held-out success with a 95% Wilson interval, and the retention
+ * episodes' calls); for each, held-out success with a 95% interval over tasks (lib/evaluator.ts), and the retention
  * (success with faults / success without).
  *
  *   npx tsx bench/faults.ts [--steps 15] [--tasks 12] [--group 8] [--seed 0] [--eval-limit 60]
@@ -21,7 +21,8 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { OnnxPolicy } from '../src/agents/index.ts';
 import { Environment, faultCounts, formatFaults, parseFaults, rollout, type Task } from '../src/env/index.ts';
-import { resolveConfig, train, trainingTasks, wilson } from '../src/trainers/index.ts';
+import { resolveConfig, train, trainingTasks } from '../src/trainers/index.ts';
+import { summarizeEpisodes } from '../lib/index.ts';
 import { benchConfig, parseSets } from './sets.ts';
 
 const { values } = parseArgs({
@@ -67,9 +68,8 @@ async function heldOut(modelDir: string): Promise<{ without: Figure; with: Figur
   try {
     const figure = async (e: Environment): Promise<Figure> => {
       const r = await rollout(e, policy, evalTasks, { group: samples, concurrency: cfg.concurrency, iteration: 'bench' });
-      const ok = r.trajectories.filter((t) => t.success).length;
-      const n = r.trajectories.length;
-      return { success: n ? ok / n : 0, ci95: wilson(ok, n), episodes: n, injected: faultCounts(r.trajectories) };
+      const est = summarizeEpisodes(r.trajectories, samples);
+      return { success: est.success, ci95: est.ci95, episodes: est.episodes, injected: faultCounts(r.trajectories) };
     };
     const without = await figure(env);
     const withFaults = await figure(env.withFaults({ spec: faults, seed: cfg.seed }));
@@ -95,7 +95,7 @@ for (const mode of ['with faults', 'without faults'] as const) {
   rows.push(row(`trained ${mode}`, r.train_seconds, await heldOut(join(runDir, 'model'))));
 }
 console.log('');
-console.log(`held-out success (${evalTasks.length} tasks x ${samples} samples; 95% Wilson intervals); retention = with faults / without:`);
+console.log(`held-out success (${evalTasks.length} tasks x ${samples} samples; 95% intervals over tasks); retention = with faults / without:`);
 console.log(`${'policy'.padEnd(22)} | ${'without faults'.padEnd(24)} | ${'with faults'.padEnd(24)} | retention`);
 for (const r of rows) console.log(`${r.policy.padEnd(22)} | ${cell(r.without)} | ${cell(r.with)} | ${r.retention === null ? '-' : r.retention.toFixed(3)}`);
 const injected = rows[0]!.with.injected!;

@@ -4,7 +4,7 @@
  * max_difficulty 1), the same reward (ART's, the ppo preset's), the same budget (steps × tasks_per_step
  * × group), the same seed, the same optimizer schedule (lr, epochs, minibatches, beta 0) and the
  * synchronous loop (max_staleness 0), so that the two differ only in how the advantages are made
- * and aggregated. For each: held-out success before and after with 95% Wilson intervals, pass^k, the
+ * and aggregated. For each: held-out success before and after with 95% intervals over tasks (lib/evaluator.ts), pass^k, the
  * wall-clock of training (evaluations excluded) and per step; for PPO the value head's metrics at
  * the first and last steps (value_loss, explained_variance). Then the ratio PPO / GRPO of the
  * wall-clock and the difference of the held-out success after.

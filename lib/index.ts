@@ -1,7 +1,7 @@
 /**
  * `lib/`: the little code that `servers/` and `src/` share, and the bottom layer of the project
  * (it imports nothing outside itself but Node built-ins): exact rationals and arithmetic
- * expressions, the seeded PRNG, hashing, HTML escaping, and the pass@k / pass^k estimators. `src/` imports it only through this file.
+ * expressions, the seeded PRNG, hashing, HTML escaping, and the one evaluator (success, pass@k, pass^k, cluster-robust intervals). `src/` imports it only through this file.
  */
 export { MathError, Rational, toDecimal, gcd, bitLength, DECIMAL_DIGITS } from './rational.ts';
 export {
@@ -20,6 +20,5 @@ export type { RandomFn } from './random.ts';
 export { fnv1a, sha256Hex } from './hash.ts';
 export { esc } from './html.ts';
 export { LOCAL_NAMES, tokenProblem, invalidOption, hostName, acceptedHostNames, tokenMatches } from './http-guard.ts';
-export { passAtK, passHatK } from './pass-k.ts';
-export { overTasks, taskRates, pairedDifference } from './over-tasks.ts';
-export type { Estimate } from './over-tasks.ts';
+export { passAtK, passHatK, overTasks, rateOverTasks, taskRates, taskCounts, pairedDifference, summarizeEpisodes, wilson, wilsonInterval, t975 } from './evaluator.ts';
+export type { Estimate, RateEstimate, EpisodeSummary } from './evaluator.ts';

@@ -39,6 +39,9 @@ export { readTrajectories } from './env/index.ts';
 /** An evaluation's figures from its trajectories: pass@1, pass@k, pass^k, reward parts, tool errors, tokens, 95% intervals over tasks. */
 export { evalReport, passAtK, passHatK } from './bench/index.ts';
 export type { EvalReport } from './bench/index.ts';
+/** The one evaluator (docs/evaluation.md): success with its cluster-robust 95% interval, pass@k, pass^k; two checkpoints compared paired by task. */
+export { summarizeEpisodes, pairedDifference, taskRates } from '../lib/index.ts';
+export type { EpisodeSummary } from '../lib/index.ts';
 export type { Policy, Observation, PolicyAction, ProposedCall, Trajectory, TrajectoryGroup, RolloutOptions, RolloutResult, EnvironmentOptions, ChatMessage, AgentTool } from './env/index.ts';
 /** Scripted policies: the expert replays a task's reference solution; random calls random tools. */
 export { ExpertPolicy, RandomPolicy } from './agents/index.ts';

@@ -8,7 +8,7 @@
 import { Environment, failureCauses, rollout, type EnvironmentOptions, type FailureCause, type Policy, type Task, type Trajectory } from '../env/index.ts';
 
 export { passAtK, passHatK } from '../../lib/index.ts';
-import { passAtK, passHatK } from '../../lib/index.ts';
+import { passAtK, passHatK, rateOverTasks } from '../../lib/index.ts';
 import { toolFeedback, type Feedback } from './feedback.ts';
 
 export interface TaskAgentStats {
@@ -39,6 +39,8 @@ export interface AgentReport {
   tasks: number;
   episodes: number;
   success_rate: number;
+  /** success_rate's 95% interval, cluster-robust over tasks (lib/evaluator.ts). */
+  success_ci95: [number, number];
   /** Averaged over tasks, by k = 1..K: `{"1": ..., "K": ...}`. */
   pass_at_k: Record<string, number>;
   pass_hat_k: Record<string, number>;
@@ -104,6 +106,10 @@ export function agentReport(policy: string, k: number, perTask: TaskAgentStats[]
     tasks: T,
     episodes,
     success_rate: avg((x) => x.success_rate),
+    success_ci95: rateOverTasks(
+      perTask.map((x) => x.success_rate),
+      episodes,
+    ).ci95,
     pass_at_k,
     pass_hat_k,
     mean_turns: weighted((x) => x.mean_turns),

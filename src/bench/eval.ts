@@ -4,10 +4,10 @@
  * tool errors by kind and by tool, and the tokens used, each with a 95% interval.
  *
  * Intervals. Episodes of one task are not independent draws (a hard task fails all K), so every
- * interval is taken over tasks: a figure is the mean of its per-task values x_1..x_T and its
- * interval is mean ± 1.96·s/√T with s the sample standard deviation of the x_t (clipped to
- * [0, 1] for rates). With one task there is no spread to measure and the interval is the point
- * (marked `n_tasks` 1 in the JSON).
+ * interval is taken over tasks (the one evaluator, lib/evaluator.ts; docs/evaluation.md): a
+ * figure is the mean of its per-task values x_1..x_T; a rate's interval is the cluster-robust
+ * Wilson interval (never [0, 0] or [1, 1]), any other figure's mean ± t·s/√T (the point itself
+ * with one task, marked `tasks` 1 in the JSON).
  */
 import { esc, overTasks, type Estimate } from '../../lib/index.ts';
 import { failureCauses, type FailureCause, type Task, type Trajectory } from '../env/index.ts';
@@ -145,7 +145,7 @@ export function evalReport(policy: string, k: number, tasks: Task[], trajectorie
     const full = of.filter((r) => r.runs >= K);
     by_suite[name] = {
       tasks: of.length,
-      pass_at_1: overTasks(of.map((r) => r.pass_at[0] ?? 0), true),
+      pass_at_1: overTasks(of.map((r) => r.pass_at[0] ?? 0), true, of.reduce((n, r) => n + r.runs, 0)),
       pass_at_k: overTasks(full.map((r) => r.pass_at[K - 1]!), true),
       pass_hat_k: overTasks(full.map((r) => r.pass_hat[K - 1]!), true),
       mean_reward: overTasks(of.map((r) => r.mean_reward)),
@@ -156,7 +156,7 @@ export function evalReport(policy: string, k: number, tasks: Task[], trajectorie
     k: K,
     tasks: rows.length,
     episodes: trajectories.length,
-    pass_at_1: overTasks(rows.map((r) => r.pass_at[0] ?? 0), true),
+    pass_at_1: overTasks(rows.map((r) => r.pass_at[0] ?? 0), true, sum((r) => r.runs)),
     pass_at_k: overTasks(rows.filter((r) => r.runs >= K).map((r) => r.pass_at[K - 1]!), true),
     pass_hat_k: overTasks(rows.filter((r) => r.runs >= K).map((r) => r.pass_hat[K - 1]!), true),
     pass_at: passAt,

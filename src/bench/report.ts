@@ -143,7 +143,7 @@ export function renderText(r: BenchReport): string {
     rows.push(['mean', a.episodes, a.success_rate, a.pass_at_k['1'] ?? 0, a.pass_at_k[String(K)] ?? 0, a.pass_hat_k[String(K)] ?? 0, a.mean_turns, a.mean_tool_calls, a.tool_errors, a.mean_episode_ms, a.mean_tool_ms]);
     out.push(textTable(rows));
     if (a.per_task.length > shown.length) out.push(`(${a.per_task.length - shown.length} more tasks in --json and --html)`);
-    out.push(`success rate ${pct(a.success_rate)}, pass@1 ${fmt(a.pass_at_k['1'] ?? 0)}, pass@${K} ${fmt(a.pass_at_k[String(K)] ?? 0)}, pass^${K} ${fmt(a.pass_hat_k[String(K)] ?? 0)}, tool errors ${a.tool_errors} (${pct(a.tool_error_rate)} of calls), failed episodes ${a.failed_episodes}`);
+    out.push(`success rate ${pct(a.success_rate)} [${pct(a.success_ci95[0])}, ${pct(a.success_ci95[1])}], pass@1 ${fmt(a.pass_at_k['1'] ?? 0)}, pass@${K} ${fmt(a.pass_at_k[String(K)] ?? 0)}, pass^${K} ${fmt(a.pass_hat_k[String(K)] ?? 0)}, tool errors ${a.tool_errors} (${pct(a.tool_error_rate)} of calls), failed episodes ${a.failed_episodes}`);
     if (a.feedback) out.push('', renderFeedbackText(a.feedback));
   }
   if (r.warnings.length) {

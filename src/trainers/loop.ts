@@ -14,7 +14,7 @@ import { OnnxPolicy, OpenAIPolicy } from '../agents/index.ts';
 import { ServerEndpointError } from '../agents/openai.ts';
 import { Environment, loadTasks, rollout, type ChatModel, type EnvironmentOptions, type Policy, type RewardFn, type Task, type Trajectory } from '../env/index.ts';
 import { generateSuite } from '../env/suites/index.ts';
-import { overTasks, passAtK, passHatK, taskRates } from '../../lib/index.ts';
+import { summarizeEpisodes } from '../../lib/index.ts';
 import { isZeroVariance, mean, std } from './advantages.ts';
 import { buildTrainBatch, type BuiltBatch } from './batch.ts';
 import { collectGroups, rulerJudge, TaskSampler, type Collected } from './collect.ts';
@@ -68,44 +68,13 @@ export interface TrainOptions {
   beforeLearnerStep?: (step: number, learner: LearnerConnection) => void | Promise<void>;
 }
 
-/** Wilson score interval for a proportion (95%). */
-export function wilson(successes: number, n: number, z = 1.96): [number, number] {
-  if (n === 0) return [0, 1];
-  const p = successes / n;
-  const d = 1 + (z * z) / n;
-  const c = (p + (z * z) / (2 * n)) / d;
-  const h = (z * Math.sqrt((p * (1 - p)) / n + (z * z) / (4 * n * n))) / d;
-  return [Math.max(0, c - h), Math.min(1, c + h)];
-}
-
-/** The success rate's interval over tasks (each task's episodes a cluster) and the number of tasks. */
-export function taskClustered(trajectories: Trajectory[]): Pick<EvalResult, 'ci95_tasks' | 'tasks'> {
-  const rates = taskRates(trajectories);
-  return { ci95_tasks: overTasks([...rates.values()], true).ci95, tasks: rates.size };
-}
-
 /**
- * pass@k and pass^k (tau-bench's reliability: all k samples succeed) for k = 1..K over the tasks of
- * an evaluation with K samples per task, the unbiased estimators averaged over tasks; a task with
- * fewer than k finished samples counts with the ones it has.
+ * A held-out evaluation's figures from its episodes, through the one evaluator
+ * (lib/evaluator.ts): success over tasks with its cluster-robust interval, pass@k and pass^k.
  */
-export function passK(trajectories: Trajectory[], K: number): Pick<EvalResult, 'pass_at_k' | 'pass_hat_k'> {
-  const byTask = new Map<string, { n: number; c: number }>();
-  for (const t of trajectories) {
-    const s = byTask.get(t.task_id) ?? { n: 0, c: 0 };
-    s.n++;
-    if (t.success) s.c++;
-    byTask.set(t.task_id, s);
-  }
-  const tasks = [...byTask.values()];
-  if (tasks.length === 0 || K < 1) return {};
-  const pass_at_k: Record<string, number> = {};
-  const pass_hat_k: Record<string, number> = {};
-  for (let k = 1; k <= K; k++) {
-    pass_at_k[k] = mean(tasks.map((x) => passAtK(x.n, x.c, Math.min(k, x.n))));
-    pass_hat_k[k] = mean(tasks.map((x) => passHatK(x.n, x.c, Math.min(k, x.n))));
-  }
-  return { pass_at_k, pass_hat_k };
+export function evalFigures(step: number, trajectories: Trajectory[], K: number): EvalResult {
+  const s = summarizeEpisodes(trajectories, K);
+  return { step, success: s.success, ci95: s.ci95, episodes: s.episodes, tasks: s.tasks, n_eff: s.n_eff, mean_reward: mean(trajectories.map((t) => t.reward)), pass_at_k: s.pass_at_k, pass_hat_k: s.pass_hat_k };
 }
 
 /** A step's row of metrics.jsonl: the learner's metrics, then the loop's (which win where both use a name). */
@@ -372,8 +341,7 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
     const evaluate = async (step: number): Promise<EvalResult> => {
       const te = performance.now();
       const r = await rollout(env, pol, held, { group: c.eval_samples, concurrency: c.concurrency, iteration: `eval.${step}` });
-      const ok = r.trajectories.filter((t) => t.success).length;
-      const e: EvalResult = { step, success: ok / r.trajectories.length, ci95: wilson(ok, r.trajectories.length), episodes: r.trajectories.length, mean_reward: mean(r.trajectories.map((t) => t.reward)), ...passK(r.trajectories, c.eval_samples), ...taskClustered(r.trajectories) };
+      const e = evalFigures(step, r.trajectories, c.eval_samples);
       run.writeEval(e, r.trajectories);
       o.onEval?.((performance.now() - te) / 1000, e);
       return e;

@@ -11,17 +11,16 @@
  * Every stage writes into the job directory (base/, sft/, rl/, job.json) and is skipped when it is
  * already there, so the same command resumes a job that was stopped. Success is given with its 95%
  * interval over tasks (a task's k episodes are one cluster) and RL's gain over SFT with the paired
- * interval of the per-task differences (lib/over-tasks.ts).
+ * interval of the per-task differences (lib/evaluator.ts).
  */
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { OnnxPolicy } from '../agents/index.ts';
 import { Environment, readTrajectories, rollout, type Task, type Trajectory } from '../env/index.ts';
-import { overTasks, pairedDifference, taskRates } from '../../lib/index.ts';
-import { mean } from './advantages.ts';
+import { pairedDifference, summarizeEpisodes, taskRates } from '../../lib/index.ts';
 import { resolveConfig, type TrainConfigInput } from './config.ts';
 import { ensureHfOnnx } from './hf-onnx.ts';
-import { passK, train, trainingTasks } from './loop.ts';
+import { train, trainingTasks } from './loop.ts';
 import { runSft } from './sft.ts';
 
 export interface ModelJobConfig {
@@ -86,16 +85,15 @@ export interface ModelJobOptions {
 
 /** An evaluation's figures from its episodes. */
 export function stageEval(trajectories: Trajectory[], k: number, file: string): StageEval {
-  const rates = taskRates(trajectories);
   const parse: Record<string, number> = { strict: 0, lenient: 0, failed: 0, none: 0 };
   for (const t of trajectories) for (const turn of t.turns) parse[turn.call_parse ?? 'none']!++;
-  const est = overTasks([...rates.values()], true);
+  const s = summarizeEpisodes(trajectories, k);
   return {
-    success: mean(trajectories.map((t) => (t.success ? 1 : 0))),
-    ci95: est.ci95,
-    pass_hat_k: passK(trajectories, k).pass_hat_k ?? {},
-    episodes: trajectories.length,
-    tasks: rates.size,
+    success: s.success,
+    ci95: s.ci95,
+    pass_hat_k: s.pass_hat_k,
+    episodes: s.episodes,
+    tasks: s.tasks,
     tool_call_parse: parse,
     trajectories: file,
   };
@@ -223,7 +221,7 @@ export async function runModelJob(o: ModelJobOptions): Promise<ModelJobResult> {
   const rlTraj = read(result.after.trajectories!);
   const sft = stageEval(sftTraj, c.k, join('rl', result.before.trajectories!));
   const rl = stageEval(rlTraj, c.k, join('rl', result.after.trajectories!));
-  const diff = pairedDifference(taskRates(sftTraj), taskRates(rlTraj));
+  const diff = pairedDifference(taskRates(sftTraj), taskRates(rlTraj), { a: sftTraj.length, b: rlTraj.length });
   seconds.total = (performance.now() - t0) / 1000;
   const out: ModelJobResult = {
     model: c.model_name,

@@ -9,7 +9,7 @@
  *   4 grpo     GRPO again, from the stage-3 model
  *
  * Each stage works in its own directory under `out`; `pipeline.json` records the config and each
- * finished stage's result (its model, held-out success with a Wilson interval on the same held-out
+ * finished stage's result (its model, held-out success with a cluster-robust interval on the same held-out
  * tasks, its wall time), so that running the same pipeline again resumes it: finished stages are
  * skipped, an interrupted GRPO stage resumes with train()'s resume, an interrupted SFT or
  * rejection-sampling stage is redone, and a changed config is refused naming the field.
@@ -23,7 +23,7 @@ import { seededRandom } from '../../lib/index.ts';
 import { PRESET_NAMES, resolveConfig, type TrainConfig, type TrainConfigInput } from './config.ts';
 import { isHfModelDir } from './learner-client.ts';
 import { ensureHfOnnx } from './hf-onnx.ts';
-import { train, trainingTasks, wilson } from './loop.ts';
+import { evalFigures, train, trainingTasks } from './loop.ts';
 import { sequenceOf } from './batch.ts';
 import { continueSft, demoExamples, expertDemos, recordSurfaces, runSft } from './sft.ts';
 import { writeJsonAtomic } from './run-dir.ts';
@@ -79,8 +79,10 @@ export type R1StageName = (typeof R1_STAGES)[number];
 
 export interface HeldOut {
   success: number;
+  /** 95% interval over the held-out tasks (cluster-robust: lib/evaluator.ts). */
   ci95: [number, number];
   episodes: number;
+  tasks?: number;
   mean_reward: number;
 }
 
@@ -432,9 +434,8 @@ async function evaluateModel(model: string, held: Task[], c: TrainConfig, concur
   try {
     rmSync(outFile, { force: true });
     const r = await rollout(env, policy, held, { group: c.eval_samples, concurrency, iteration: 'eval.0', out: outFile });
-    const ok = r.trajectories.filter((t) => t.success).length;
-    const n = r.trajectories.length;
-    return { success: n ? ok / n : 0, ci95: wilson(ok, n), episodes: n, mean_reward: n ? r.trajectories.reduce((s, t) => s + t.reward, 0) / n : 0 };
+    const { success, ci95, episodes, tasks, mean_reward } = evalFigures(0, r.trajectories, c.eval_samples);
+    return { success, ci95, episodes, tasks, mean_reward };
   } finally {
     await env.close();
     await policy.close();
@@ -473,7 +474,7 @@ export function writeR1Report(out: string, record: R1Record): string {
   const lines = [
     '# DeepSeek-R1 pipeline',
     '',
-    `Suite ${md(String(record.config.suite))} (difficulty <= ${record.config.max_difficulty}); every stage evaluated on the same ${record.held_out.tasks} held-out tasks x ${record.held_out.samples} samples; 95% Wilson intervals.`,
+    `Suite ${md(String(record.config.suite))} (difficulty <= ${record.config.max_difficulty}); every stage evaluated on the same ${record.held_out.tasks} held-out tasks x ${record.held_out.samples} samples; 95% intervals cluster-robust over tasks (docs/evaluation.md).`,
     '',
     '| stage | held-out success | 95% interval | episodes | seconds | notes |',
     '|---|---|---|---|---|---|',

@@ -17,17 +17,19 @@ import { isHfModelDir } from './learner-client.ts';
 
 export interface EvalResult {
   step: number;
+  /** Mean over the held-out tasks of each task's success rate. */
   success: number;
+  /** Its 95% interval, cluster-robust (a task's episodes are one cluster: lib/evaluator.ts). */
   ci95: [number, number];
   episodes: number;
   mean_reward: number;
   /** pass@k and pass^k for k = 1..eval_samples (keys "1".."K"), averaged over the held-out tasks. */
   pass_at_k?: Record<string, number>;
   pass_hat_k?: Record<string, number>;
-  /** The success rate's 95% interval over tasks (a task's episodes are one cluster: lib/over-tasks.ts). */
-  ci95_tasks?: [number, number];
   /** Held-out tasks evaluated. */
   tasks?: number;
+  /** The effective sample size behind ci95 (lib/evaluator.ts). */
+  n_eff?: number;
   /** The episodes' trajectories, in the run directory (evals/step-NNNNN.jsonl). */
   trajectories?: string;
 }

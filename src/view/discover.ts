@@ -204,7 +204,7 @@ function describeEval(dir: string, base: Pick<Entry, 'id' | 'name' | 'path'>, ki
   if (result) status = result.interrupted === true ? 'stopped' : 'finished';
   else status = written !== undefined && now - written < LIVE_WINDOW_MS ? 'running' : 'stopped';
   const episodes = typeof result?.episodes === 'number' ? result.episodes : readJsonl(join(dir, 'trajectories.jsonl')).length;
-  const success = kind === 'eval' ? interval(result?.pass_at_1) : typeof result?.success_rate === 'number' ? { success: result.success_rate } : undefined;
+  const success = kind === 'eval' ? interval(result?.pass_at_1) : typeof result?.success_rate === 'number' ? { success: result.success_rate, ...(Array.isArray(result.success_ci95) ? { ci95: result.success_ci95 as [number, number] } : {}) } : undefined;
   return {
     ...base,
     kind,

@@ -8,6 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { evalReport, overTasks } from '../../src/bench/eval.ts';
+import { t975 } from '../../lib/index.ts';
 import { readTrajectories, type Task, type Trajectory } from '../../src/env/index.ts';
 import { ROOT, runCli } from '../helpers.ts';
 
@@ -56,14 +57,18 @@ describe('eval statistics', () => {
     expect(r.by_suite.b!.pass_hat_k.mean).toBe(1);
   });
 
-  it('intervals are over tasks (mean ± 1.96 s/√T), clipped for rates', () => {
+  it('intervals are over tasks: mean ± t·s/√T for a mean, the cluster-robust Wilson interval for a rate', () => {
     const e = overTasks([0.2, 0.4, 0.6, 0.8]);
     const s = Math.sqrt((0.09 + 0.01 + 0.01 + 0.09) / 3);
     expect(e.mean).toBeCloseTo(0.5, 12);
-    expect(e.ci95[0]).toBeCloseTo(0.5 - (1.96 * s) / 2, 12);
-    expect(e.ci95[1]).toBeCloseTo(0.5 + (1.96 * s) / 2, 12);
-    expect(overTasks([0, 1], true).ci95).toEqual([0, 1]);
+    expect(e.ci95[0]).toBeCloseTo(0.5 - (t975(3) * s) / 2, 12);
+    expect(e.ci95[1]).toBeCloseTo(0.5 + (t975(3) * s) / 2, 12);
     expect(overTasks([0.3]).ci95).toEqual([0.3, 0.3]);
+    // A rate stays inside [0, 1] and, at 0 or 1, is not a point.
+    const r = overTasks([0, 1], true);
+    expect(r.ci95[0]).toBeGreaterThanOrEqual(0);
+    expect(r.ci95[1]).toBeLessThanOrEqual(1);
+    expect(overTasks([0, 0, 0], true).ci95[1]).toBeGreaterThan(0);
   });
 
   it('tool errors by kind and by tool, tokens, stop reasons and drift from the turns', () => {

@@ -1,6 +1,6 @@
 import { availableParallelism } from 'node:os';
 import { describe, expect, it } from 'vitest';
-import { buildBatch, groupAdvantages, isZeroVariance, learnerConfig, overlongPenalty, PRESETS, resolveConfig, samplerThreads, turnAdvantages, wilson } from '../../src/trainers/index.ts';
+import { buildBatch, groupAdvantages, isZeroVariance, learnerConfig, overlongPenalty, PRESETS, resolveConfig, samplerThreads, turnAdvantages } from '../../src/trainers/index.ts';
 
 describe('presets and config', () => {
   it('each preset fills the loop and the learner configuration', () => {
@@ -88,11 +88,5 @@ describe('advantages and the batch', () => {
     expect(b.group_ids).toEqual(['g@1']);
     const perTurn = buildBatch([{ trajectory: t, group_id: 'g@1', advantage: [1, -1] }]);
     expect(perTurn.advantages).toEqual([[0, 0, 0, 0, 1, 1, 0, 0, 0, 0, -1, -1]]);
-  });
-
-  it('95% Wilson intervals', () => {
-    const [lo, hi] = wilson(29, 80);
-    expect(lo).toBeCloseTo(0.2657, 3);
-    expect(hi).toBeCloseTo(0.4719, 3);
   });
 });

@@ -6,7 +6,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { splitStale, stalenessOf, StepPipeline, VersionSteps } from '../../src/trainers/pipeline.ts';
-import { passK } from '../../src/trainers/loop.ts';
+import { evalFigures } from '../../src/trainers/loop.ts';
 import type { Trajectory } from '../../src/env/index.ts';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -132,7 +132,7 @@ describe('staleness', () => {
   });
 });
 
-describe('held-out pass@k and pass^k (passK)', () => {
+describe('held-out pass@k and pass^k (evalFigures)', () => {
   const ep = (task: string, success: boolean) => ({ task_id: task, success }) as unknown as Trajectory;
   it('averages the unbiased estimators over tasks: pass^4 needs all four samples of a task', () => {
     const ts = [
@@ -141,7 +141,7 @@ describe('held-out pass@k and pass^k (passK)', () => {
       ...[false, false, false, false].map((s) => ep('c', s)), // 0 of 4
       ...[true, false, false, false].map((s) => ep('d', s)), // 1 of 4
     ];
-    const r = passK(ts, 4);
+    const r = evalFigures(0, ts, 4);
     expect(r.pass_at_k!['1']).toBeCloseTo((1 + 0.75 + 0 + 0.25) / 4, 12);
     expect(r.pass_hat_k!['1']).toBeCloseTo(r.pass_at_k!['1']!, 12);
     // pass^2 = C(c,2)/C(4,2): a 6/6, b 3/6, c 0, d 0
@@ -151,7 +151,7 @@ describe('held-out pass@k and pass^k (passK)', () => {
   });
 
   it('a task with fewer finished samples counts with those it has', () => {
-    const r = passK([ep('a', true), ep('a', true), ep('b', true), ep('b', true), ep('b', false)], 3);
+    const r = evalFigures(0, [ep('a', true), ep('a', true), ep('b', true), ep('b', true), ep('b', false)], 3);
     expect(r.pass_hat_k!['3']).toBeCloseTo((1 + 0) / 2, 12); // a: 2 of 2 (k capped at 2); b: 2 of 3 → 0
   });
 });
