@@ -58,7 +58,11 @@ function progressLine(t0: number) {
     last = now;
     const el = (now - stageStart) / 1000;
     const eta = p.done > 0 ? (el * (p.total - p.done)) / p.done : NaN;
-    const m = (s: number) => (Number.isFinite(s) ? `${Math.floor(s / 60)}m${String(Math.round(s % 60)).padStart(2, '0')}s` : '?');
+    const m = (s: number) => {
+      if (!Number.isFinite(s)) return '?';
+      const whole = Math.round(s); // rounded first: 119.7 s is 2m00s, not 1m60s
+      return `${Math.floor(whole / 60)}m${String(whole % 60).padStart(2, '0')}s`;
+    };
     const n = STAGES.indexOf(p.stage) + 1;
     const line = `[${n}/3 ${p.stage}] ${p.done}/${p.total}${p.detail ? ` ${p.detail}` : ''}  ETA ${m(eta)}  (job ${m((now - t0) / 1000)})`;
     process.stderr.write(tty ? `\r${line.padEnd(100)}` : `${line}\n`);
