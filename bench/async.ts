@@ -23,7 +23,7 @@ import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { MAIN_JOB } from '../src/cli/train.ts';
-import { train, type TrainConfigInput } from '../src/trainers/index.ts';
+import { finalEval, train, type TrainConfigInput } from '../src/trainers/index.ts';
 import { parseSets } from './sets.ts';
 
 const { values } = parseArgs({
@@ -105,9 +105,9 @@ for (const S of modes) {
     stale_groups_dropped: sum('stale_groups_dropped'),
     is_truncated_fraction: meanOf('is_truncated_fraction'),
     before: r.before.success,
-    after: r.after.success,
-    after_ci95: r.after.ci95,
-    pass_hat_k_after: r.after.pass_hat_k?.[K] ?? null,
+    after: finalEval(r).success,
+    after_ci95: finalEval(r).ci95,
+    pass_hat_k_after: finalEval(r).pass_hat_k?.[K] ?? null,
   };
   rows.push(row);
   console.log(

@@ -18,7 +18,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { train, type TrainConfigInput } from '../src/trainers/index.ts';
+import { finalEval, train, type TrainConfigInput } from '../src/trainers/index.ts';
 import { parseSets } from './sets.ts';
 
 const { values } = parseArgs({
@@ -104,10 +104,10 @@ for (const s of subjects) {
     learner_seconds: sum('learner_seconds') / Math.max(1, metrics.length),
     before: r.before.success,
     before_ci95: r.before.ci95,
-    after: r.after.success,
-    after_ci95: r.after.ci95,
+    after: finalEval(r).success,
+    after_ci95: finalEval(r).ci95,
     eval_episodes: Number(common.eval_limit) * Number(common.eval_samples),
-    pass_hat_k_after: r.after.pass_hat_k?.[K] ?? null,
+    pass_hat_k_after: finalEval(r).pass_hat_k?.[K] ?? null,
     reward_first: num(first.reward_mean),
     reward_last: num(last.reward_mean),
     value_loss: [num(first.value_loss), num(last.value_loss)],

@@ -52,4 +52,4 @@ const result = await train({
   onLog: (line) => console.log(line),
   onStep: (m) => console.log(`step ${m.step}: reward ${Number(m.reward_mean).toFixed(3)}, success ${pct(Number(m.success_rate))}, groups kept ${m.groups_kept}`),
 });
-console.log(JSON.stringify({ before: result.before.success, after: result.after.success, steps: result.steps, report: result.report }));
+console.log(JSON.stringify({ before: result.before.success, after: result.after?.success ?? null, steps: result.steps, report: result.report }));

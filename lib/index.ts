@@ -22,3 +22,4 @@ export { esc } from './html.ts';
 export { LOCAL_NAMES, tokenProblem, invalidOption, hostName, acceptedHostNames, tokenMatches } from './http-guard.ts';
 export { passAtK, passHatK, overTasks, rateOverTasks, taskRates, taskCounts, pairedDifference, summarizeEpisodes, wilson, wilsonInterval, t975 } from './evaluator.ts';
 export type { Estimate, RateEstimate, EpisodeSummary } from './evaluator.ts';
+export { EXIT, RunFailure, StartFailure, AllEpisodesFailed, NoLearningSignal, BelowThreshold, Interrupted } from './failures.ts';

@@ -73,6 +73,22 @@ def _dist():
     return None
 
 
+def weights_fingerprint(params) -> tuple:
+    """An exact fingerprint of the parameters' bits: per dtype width, the sum of the tensors' words as
+    integers (a changed bit changes its word, so the sum, unless changes cancel exactly), and the float64
+    sum of the values. Equal before and after a step: the step left the weights as they were."""
+    words = 0
+    total = 0.0
+    with torch.no_grad():
+        for p in params:
+            t = p.detach().contiguous()
+            view = {2: torch.int16, 4: torch.int32, 8: torch.int64}.get(t.element_size())
+            if view is not None:
+                words += int(t.view(view).sum(dtype=torch.int64))
+            total += float(t.sum(dtype=torch.float64))
+    return (words, total)
+
+
 class RLTrainer:
     """The state of RL training on one loaded model: optimizer, step, reference."""
 
@@ -391,6 +407,7 @@ class RLTrainer:
             "the first call with rewards" if self.step == 0 else f"step {self.step} has none (a checkpoint "
             "or calls without one)")  # before the snapshot: the optimizer has its group either way
         snap = self._snapshot()
+        before = weights_fingerprint(self.params())
         try:
             metrics = self._train(batch, cfg)
         except BaseException:
@@ -402,6 +419,9 @@ class RLTrainer:
         seconds = time.perf_counter() - t0
         if batch.rewards is not None:
             metrics["value_head_fresh"] = bool(fresh)
+        # Updates too small for the weights' precision (bf16 with a tiny lr), a zero lr, no gradient: the
+        # caller stops a run whose steps leave the weights as they were (mcp-gym's no-signal check).
+        metrics["weights_changed"] = weights_fingerprint(self.params()) != before
         metrics["seconds"] = seconds
         metrics["cpu_seconds"] = time.process_time() - c0  # all the learner process's threads
         metrics["learner_tokens_per_s"] = batch.tokens * cfg.epochs / seconds if seconds > 0 else None

@@ -129,6 +129,7 @@ def test_equal_rewards_give_zero_policy_gradient_and_no_nan(loss):
         assert not (isinstance(v, float) and not math.isfinite(v)), (k, v)
     assert res["metrics"]["grad_norm"] == 0.0 and res["metrics"]["pg_loss"] == 0.0
     assert _same(before, _state(m))  # AdamW with zero gradients and no decay does not move
+    assert res["metrics"]["weights_changed"] is False  # and the step says so (mcp-gym's no-signal check)
 
     # a batch where one group has equal rewards: that group's sequences get exactly zero gradient
     raw2 = sampled_batch(m, B=8, seed=6, groups=2, adv=[0.0 if b % 2 == 0 else (b - 4) / 3 for b in range(8)])
@@ -389,3 +390,25 @@ def test_a_checkpoint_with_the_old_adamw_names_still_loads(tmp_path):
     assert tr2.last_config["adam_eps"] == 1e-6 and tr2.last_config["adam_beta1"] == 0.8
     assert _same(_state(m), _state(m2))
     assert tr2.optimizer.param_groups[0]["eps"] == 1e-6
+
+
+def test_weights_changed_reports_a_real_update_and_an_update_below_bf16_precision():
+    """weights_changed is True for an ordinary step, and False for a bf16 model whose lr is too small for any
+    update to change a bit of its weights (a run that would write its input back and call it trained)."""
+    m = _model(4, torch.float32)
+    raw = sampled_batch(m, B=8, seed=7, adv=[(b - 4) / 3 for b in range(8)])
+    res = RLTrainer(m, GPTAdapter(m)).train(parse_batch(raw, V, 64), _config({"loss": "grpo", "beta": 0.0, "lr": 1e-3, "weight_decay": 0.0}))
+    assert res["metrics"]["grad_norm"] > 0 and res["metrics"]["weights_changed"] is True
+    b = _model(4, torch.bfloat16)
+    before = _state(b)
+    res = RLTrainer(b, GPTAdapter(b)).train(parse_batch(raw, V, 64), _config({"loss": "grpo", "beta": 0.0, "lr": 1e-9, "weight_decay": 0.0}))
+    assert res["metrics"]["grad_norm"] > 0
+    assert _same(before, _state(b)) and res["metrics"]["weights_changed"] is False
+
+
+def test_weights_fingerprint_sees_one_bit():
+    p = torch.nn.Parameter(torch.randn(1000, dtype=torch.float32))
+    a = rl_mod.weights_fingerprint([p])
+    with torch.no_grad():
+        p.view(torch.int32)[537] ^= 1  # the lowest mantissa bit of one weight
+    assert rl_mod.weights_fingerprint([p]) != a

@@ -22,4 +22,6 @@ export type { BenchReport } from './report.ts';
 export { evalReport, evalRows, overTasks, renderEvalHtml, trajectoryHtml } from './eval.ts';
 export type { EvalReport, EvalTaskRow, Estimate } from './eval.ts';
 export { faultComparison, faultRows } from './faults.ts';
+export { gateTasks, gateFromStats, junitXml, writeJunit, parseThreshold, checkThreshold } from './gate.ts';
+export type { GateTask } from './gate.ts';
 export type { FaultComparison } from './faults.ts';

@@ -1,8 +1,17 @@
 /** Command-line argument helpers. */
-import { splitCommandLine } from '../bench/index.ts';
+import { parseThreshold, splitCommandLine } from '../bench/index.ts';
 import type { ServerSpec } from '../tools/index.ts';
 
 export class UsageError extends Error {}
+
+/** `--fail-under X`: a success rate from 0 to 1, or undefined. */
+export function thresholdFlag(value: string | undefined, flag = '--fail-under'): number | undefined {
+  try {
+    return parseThreshold(value, flag);
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
+}
 
 export function intFlag(value: string | undefined, flag: string, fallback: number): number {
   if (value === undefined) return fallback;

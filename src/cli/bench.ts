@@ -1,12 +1,14 @@
 /** `mcp-gym bench`: benchmark any MCP server (load, fuzz, replay) and agents on tasks. */
+import { stopOnSignals } from './signals.ts';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { makePolicy } from '../agents/index.ts';
-import { loadTasks, type Task } from '../env/index.ts';
+import { allFailed, loadTasks, type Task } from '../env/index.ts';
+import { Interrupted } from '../../lib/index.ts';
 import { generateSuite, SUITE_NAMES } from '../env/suites/index.ts';
-import { parseExamples, readFailures, renderHtml, renderText, reportJson, runBench, type BenchOptions } from '../bench/index.ts';
-import { API_FLAGS, apiOptionsFrom, intFlag, serverFromFlags, UsageError } from './args.ts';
+import { checkThreshold, gateFromStats, parseExamples, writeJunit, readFailures, renderHtml, renderText, reportJson, runBench, type BenchOptions } from '../bench/index.ts';
+import { API_FLAGS, apiOptionsFrom, intFlag, serverFromFlags, thresholdFlag, UsageError } from './args.ts';
 
 export const BENCH_HELP = `Usage: mcp-gym bench (--stdio "<command line>" | --url URL) [options]
        mcp-gym bench --tasks <suite|file> --policy P [-k K]
@@ -27,6 +29,8 @@ Fuzz:     --fuzz              invalid and edge-case arguments from each tool's s
 Agents:   --tasks S|F         a bundled suite (or all) or a task file   --split eval|train|all   --limit N
           --policy P          expert (default), random[:seed], onnx:<dir>, openai:<model>, anthropic:<model>
                               (with --base-url URL, --api-key-env NAME, ...: mcp-gym eval --help)   -k K  runs per task (default 4)
+          --fail-under X      exit 6 when the agents' success rate is below X (0-1), for CI
+          --junit F           JUnit XML in F: a test case per task (failed below --fail-under, default: any miss)
 Output:   --json              also print the report as one JSON object, the last line
           --html F            write a self-contained HTML report (charts as inline SVG)
           --out DIR           write the report as DIR/bench.json (fuzz failures with their inputs), for mcp-gym view
@@ -94,6 +98,8 @@ export async function benchCommand(argv: string[]): Promise<void> {
         limit: { type: 'string' },
         policy: { type: 'string', default: 'expert' },
         k: { type: 'string', short: 'k' },
+        'fail-under': { type: 'string' },
+        junit: { type: 'string' },
         json: { type: 'boolean', default: false },
         html: { type: 'string' },
         out: { type: 'string' },
@@ -152,6 +158,7 @@ export async function benchCommand(argv: string[]): Promise<void> {
     if (values['timeout-ms'] !== undefined) options.fuzz = { ...(typeof options.fuzz === 'object' ? options.fuzz : {}), timeoutMs };
   }
   let policy: Awaited<ReturnType<typeof makePolicy>> | undefined;
+  const failUnder = thresholdFlag(values['fail-under']);
   if (values.tasks !== undefined) {
     const tasks = selectTasks(values.tasks, values.split!, values.limit);
     const k = intFlag(values.k, '-k', 4);
@@ -160,13 +167,13 @@ export async function benchCommand(argv: string[]): Promise<void> {
       throw new UsageError(err.message);
     });
     options.agent = { policy, tasks, k, timeoutMs: values['timeout-ms'] === undefined ? undefined : timeoutMs };
-  } else if (values.k !== undefined) {
+  } else if (values.k !== undefined || values['fail-under'] !== undefined || values.junit !== undefined) {
+    if (values.k === undefined) throw new UsageError(`${values.junit !== undefined ? '--junit' : '--fail-under'} goes with --tasks (agent success)`);
     throw new UsageError('-k goes with --tasks');
   }
 
-  const ac = new AbortController();
-  const onSigint = () => ac.abort();
-  process.once('SIGINT', onSigint);
+  const stop = stopOnSignals((name) => `${name}: stopping; the report covers what ran`);
+  const ac = stop.ac;
   options.signal = ac.signal;
   const startedAt = new Date().toISOString();
   try {
@@ -186,10 +193,17 @@ export async function benchCommand(argv: string[]): Promise<void> {
       writeFileSync(values.html, renderHtml(report));
       console.log(`\nHTML report: ${values.html}`);
     }
-    if (ac.signal.aborted) console.log('\nInterrupted: the figures cover what ran.');
     if (values.json) console.log(JSON.stringify(reportJson(report)));
+    if (ac.signal.aborted) throw new Interrupted('interrupted: the figures cover what ran');
+    const a = report.agent;
+    if (a && values.junit !== undefined) {
+      writeJunit(values.junit, `mcp-gym bench ${a.policy}`, gateFromStats(a.per_task), failUnder ?? 1);
+      console.log(`JUnit: ${values.junit}`);
+    }
+    if (a && a.episodes > 0 && a.failed_episodes + a.task_errors >= a.episodes) throw allFailed('bench --tasks', a.episodes, a.failures);
+    if (a) checkThreshold('bench --tasks', a.success_rate, a.success_ci95, failUnder);
   } finally {
-    process.off('SIGINT', onSigint);
+    stop.dispose();
     await policy?.close?.();
   }
 }

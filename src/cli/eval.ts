@@ -6,18 +6,19 @@
  * episode ends; `--resume` runs only the missing ones; `<out>/eval.json` and an HTML report are
  * written at the end.
  */
-import { setMaxListeners } from 'node:events';
+import { stopOnSignals } from './signals.ts';
 import { existsSync, mkdirSync, renameSync, statSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { parseArgs } from 'node:util';
 import pLimit from 'p-limit';
 import { makeChatModel, makePolicy } from '../agents/index.ts';
 import { evalReport, evalRows, renderEvalHtml } from '../bench/eval.ts';
-import { renderFeedbackText } from '../bench/index.ts';
-import { applyRuler, JudgeError, rollout, TrajectoryWriter, type ChatModel, type RulerOptions, type Task, type Trajectory } from '../env/index.ts';
+import { checkThreshold, gateTasks, renderFeedbackText, writeJunit } from '../bench/index.ts';
+import { applyRuler, assertSomeEpisodeRan, JudgeError, rollout, TrajectoryWriter, type ChatModel, type RulerOptions, type Task, type Trajectory } from '../env/index.ts';
+import { Interrupted } from '../../lib/index.ts';
 import { SUITE_NAMES } from '../env/suites/index.ts';
 import { compareSurfaceSets, driftWarning, readToolSurfaces, surfacesHash, type SurfacesDrift, type ToolSurfaces } from '../tools/index.ts';
-import { API_FLAGS, API_HELP, apiOptionsFrom, intFlag, numFlag, UsageError } from './args.ts';
+import { API_FLAGS, API_HELP, apiOptionsFrom, intFlag, numFlag, thresholdFlag, UsageError } from './args.ts';
 import { applyModelFlag, checkResume, cliEnvironment, RUN_FLAGS, runSettings, selectTasks, toolFormatFlag } from './rollout.ts';
 import { TAPE_HELP, tapeOptions } from './record-replay.ts';
 import { FAULTS_HELP, faultedEval, faultOptions, printFaultComparison } from './faults.ts';
@@ -40,6 +41,9 @@ export const EVAL_HELP = `mcp-gym eval: a policy on a task suite or a task file,
   --resume                continue DIR's evaluation: run only the episodes it lacks
   --html F                also write the HTML report to F (it is always written to DIR/report.html)
   --json                  print the report as one JSON line last
+  --fail-under X          exit 6 when the success rate (pass@1) is below X (0-1), for CI
+  --junit F               JUnit XML in F: a test case per task, failed when its success rate is below
+                          --fail-under (default: when any of its episodes did not succeed)
   --reward R              art (default), rlvr, composer, verifier
   --temperature T         sampling temperature (onnx and API policies)
   --timeout-ms N          a tool call's limit      --stdio   bundled servers as stdio processes
@@ -59,6 +63,8 @@ export async function evalCommand(argv: string[]): Promise<void> {
       ...RUN_FLAGS,
       k: { type: 'string', short: 'k', default: '4' },
       html: { type: 'string' },
+      'fail-under': { type: 'string' },
+      junit: { type: 'string' },
       help: { type: 'boolean', short: 'h', default: false },
       ruler: { type: 'string' },
       judge: { type: 'string' },
@@ -77,6 +83,7 @@ export async function evalCommand(argv: string[]): Promise<void> {
   }
   const k = intFlag(values.k, '--k', 4);
   if (k < 1) throw new UsageError(`-k must be at least 1, got '${values.k}'`);
+  const failUnder = thresholdFlag(values['fail-under']);
   const concurrency = intFlag(values.concurrency, '--concurrency', 8);
   if (concurrency < 1) throw new UsageError(`--concurrency must be at least 1, got '${values.concurrency}'`);
   const reward = values.reward!;
@@ -130,10 +137,8 @@ export async function evalCommand(argv: string[]): Promise<void> {
   const faultEnv = faults ? env.withFaults(faults) : undefined;
   const bar = new ProgressBar('eval', tasks.length * k);
   let successes = 0;
-  const ac = new AbortController();
-  setMaxListeners(10_000, ac.signal);
-  const onSigint = () => ac.abort();
-  process.once('SIGINT', onSigint);
+  const stop = stopOnSignals((name) => `${name}: stopping; the finished episodes are kept`);
+  const ac = stop.ac;
   try {
     const surface = await evalToolSurface(env, tasks, values.policy!);
     const result = await rollout(env, policy, tasks, {
@@ -192,10 +197,17 @@ export async function evalCommand(argv: string[]): Promise<void> {
     }
     console.log(`\n${renderFeedbackText(report.feedback)}`);
     console.log(`\nreport: ${htmlFile}${values.html ? ` and ${values.html}` : ''}; figures: ${join(outDir, 'eval.json')}`);
-    if (ac.signal.aborted) console.log('\nInterrupted: the finished episodes are saved; continue with --resume.');
     if (values.json) console.log(JSON.stringify(out));
+    if (values.junit) {
+      const suiteOf = new Map(tasks.map((t) => [t.id, (t.family ?? t.id.split('-')[0]!).split('.')[0]!]));
+      writeJunit(values.junit, `mcp-gym eval ${policy.id}`, gateTasks(result.trajectories, (id) => suiteOf.get(id) ?? 'tasks'), failUnder ?? 1);
+      console.log(`JUnit: ${values.junit}`);
+    }
+    if (ac.signal.aborted) throw new Interrupted(`interrupted: the ${result.trajectories.length} finished episodes are saved in ${file}; continue with --resume`);
+    assertSomeEpisodeRan(result.trajectories, 'eval');
+    checkThreshold('eval', report.pass_at_1.mean, report.pass_at_1.ci95, failUnder);
   } finally {
-    process.off('SIGINT', onSigint);
+    stop.dispose();
     await env.close();
     await policy.close?.();
     await judge?.close?.();

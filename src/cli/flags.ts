@@ -16,6 +16,11 @@ export interface Flag {
   values?: string[];
   default?: unknown;
   help: string;
+  /** Numbers: the bounds the field's schema sets. */
+  min?: number;
+  max?: number;
+  /** The field's own schema (numbers: checked as the flag is read). */
+  schema?: z.ZodType;
 }
 
 /** Strips default/optional/nullable wrappers: the field's own schema, its default and its description. */
@@ -45,7 +50,9 @@ export function flagsOf(schema: z.ZodObject): Flag[] {
       kind = 'enum';
       values = (inner as z.ZodEnum).options.map(String);
     } else kind = 'string';
-    return { field, flag: field.replace(/_/g, '-'), kind, values, default: def, help };
+    const num = d.type === 'number' ? (inner as z.ZodNumber) : undefined;
+    const bound = (b: number | null | undefined) => (b === null || b === undefined || !Number.isFinite(b) || Math.abs(b) >= Number.MAX_SAFE_INTEGER ? undefined : b);
+    return { field, flag: field.replace(/_/g, '-'), kind, values, default: def, help, ...(num ? { min: bound(num.minValue), max: bound(num.maxValue), schema: num } : {}) };
   });
 }
 
@@ -66,11 +73,25 @@ export function flagValues(flags: Flag[], values: Record<string, unknown>): Reco
       out[f.field] = v;
     } else {
       const n = Number(v);
-      if (String(v).trim() === '' || !Number.isFinite(n) || (f.kind === 'int' && !Number.isInteger(n))) throw new UsageError(`--${f.flag} must be ${f.kind === 'int' ? 'an integer' : 'a number'}, got '${v}'`);
+      const bad = String(v).trim() === '' || !Number.isFinite(n) || (f.kind === 'int' && !Number.isInteger(n)) || (f.min !== undefined && n < f.min) || (f.max !== undefined && n > f.max);
+      if (bad) throw new UsageError(`--${f.flag} must be ${numberKind(f)}, got '${v}'`);
+      const checked = f.schema?.safeParse(n);
+      if (checked && !checked.success) throw new UsageError(`--${f.flag}: ${checked.error.issues[0]?.message ?? 'out of range'}, got '${v}'`);
       out[f.field] = n;
     }
   }
   return out;
+}
+
+/** "a positive integer", "a number from 0 to 1", ...: what a number flag takes. */
+function numberKind(f: Flag): string {
+  const what = f.kind === 'int' ? 'integer' : 'number';
+  if (f.min !== undefined && f.max !== undefined) return `${f.kind === 'int' ? 'an integer' : 'a number'} from ${f.min} to ${f.max}`;
+  if (f.kind === 'int' && f.min === 1) return 'a positive integer';
+  if (f.kind === 'int' && f.min === 0) return 'a non-negative integer';
+  if (f.min !== undefined) return `a${what === 'integer' ? 'n' : ''} ${what} of at least ${f.min}`;
+  if (f.max !== undefined) return `a${what === 'integer' ? 'n' : ''} ${what} of at most ${f.max}`;
+  return `a${what === 'integer' ? 'n' : ''} ${what}`;
 }
 
 const shown = (v: unknown) => (typeof v === 'string' && v.includes('/') ? v.replace(/^.*\/(models\/[^/]+)$/, '$1') : JSON.stringify(v));

@@ -13,6 +13,9 @@ import { evalCommand } from './eval.ts';
 import { servePolicyCommand } from './serve-policy.ts';
 import { viewCommand } from './view.ts';
 import { modelsCommand } from './models.ts';
+import { EXIT, RunFailure } from '../../lib/index.ts';
+import { FaultSpecError, RecordingFileError, TaskFileError } from '../env/index.ts';
+import { R1ConfigError } from '../trainers/index.ts';
 
 const HELP = `mcp-gym: tasks, training and benchmarks for tool-using agents over MCP
 
@@ -176,7 +179,25 @@ export function commandHelp(command: string): string | undefined {
 /** Commands whose own parser prints a fuller help for --help. */
 const OWN_HELP = new Set(['train', 'start', 'eval', 'bench', 'tasks', 'view', 'pipeline', 'serve-policy']);
 
-export async function main(argv: string[]): Promise<void> {
+/**
+ * `--flag -1` as `--flag=-1`: node's parseArgs takes a value that starts with a dash for an option
+ * ("ambiguous"), so a negative number would never reach the flag's own check and its message.
+ */
+export function joinNegativeValues(argv: string[]): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i]!;
+    const next = argv[i + 1];
+    if (/^--[a-z][a-z0-9-]*$/.test(a) && next !== undefined && /^-(\d|\.\d|Infinity)/.test(next)) {
+      out.push(`${a}=${next}`);
+      i++;
+    } else out.push(a);
+  }
+  return out;
+}
+
+export async function main(argvIn: string[]): Promise<void> {
+  const argv = joinNegativeValues(argvIn);
   const [command, ...rest] = argv;
   try {
     if (command && !OWN_HELP.has(command) && (rest.includes('--help') || rest.includes('-h'))) {
@@ -231,6 +252,14 @@ export async function main(argv: string[]): Promise<void> {
   } catch (err) {
     const message = err instanceof Error ? err.message : String(err);
     process.stderr.write(`mcp-gym: ${message}\n`);
-    process.exitCode = err instanceof UsageError ? 2 : 1;
+    process.exitCode = exitCodeOf(err);
   }
+}
+
+/** The exit status of a command that threw `err` (README, "Exit codes"; lib/failures.ts). */
+export function exitCodeOf(err: unknown): number {
+  if (err instanceof RunFailure) return err.exitCode;
+  // Bad input: a flag, a task file, a fault spec, a recording, a pipeline config.
+  if (err instanceof UsageError || err instanceof TaskFileError || err instanceof FaultSpecError || err instanceof RecordingFileError || err instanceof R1ConfigError) return EXIT.usage;
+  return EXIT.failed;
 }

@@ -4,7 +4,7 @@
  * and one JSON line at the end. Its defaults (MODEL_JOB) are the recipe measured in
  * bench/RESULTS.md, "A real model".
  */
-import { setMaxListeners } from 'node:events';
+import { stopOnSignals } from './signals.ts';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { runModelJob, resolveModel, type ModelJobConfig, type ModelJobProgress, type StageEval } from '../trainers/index.ts';
@@ -138,14 +138,8 @@ export async function modelJobCommand(argv: string[]): Promise<void> {
   };
   const dir = s('run') ?? join('runs', `model-${new Date().toISOString().replace(/[:.]/g, '-')}`);
   console.log(`model job: ${spec} (${model}) on ${config.suite} difficulty ${min}-${max}: base eval, SFT (${config.sft.demos} demos x ${config.sft.epochs} epochs), GRPO (${config.rl.steps} steps of ${config.rl.tasks_per_step} x ${config.rl.group}); in ${dir}`);
-  const ac = new AbortController();
-  setMaxListeners(10_000, ac.signal);
-  const onSigint = () => {
-    process.stderr.write('\nstopping after this step (run the same command to resume; Ctrl-C again to quit at once)...\n');
-    ac.abort();
-    process.once('SIGINT', () => process.exit(130));
-  };
-  process.once('SIGINT', onSigint);
+  const stop = stopOnSignals((name) => `${name}: stopping after the step in flight; run the same command to resume`);
+  const ac = stop.ac;
   const progress = progressLine(t0);
   try {
     const r = await runModelJob({ config, dir, signal: ac.signal, onLog: (l) => process.stderr.write(`${process.stderr.isTTY ? '\r' : ''}${l}\n`), onProgress: progress });
@@ -157,6 +151,6 @@ export async function modelJobCommand(argv: string[]): Promise<void> {
     const { tasks: _t, ...diff } = r.rl_minus_sft;
     console.log(JSON.stringify({ ...r, rl_minus_sft: diff }));
   } finally {
-    process.off('SIGINT', onSigint);
+    stop.dispose();
   }
 }

@@ -1,5 +1,6 @@
 /** `mcp-gym pipeline r1`: the DeepSeek-R1 pipeline (SFT → GRPO → rejection sampling + SFT → GRPO) as one resumable command. */
-import { setMaxListeners } from 'node:events';
+import { Interrupted } from '../../lib/index.ts';
+import { stopOnSignals } from './signals.ts';
 import { parseArgs } from 'node:util';
 import { R1ConfigError, R1ConfigSchema, r1Table, runR1Pipeline, type R1ConfigInput } from '../trainers/index.ts';
 import { UsageError } from './args.ts';
@@ -50,14 +51,8 @@ export async function pipelineCommand(argv: string[]): Promise<void> {
   }
   if (typeof values.out !== 'string' || !values.out) throw new UsageError('pipeline r1 needs --out <dir>');
   const config = flagValues(R1_FLAGS, values) as R1ConfigInput;
-  const ac = new AbortController();
-  setMaxListeners(10_000, ac.signal);
-  const onSigint = () => {
-    console.log('\nstopping after this step (Ctrl-C again to quit at once); run the same command again to resume');
-    ac.abort();
-    process.once('SIGINT', () => process.exit(130));
-  };
-  process.once('SIGINT', onSigint);
+  const stop = stopOnSignals((name) => `${name}: stopping after the step in flight; run the same command again to resume`);
+  const ac = stop.ac;
   try {
     let result;
     try {
@@ -76,9 +71,9 @@ export async function pipelineCommand(argv: string[]): Promise<void> {
     console.log('');
     console.log(r1Table(result.record));
     console.log(`report: ${result.report}`);
-    if (result.stopped) console.log('stopped: run the same command again to resume');
     if (values.json) console.log(JSON.stringify(result.record));
+    if (result.stopped) throw new Interrupted(`${stop.received ?? 'interrupted'}: the pipeline stopped before its end; run the same command again to resume`);
   } finally {
-    process.off('SIGINT', onSigint);
+    stop.dispose();
   }
 }

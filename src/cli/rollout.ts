@@ -1,11 +1,12 @@
 /** `mcp-gym rollout`, `mcp-gym suites` and `mcp-gym repair`. */
+import { stopOnSignals } from './signals.ts';
 import { createHash } from 'node:crypto';
-import { setMaxListeners } from 'node:events';
 import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { makePolicy, TOOL_FORMAT_CHOICES, type ToolFormatChoice } from '../agents/index.ts';
-import { Environment, exportOpenAI, loadTasks, repairJsonlLines, rollout, summarize, type RolloutSummary, type Task } from '../env/index.ts';
+import { assertSomeEpisodeRan, Environment, exportOpenAI, loadTasks, repairJsonlLines, rollout, summarize, type RolloutSummary, type Task } from '../env/index.ts';
+import { Interrupted } from '../../lib/index.ts';
 import { describeSuites, generateSuite, SUITE_NAMES } from '../env/suites/index.ts';
 import { ProgressBar, table } from './ui.ts';
 import { API_FLAGS, apiOptionsFrom, UsageError, intFlag } from './args.ts';
@@ -280,10 +281,8 @@ export async function rolloutCommand(argv: string[]): Promise<void> {
   const env = cliEnvironment(values, reward, { delayMs: values['delay-ms'] === undefined ? undefined : intFlag(values['delay-ms'], '--delay-ms', 0) }, tape, faultOptions(values));
   const bar = new ProgressBar('rollout', tasks.length * group);
   let successes = 0;
-  const ac = new AbortController();
-  setMaxListeners(10_000, ac.signal); // every tool call in flight listens to it (and lets go when done)
-  const onSigint = () => ac.abort();
-  process.once('SIGINT', onSigint);
+  const stop = stopOnSignals((name) => `${name}: stopping; the finished episodes are kept`);
+  const ac = stop.ac;
   try {
     const result = await rollout(env, policy, tasks, {
       group,
@@ -308,10 +307,11 @@ export async function rolloutCommand(argv: string[]): Promise<void> {
     console.log(`\n${tasks.length} tasks x ${group} = ${result.trajectories.length} episodes (${result.resumed} resumed) with policy '${policy.id}' -> ${file}`);
     printSummary(summary);
     if (values.faults !== undefined) console.log(`injected faults (--faults ${settings.faults}): ${Object.entries(faultCounts(result.trajectories)).map(([k, v]) => `${k} ${v}`).join(', ') || 'none'}`);
-    if (ac.signal.aborted) console.log('\nInterrupted: the finished episodes are saved; continue with --resume.');
     if (values.json) console.log(JSON.stringify(summary));
+    if (ac.signal.aborted) throw new Interrupted(`interrupted: the ${result.trajectories.length} finished episodes are saved in ${file}; continue with --resume`);
+    assertSomeEpisodeRan(result.trajectories, 'rollout');
   } finally {
-    process.off('SIGINT', onSigint);
+    stop.dispose();
     await env.close();
     await policy.close?.();
   }

@@ -1,4 +1,5 @@
 /** `mcp-gym tasks generate`: verified task synthesis for any MCP server (src/env/synthesis.ts). */
+import { stopOnSignals } from './signals.ts';
 import { appendFileSync, existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -97,9 +98,8 @@ export async function tasksCommand(argv: string[]): Promise<void> {
   // The file is (over)written from the first kept task on: a server that fails to start leaves an old one as it was.
   let written = false;
   const env = new Environment();
-  const ac = new AbortController();
-  const onSigint = () => ac.abort();
-  process.once('SIGINT', onSigint);
+  const stop = stopOnSignals((name) => `${name}: stopping; the tasks kept so far stay in the file`);
+  const ac = stop.ac;
   try {
     const r = await synthesizeTasks({
       generator,
@@ -129,7 +129,7 @@ export async function tasksCommand(argv: string[]): Promise<void> {
     if (ac.signal.aborted) console.log('Interrupted: the file holds the tasks verified so far.');
     if (values.json) console.log(JSON.stringify({ kept: r.tasks.length, candidates: r.candidates, requests: r.requests, rejected: r.rejected, out: values.out, rejections: rejectionsFile, usage: generator.usage?.() }));
   } finally {
-    process.off('SIGINT', onSigint);
+    stop.dispose();
     await env.close();
     await generator.close?.();
   }

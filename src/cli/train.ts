@@ -1,9 +1,10 @@
 /** `mcp-gym train` (any preset) and `mcp-gym start` (the main job). */
-import { setMaxListeners } from 'node:events';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { isHfModelDir, isModelName, recordedConfig, resolveConfig, train, TrainConfigSchema, type TrainConfigInput, type TrainResult } from '../trainers/index.ts';
+import { isHfModelDir, isModelName, recordedConfig, resolveConfig, train, TrainConfigSchema, type EvalResult, type TrainConfigInput, type TrainResult } from '../trainers/index.ts';
+import { Interrupted } from '../../lib/index.ts';
+import { stopOnSignals } from './signals.ts';
 import { modelJobCommand } from './model-job.ts';
 import { BUNDLED_MODEL_DIR } from '../paths.ts';
 import { ProgressBar } from './ui.ts';
@@ -12,7 +13,7 @@ import { flagsHelp, flagsOf, flagValues, parseArgsOptions } from './flags.ts';
 import { TAPE_FLAGS, tapeOptions } from './record-replay.ts';
 
 /** Every field of the training config is a flag (--snake-case), its help the field's description. */
-export const TRAIN_FLAGS = flagsOf(TrainConfigSchema);
+export const TRAIN_FLAGS = flagsOf(TrainConfigSchema).map((f) => (f.field === 'steps' ? { ...f, min: 1 } : f)); // 0 steps (evaluate only) is for code, not the command line
 
 export const TRAIN_HELP = `mcp-gym train: train a policy with a preset (grpo, dapo, dr_grpo, gspo, rlvr, art, ruler, prorl, ppo)
 
@@ -84,17 +85,12 @@ export async function runTraining(argv: string[], defaults: Partial<TrainConfigI
   } catch (err) {
     throw new UsageError((err as Error).message);
   }
+  if (config.steps < 1) throw new UsageError(`--steps must be a positive integer, got ${config.steps}${values.config ? ` (from ${String(values.config)} or the flags)` : ''}: to evaluate a model without training it, use mcp-gym eval --model DIR`);
   const tape = tapeOptions({ record: values.record as string | undefined, replay: values.replay as string | undefined }, values.resume === true);
   const runDir = (values.run as string | undefined) ?? join('runs', `${config.preset}-${new Date().toISOString().replace(/[:.]/g, '-')}`);
   console.log(`${title}: preset ${config.preset}, ${config.tasks ? `tasks ${config.tasks}${config.eval_tasks ? ` (held out: ${config.eval_tasks})` : ''}` : `suite ${config.suite}`} (difficulty <= ${config.max_difficulty}), ${config.steps} steps of ${config.tasks_per_step} tasks x ${config.group} rollouts, from ${config.model}; run in ${runDir}`);
-  const ac = new AbortController();
-  setMaxListeners(10_000, ac.signal); // every tool call in flight listens to it (and lets go when done)
-  const onSigint = () => {
-    console.log('\nstopping after this step (Ctrl-C again to quit at once)...');
-    ac.abort();
-    process.once('SIGINT', () => process.exit(130));
-  };
-  process.once('SIGINT', onSigint);
+  const stop = stopOnSignals((name) => `${name}: stopping after the step in flight, which is checkpointed`);
+  const ac = stop.ac;
   const bar = new ProgressBar('train', config.steps);
   const t0 = performance.now();
   try {
@@ -116,22 +112,25 @@ export async function runTraining(argv: string[], defaults: Partial<TrainConfigI
     const pct = (x: number) => `${(100 * x).toFixed(1)}%`;
     const ci = (c: [number, number]) => `[${pct(c[0])}, ${pct(c[1])}]`;
     const K = String(config.eval_samples);
-    const hat = (e: TrainResult['before']) => (K !== '1' && e.pass_hat_k?.[K] !== undefined ? `, pass^${K} ${pct(e.pass_hat_k[K])}` : '');
-    console.log(`held-out success before: ${pct(result.before.success)} ${ci(result.before.ci95)} (${result.before.episodes} episodes)${hat(result.before)}`);
-    console.log(`held-out success after:  ${pct(result.after.success)} ${ci(result.after.ci95)} (${result.after.episodes} episodes)${hat(result.after)}`);
+    const hat = (e: EvalResult) => (K !== '1' && e.pass_hat_k?.[K] !== undefined ? `, pass^${K} ${pct(e.pass_hat_k[K])}` : '');
+    const line = (e: EvalResult) => `${pct(e.success)} ${ci(e.ci95)} (${e.episodes} episodes${e.tasks !== undefined ? ` of ${e.tasks} tasks` : ''})${hat(e)}`;
+    console.log(`held-out success before: ${line(result.before)}`);
+    console.log(`held-out success after:  ${result.after ? line(result.after) : `none: the run stopped at step ${result.steps} of ${config.steps} before its end, and no final evaluation ran`}`);
     console.log(`report: ${result.report}`);
+    const fig = (e: EvalResult) => ({ success: e.success, ci95: e.ci95, ...(e.pass_hat_k ? { pass_hat_k: e.pass_hat_k } : {}) });
     console.log(
       JSON.stringify({
-        before: { success: result.before.success, ci95: result.before.ci95, ...(result.before.pass_hat_k ? { pass_hat_k: result.before.pass_hat_k } : {}) },
-        after: { success: result.after.success, ci95: result.after.ci95, ...(result.after.pass_hat_k ? { pass_hat_k: result.after.pass_hat_k } : {}) },
+        before: fig(result.before),
+        after: result.after ? fig(result.after) : null,
         train_seconds: Math.round(result.train_seconds * 10) / 10,
         report: result.report,
         ...(result.stopped ? { stopped_at_step: result.steps } : {}),
       }),
     );
+    if (result.stopped) throw new Interrupted(`${stop.received ?? 'interrupted'}: the run stopped at step ${result.steps} of ${config.steps}, checkpointed; continue it with: mcp-gym train --resume --run ${runDir}`);
     return result;
   } finally {
-    process.off('SIGINT', onSigint);
+    stop.dispose();
   }
 }
 

@@ -18,7 +18,7 @@ import { RewardConfigSchema, resolveReward, type RewardConfig, type RewardConfig
 import { openingMessages, type ServerRef, type Task, type TaskCall } from './task.ts';
 import { EpisodeFaults, type FaultMark, type FaultOptions } from './faults.ts';
 import { LIVE_TAPE, openTape, type ToolRecording, type ToolTape } from './recording.ts';
-import type { AgentTool, ChatMessage, CheckResult, Policy, PolicyAction, ToolStep, Trajectory, Turn } from './types.ts';
+import type { AgentTool, ChatMessage, CheckResult, ErrorKind, Policy, PolicyAction, ToolStep, Trajectory, Turn } from './types.ts';
 
 export interface EnvironmentOptions {
   /** Timeout of each tool call, ms. Default 10,000. */
@@ -159,6 +159,7 @@ export class Environment {
     let finish: Trajectory['finish'] = 'max_turns';
     let error: string | undefined;
     let taskError = false;
+    let errorKind: ErrorKind | undefined;
     let policyMs = 0;
     let toolMs = 0;
     let tools: AgentTool[] = [];
@@ -201,7 +202,7 @@ export class Environment {
         } catch (err) {
           // A fixture that cannot be made (its copy gone since the task was read) is the task's fault.
           if (err instanceof FixtureError) throw new TaskError(`servers.${alias}.${err.field}: ${err.reason}`);
-          throw new ServerError(`a tool server failed: ${(err as Error).message}`);
+          throw new StartError(`a tool server failed: ${(err as Error).message}`);
         }
       }
       tools = agentTools(listed);
@@ -326,11 +327,13 @@ export class Environment {
       const crashed = turns.flatMap((t) => t.tool_results).find((s) => s.errorKind === 'crashed' || s.errorKind === 'closed');
       if (crashed) {
         finish = 'error';
+        errorKind = 'server';
         error = `a tool server failed during the episode: ${crashed.text.slice(0, 200)}`;
       }
     } catch (err) {
       finish = 'error';
       taskError = err instanceof TaskError;
+      errorKind = err instanceof StartError ? 'server_start' : err instanceof TaskError ? 'task' : err instanceof PolicyError ? 'policy' : err instanceof ServerError ? 'server' : 'other';
       error = err instanceof EpisodeError ? err.message : `the episode failed: ${(err as Error).message}`;
     }
 
@@ -346,6 +349,7 @@ export class Environment {
         const c = checks[broken]!;
         finish = 'error';
         taskError = c.error === 'task';
+        errorKind = taskError ? 'task' : 'server';
         error = taskError ? `checks[${broken}] (${c.kind}) cannot run: ${c.detail}` : `a tool server failed during the checks: checks[${broken}] (${c.kind}): ${c.detail}`;
       }
     }
@@ -353,6 +357,7 @@ export class Environment {
     if (tape.miss) {
       finish = 'error';
       taskError = false;
+      errorKind = 'replay';
       error = tape.miss;
     }
     // A failed episode is scored 0, with no parts: none of them was earned or lost by the agent.
@@ -363,6 +368,7 @@ export class Environment {
         if (!Number.isFinite(scored?.reward)) throw new Error(`it returned the reward ${String(scored?.reward)} (a finite number is needed)`);
       } catch (err) {
         finish = 'error';
+        errorKind = 'reward';
         error = `the reward '${this.reward.name}' failed: ${(err as Error).message}`;
         scored = { reward: 0, parts: {} };
       }
@@ -407,6 +413,7 @@ export class Environment {
       finish,
       ...(error ? { error } : {}),
       ...(finish === 'error' && taskError ? { task_error: true } : {}),
+      ...(finish === 'error' && errorKind ? { error_kind: errorKind } : {}),
     };
   }
 
@@ -515,5 +522,7 @@ class EpisodeError extends Error {}
 class PolicyError extends EpisodeError {}
 /** A tool server could not be reached, or failed during the setup or the checks. */
 class ServerError extends EpisodeError {}
+/** A tool server could not be started or connected to at the episode's start. */
+class StartError extends ServerError {}
 /** The task itself is broken: a setup call or a check that cannot run. */
 class TaskError extends EpisodeError {}

@@ -2,7 +2,7 @@
 export { TaskSchema, CheckSchema, MatcherSchema, ServerRefSchema, TaskCallSchema, TaskFileError, defineTask, parseTasks, loadTasks, openingMessages } from './task.ts';
 export type { Task, TaskInput, Check, Matcher, ServerRef, TaskCall } from './task.ts';
 export { ChatMessageSchema, TrajectorySchema, TurnSchema, ToolStepSchema } from './types.ts';
-export type { ChatMessage, Observation, Policy, PolicyAction, ProposedCall, AgentTool, Trajectory, Turn, ToolStep, CheckResult, TokenUsage, ApiUsage, ChatModel, ChatRequest, ChatResult } from './types.ts';
+export type { ChatMessage, Observation, Policy, PolicyAction, ProposedCall, AgentTool, Trajectory, Turn, ToolStep, CheckResult, ErrorKind, TokenUsage, ApiUsage, ChatModel, ChatRequest, ChatResult } from './types.ts';
 export { runChecks, extractAnswer, hasAnswerFormat, match, checkScore, solved, parseExact, isSubset, valueAt, codeOf, schemaAllowsPath, taskProblem, stateCallFault } from './checks.ts';
 export type { EpisodeRecord } from './checks.ts';
 export { RewardConfigSchema, DEFAULT_REWARDS, scoreEpisode, scoreParts, stepReward, efficiency, relevantTools, isUseful, registerReward, rewardNames, resolveReward, artReward, rlvrReward, composerReward, verifierReward } from './rewards.ts';
@@ -11,7 +11,7 @@ export { Environment, agentTools, declaresEpisodeIsolation } from './environment
 export type { EnvironmentOptions, EpisodeOptions } from './environment.ts';
 export { ToolRecorder, ToolRecording, ReplayMissError, RecordingFileError, RecordingLineSchema, openTape, LIVE_TAPE, RECORDING_FORMAT, RECORDING_VERSION } from './recording.ts';
 export type { RecordingLine, EpisodeTape, ToolTape } from './recording.ts';
-export { rollout, gatherGroup, groupId, summarize, failureCauses, resumeMismatch } from './rollout.ts';
+export { rollout, gatherGroup, groupId, summarize, failureCauses, assertSomeEpisodeRan, allFailed, resumeMismatch } from './rollout.ts';
 export type { RolloutOptions, RolloutResult, RolloutSummary, TrajectoryGroup, FailureCause } from './rollout.ts';
 export { TrajectoryWriter, JsonlWriter, readTrajectories, readJsonl, repairJsonl, repairJsonlLines, episodeKey, exportOpenAI, toOpenAIFineTune } from './store.ts';
 export type { JsonlRepair } from './store.ts';

@@ -8,7 +8,8 @@ import pLimit from 'p-limit';
 import type { Environment } from './environment.ts';
 import { episodeKey, readTrajectories, TrajectoryWriter } from './store.ts';
 import type { Task } from './task.ts';
-import type { Policy, Trajectory } from './types.ts';
+import type { ErrorKind, Policy, Trajectory } from './types.ts';
+import { AllEpisodesFailed, EXIT, RunFailure, StartFailure } from '../../lib/index.ts';
 
 export interface TrajectoryGroup {
   group_id: string;
@@ -126,6 +127,8 @@ export interface FailureCause {
   cause: string;
   /** `task_error`: the task is broken (a setup call or check that cannot run); `error`: the episode failed (a server, the policy, the reward). */
   kind: 'error' | 'task_error';
+  /** What failed (the trajectories' error_kind): server_start, server, policy, task, reward, replay, other. */
+  error_kind?: ErrorKind;
   episodes: number;
   /** The id of one such episode, to look it up in the trajectories. */
   example: string;
@@ -147,9 +150,33 @@ export function failureCauses(trajectories: Trajectory[]): FailureCause[] {
     const key = `${kind}\0${cause}`;
     const f = by.get(key);
     if (f) f.episodes++;
-    else by.set(key, { cause, kind, episodes: 1, example: t.id });
+    else by.set(key, { cause, kind, ...(t.error_kind ? { error_kind: t.error_kind } : {}), episodes: 1, example: t.id });
   }
   return [...by.values()].sort((a, b) => b.episodes - a.episodes || a.cause.localeCompare(b.cause));
+}
+
+/**
+ * Throws when every one of the episodes failed (none ran to an answer or its turn limit): a
+ * StartFailure (exit 3) when the tool servers could not be started, a RunFailure with the usage
+ * status (2) when every task is broken, else AllEpisodesFailed (4); the message names `what`
+ * and the causes, most frequent first. No episodes at all is no failure.
+ */
+export function assertSomeEpisodeRan(trajectories: Trajectory[], what: string): void {
+  if (trajectories.length === 0 || trajectories.some((t) => t.finish !== 'error')) return;
+  throw allFailed(what, trajectories.length, failureCauses(trajectories));
+}
+
+/** The failure of `what`, whose `episodes` episodes all failed, by their causes (failureCauses). */
+export function allFailed(what: string, episodes: number, causes: FailureCause[]): RunFailure {
+  const list = causes
+    .slice(0, 3)
+    .map((c) => `${c.episodes} x ${c.cause}`)
+    .join('\n  ');
+  const more = causes.length > 3 ? `\n  (${causes.length - 3} more causes)` : '';
+  const head = `${what}: every one of the ${episodes} episodes failed`;
+  if (causes.length > 0 && causes.every((c) => c.error_kind === 'server_start')) return new StartFailure(`${head}: a tool server could not be started:\n  ${list}${more}`);
+  if (causes.length > 0 && causes.every((c) => c.kind === 'task_error')) return new RunFailure(`${head}: the tasks are broken:\n  ${list}${more}`, EXIT.usage);
+  return new AllEpisodesFailed(`${head}:\n  ${list}${more}`);
 }
 
 export interface RolloutSummary {

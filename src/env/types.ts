@@ -235,5 +235,12 @@ export const TrajectorySchema = z.object({
    * Such an episode has finish `error`; `error` says what is wrong with the task.
    */
   task_error: z.boolean().optional(),
+  /**
+   * What failed (finish `error`): `server_start` a tool server could not be started or reached,
+   * `server` one failed during the episode, `policy`, `task` (see task_error), `reward`, `replay`
+   * (a recording lacks a call), `other`.
+   */
+  error_kind: z.enum(['server_start', 'server', 'policy', 'task', 'reward', 'replay', 'other']).optional(),
 });
 export type Trajectory = z.infer<typeof TrajectorySchema>;
+export type ErrorKind = NonNullable<Trajectory['error_kind']>;

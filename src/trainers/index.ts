@@ -24,7 +24,7 @@ export { collectGroups, TaskSampler, shapeOverlong, withoutSignal } from './coll
 export type { CollectOptions, Collected } from './collect.ts';
 export { RunDir, RUN_IDENTITY, identityChanges, recordedConfig } from './run-dir.ts';
 export type { RunState } from './run-dir.ts';
-export { train, trainingTasks, evalFigures } from './loop.ts';
+export { train, trainingTasks, evalFigures, finalEval, noSignalReason } from './loop.ts';
 export { StepPipeline, VersionSteps, stalenessOf, splitStale } from './pipeline.ts';
 export { Curriculum, CURRICULUM_MODES, suiteOf, parseSchedule, difficultyMix } from './curriculum.ts';
 export type { CurriculumMode, CurriculumOptions, CurriculumState, LevelMove } from './curriculum.ts';

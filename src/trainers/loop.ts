@@ -12,9 +12,9 @@ import { cpSync, existsSync, rmSync } from 'node:fs';
 import { basename, join, resolve } from 'node:path';
 import { OnnxPolicy, OpenAIPolicy } from '../agents/index.ts';
 import { ServerEndpointError } from '../agents/openai.ts';
-import { Environment, loadTasks, rollout, type ChatModel, type EnvironmentOptions, type Policy, type RewardFn, type Task, type Trajectory } from '../env/index.ts';
+import { assertSomeEpisodeRan, Environment, failureCauses, loadTasks, rollout, type ChatModel, type EnvironmentOptions, type Policy, type RewardFn, type Task, type Trajectory } from '../env/index.ts';
 import { generateSuite } from '../env/suites/index.ts';
-import { summarizeEpisodes } from '../../lib/index.ts';
+import { NoLearningSignal, summarizeEpisodes } from '../../lib/index.ts';
 import { isZeroVariance, mean, std } from './advantages.ts';
 import { buildTrainBatch, type BuiltBatch } from './batch.ts';
 import { collectGroups, rulerJudge, TaskSampler, type Collected } from './collect.ts';
@@ -33,11 +33,18 @@ export type { EvalResult } from './run-dir.ts';
 export interface TrainResult {
   runDir: string;
   before: EvalResult;
-  after: EvalResult;
+  /** The held-out evaluation after the last step; absent when the run was stopped before its end (Ctrl-C): no final evaluation ran. */
+  after?: EvalResult;
   steps: number;
   train_seconds: number;
   report: string;
   stopped: boolean;
+}
+
+/** The final held-out evaluation of a run that ran to its end; throws, saying so, for a stopped one. */
+export function finalEval(r: TrainResult): EvalResult {
+  if (!r.after) throw new Error(`the run in ${r.runDir} stopped at step ${r.steps} before its end: no final evaluation ran (continue it with resume)`);
+  return r.after;
 }
 
 export interface TrainOptions {
@@ -45,6 +52,7 @@ export interface TrainOptions {
   config: Partial<TrainConfigInput>;
   runDir: string;
   resume?: boolean;
+  /** Stops the run after the step in flight (it is finished, checkpointed; no final evaluation runs: `after` is absent). */
   signal?: AbortSignal;
   /** Train tasks; default: the config's task file's train split, else the suite's. */
   trainTasks?: Task[];
@@ -75,6 +83,25 @@ export interface TrainOptions {
 export function evalFigures(step: number, trajectories: Trajectory[], K: number): EvalResult {
   const s = summarizeEpisodes(trajectories, K);
   return { step, success: s.success, ci95: s.ci95, episodes: s.episodes, tasks: s.tasks, n_eff: s.n_eff, mean_reward: mean(trajectories.map((t) => t.reward)), pass_at_k: s.pass_at_k, pass_hat_k: s.pass_hat_k };
+}
+
+/**
+ * Why a step gave the learner nothing to learn from, or undefined when it did: every kept group's
+ * rewards equal (every episode failed, or every group all failed / all solved), or the learner's
+ * step (`learner`, its metrics; undefined when no batch was sent) left the weights bit-identical.
+ */
+export function noSignalReason(groups: { trajectories: Trajectory[] }[], got: Collected, learner: Record<string, unknown> | undefined): string | undefined {
+  if (learner && learner.weights_changed === false) return `the learner's step left the weights bit-identical (lr ${String(learner.lr)}; grad norm ${String(learner.grad_norm)}): its updates are 0 or below the weights' precision`;
+  if (groups.some((g) => !isZeroVariance(g.trajectories.map((t) => t.reward)))) return undefined;
+  const all = got.trajectories;
+  if (all.length > 0 && all.every((t) => t.finish === 'error')) {
+    const top = failureCauses(all)[0];
+    return `every one of the ${all.length} episodes failed${top ? ` (${top.episodes} x ${top.cause})` : ''}`;
+  }
+  const solved = groups.filter((g) => g.trajectories.every((t) => t.success)).length;
+  const failed = groups.filter((g) => g.trajectories.every((t) => !t.success)).length;
+  const dropped = got.droppedNoSignal > 0 ? `; ${got.droppedNoSignal} more dropped by dynamic sampling for the same reason` : '';
+  return `every one of the ${groups.length} groups had equal rewards (${failed} all failed, ${solved} all solved, ${groups.length - failed - solved} other)${dropped}`;
 }
 
 /** A step's row of metrics.jsonl: the learner's metrics, then the loop's (which win where both use a name). */
@@ -341,6 +368,8 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
     const evaluate = async (step: number): Promise<EvalResult> => {
       const te = performance.now();
       const r = await rollout(env, pol, held, { group: c.eval_samples, concurrency: c.concurrency, iteration: `eval.${step}` });
+      // Every held-out episode failed (a server that cannot start, broken tasks): no figure to give.
+      assertSomeEpisodeRan(r.trajectories, step === 0 ? 'the held-out evaluation before training' : `the held-out evaluation at step ${step}`);
       const e = evalFigures(step, r.trajectories, c.eval_samples);
       run.writeEval(e, r.trajectories);
       o.onEval?.((performance.now() - te) / 1000, e);
@@ -398,7 +427,8 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
     };
     // The versions replayed groups may still come from (with replay on), stored with each checkpoint.
     const stateVersions = () => (replay ? { versions: versions.since(run.state.step - c.max_staleness - c.replay_max_age - 2) } : {});
-    const startPipeline = () => new StepPipeline<Produced>(run.state.step + 1, c.steps, c.max_staleness, produce, o.signal);
+    // The run's signal does not reach the rollouts: Ctrl-C ends the step in flight, then the loop stops (below).
+    const startPipeline = () => new StepPipeline<Produced>(run.state.step + 1, c.steps, c.max_staleness, produce);
     let pipe = startPipeline();
     stopPipeline = () => pipe.stop();
 
@@ -408,6 +438,8 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
     let stepStart = performance.now();
     let cpuStart = process.cpuUsage(); // this process's CPU (rollouts, sampling, in-process tool servers)
     let budgetSpent = false;
+    let quietSteps = 0; // steps in a row without a learning signal
+    let noSignalStop: string | undefined;
     while (run.state.step < c.steps) {
       if (o.signal?.aborted) break;
       if (c.time_budget_minutes > 0 && run.state.train_seconds >= c.time_budget_minutes * 60) {
@@ -418,7 +450,7 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
       const step = run.state.step + 1;
       const tw = performance.now();
       const item = await pipe.next(step);
-      if (!item || o.signal?.aborted) break;
+      if (!item) break;
       const waited = (performance.now() - tw) / 1000;
       const { got } = item;
       if (got.judgeError) log(`step ${step}: the judge failed on ${got.droppedJudge} group(s), dropped; first: ${got.judgeError}`);
@@ -504,7 +536,18 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
             }
           : {}),
       });
-      if (c.eval_every > 0 && step % c.eval_every === 0 && step < c.steps) {
+      // No silent zero: a step whose groups all have equal rewards (nothing to learn from), or whose
+      // learner step left the weights bit-identical, is logged; no_signal_patience of them in a row stop the run.
+      const quiet = noSignalReason(stale.kept, got, built.batch.ids.length > 0 ? lm : undefined);
+      m.no_signal = quiet !== undefined;
+      if (quiet) {
+        quietSteps++;
+        log(`step ${step}: no learning signal: ${quiet}${c.no_signal_patience > 0 ? ` (${quietSteps} of ${c.no_signal_patience} in a row before the run stops)` : ''}`);
+        if (c.no_signal_patience > 0 && quietSteps >= c.no_signal_patience) {
+          noSignalStop = `training stopped at step ${step}: ${quietSteps} steps in a row without a learning signal; the last: ${quiet}. Check that the policy can solve some of the tasks and others not (held-out success ${(100 * (run.state.evals.at(-1)?.success ?? 0)).toFixed(1)}% at step ${run.state.evals.at(-1)?.step ?? 0}), the reward and the learning rate; --no-signal-patience 0 trains on regardless (the run resumes with --resume)`;
+        }
+      } else quietSteps = 0;
+      if (!noSignalStop && c.eval_every > 0 && step % c.eval_every === 0 && step < c.steps) {
         const e = await evaluate(step);
         m.eval_success = e.success;
         if (e.pass_hat_k) m.eval_pass_hat_k = e.pass_hat_k[String(c.eval_samples)];
@@ -518,6 +561,7 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
       stepStart = performance.now();
       cpuStart = process.cpuUsage();
       pipe.finished(step);
+      if (noSignalStop) break;
     }
     await pipe.stop();
     stopped = run.state.step < c.steps && !budgetSpent;
@@ -528,11 +572,16 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
         log(`the learner died while saving step ${run.state.step}'s checkpoint; --resume continues from ${run.state.checkpoint}`);
       });
     }
+    if (noSignalStop) {
+      run.refreshReport(title, { config: c, step: run.state.step });
+      throw new NoLearningSignal(noSignalStop);
+    }
     if (stopped) {
       run.refreshReport(title, { config: c, step: run.state.step });
       log(`stopped at step ${run.state.step}; continue with --resume`);
       run.markStatus('stopped');
-      return { runDir: run.dir, before: run.state.evals[0]!, after: run.state.evals.at(-1)!, steps: run.state.step, train_seconds: run.state.train_seconds, report: run.report, stopped };
+      // No final evaluation ran: `after` is absent, never a copy of an earlier one.
+      return { runDir: run.dir, before: run.state.evals[0]!, steps: run.state.step, train_seconds: run.state.train_seconds, report: run.report, stopped };
     }
     const last = run.state.evals.at(-1);
     const after = last && last.step === run.state.step && run.state.evals.length > 1 ? last : await evaluate(run.state.step);

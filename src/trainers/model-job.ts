@@ -16,11 +16,11 @@
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { OnnxPolicy } from '../agents/index.ts';
-import { Environment, readTrajectories, rollout, type Task, type Trajectory } from '../env/index.ts';
-import { pairedDifference, summarizeEpisodes, taskRates } from '../../lib/index.ts';
+import { assertSomeEpisodeRan, Environment, readTrajectories, rollout, type Task, type Trajectory } from '../env/index.ts';
+import { Interrupted, pairedDifference, summarizeEpisodes, taskRates } from '../../lib/index.ts';
 import { resolveConfig, type TrainConfigInput } from './config.ts';
 import { ensureHfOnnx } from './hf-onnx.ts';
-import { train, trainingTasks } from './loop.ts';
+import { finalEval, train, trainingTasks } from './loop.ts';
 import { runSft } from './sft.ts';
 
 export interface ModelJobConfig {
@@ -121,6 +121,8 @@ export async function evaluateCheckpoint(c: ModelJobConfig, held: Task[], file: 
       ...(o.signal ? { signal: o.signal } : {}),
       onEpisode: () => o.onProgress?.({ stage: 'base', done: ++done, total: held.length * c.k }),
     });
+    if (o.signal?.aborted) throw new Interrupted(`stopped during the evaluation of ${model}; run the same command again to resume`);
+    assertSomeEpisodeRan(r.trajectories, `the evaluation of ${model}`);
     return r.trajectories;
   } finally {
     await env.close();
@@ -213,14 +215,14 @@ export async function runModelJob(o: ModelJobOptions): Promise<ModelJobResult> {
     onEval: (s) => (evalSeconds += s),
   });
   seconds.eval += evalSeconds;
-  if (result.stopped) throw new Error(`the RL stage stopped at step ${result.steps}; run the same command again to resume`);
+  if (result.stopped) throw new Interrupted(`the RL stage stopped at step ${result.steps}; run the same command again to resume`);
   // train_seconds: the steps (evaluations between them included: eval_every 0 keeps them out)
   seconds.rl = result.train_seconds;
   const read = (file: string) => readTrajectories(join(rlDir, file));
   const sftTraj = read(result.before.trajectories!);
-  const rlTraj = read(result.after.trajectories!);
+  const rlTraj = read(finalEval(result).trajectories!);
   const sft = stageEval(sftTraj, c.k, join('rl', result.before.trajectories!));
-  const rl = stageEval(rlTraj, c.k, join('rl', result.after.trajectories!));
+  const rl = stageEval(rlTraj, c.k, join('rl', finalEval(result).trajectories!));
   const diff = pairedDifference(taskRates(sftTraj), taskRates(rlTraj), { a: sftTraj.length, b: rlTraj.length });
   seconds.total = (performance.now() - t0) / 1000;
   const out: ModelJobResult = {

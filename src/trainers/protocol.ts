@@ -118,6 +118,7 @@ export const TrainMetricsSchema = z.looseObject({
   seconds: num,
   cpu_seconds: num.optional().describe('CPU time of the learner process over the call, all its threads (seconds × cores busy)'),
   learner_tokens_per_s: nnum,
+  weights_changed: z.boolean().optional().describe('the call changed at least one bit of the trainable weights (an exact fingerprint before and after); false: its updates were 0 or below the weights\' precision'),
 });
 export type TrainMetrics = z.output<typeof TrainMetricsSchema>;
 

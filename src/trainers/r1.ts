@@ -18,12 +18,12 @@ import { cpSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } fr
 import { join, resolve } from 'node:path';
 import { z } from 'zod';
 import { ChatTemplate, OnnxPolicy } from '../agents/index.ts';
-import { Environment, rollout, type Task, type Trajectory } from '../env/index.ts';
+import { assertSomeEpisodeRan, Environment, rollout, type Task, type Trajectory } from '../env/index.ts';
 import { seededRandom } from '../../lib/index.ts';
 import { PRESET_NAMES, resolveConfig, type TrainConfig, type TrainConfigInput } from './config.ts';
 import { isHfModelDir } from './learner-client.ts';
 import { ensureHfOnnx } from './hf-onnx.ts';
-import { evalFigures, train, trainingTasks } from './loop.ts';
+import { evalFigures, finalEval, train, trainingTasks } from './loop.ts';
 import { sequenceOf } from './batch.ts';
 import { continueSft, demoExamples, expertDemos, recordSurfaces, runSft } from './sft.ts';
 import { writeJsonAtomic } from './run-dir.ts';
@@ -370,7 +370,7 @@ export async function runR1Pipeline(o: R1Options): Promise<R1Result> {
     const seconds = (performance.now() - t0) / 1000;
     if (r.stopped) return stoppedAt(name, seconds);
     finish(
-      { name, model: join(resolve(runDir), 'model'), eval: { success: r.after.success, ci95: r.after.ci95, episodes: r.after.episodes, mean_reward: r.after.mean_reward }, detail: { from, steps: r.steps, train_seconds: r.train_seconds, before: { success: r.before.success, ci95: r.before.ci95 }, report: r.report } },
+      { name, model: join(resolve(runDir), 'model'), eval: { success: finalEval(r).success, ci95: finalEval(r).ci95, episodes: finalEval(r).episodes, mean_reward: finalEval(r).mean_reward }, detail: { from, steps: r.steps, train_seconds: r.train_seconds, before: { success: r.before.success, ci95: r.before.ci95 }, report: r.report } },
       seconds,
     );
     return undefined;
@@ -434,6 +434,7 @@ async function evaluateModel(model: string, held: Task[], c: TrainConfig, concur
   try {
     rmSync(outFile, { force: true });
     const r = await rollout(env, policy, held, { group: c.eval_samples, concurrency, iteration: 'eval.0', out: outFile });
+    assertSomeEpisodeRan(r.trajectories, `the held-out evaluation of ${model}`);
     const { success, ci95, episodes, tasks, mean_reward } = evalFigures(0, r.trajectories, c.eval_samples);
     return { success, ci95, episodes, tasks, mean_reward };
   } finally {

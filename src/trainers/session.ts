@@ -11,6 +11,7 @@ import { existsSync, readFileSync, renameSync, rmSync, writeFileSync } from 'nod
 import { basename, join, posix } from 'node:path';
 import { HttpLearnerClient, isHfModelDir, LearnerClient, LearnerError, type LearnerConnection } from './learner-client.ts';
 import type { LearnerArgs, LearnerConfigInput, LearnerResult, TrainBatch } from './protocol.ts';
+import { StartFailure } from '../../lib/index.ts';
 
 export interface LearnerSessionOptions {
   /** The model directory the rollouts sample from; the learner trains it and writes it back. */
@@ -50,9 +51,15 @@ export class LearnerSession {
   }
 
   /** Starts (or reaches) the learner, loads the model and, if given, the checkpoint. */
+  /** Starts the learner and loads the model (and the checkpoint); a failure there is a StartFailure (exit 3). */
   static async open(o: LearnerSessionOptions): Promise<LearnerSession> {
     const s = new LearnerSession(o);
-    await s.start();
+    try {
+      await s.start();
+    } catch (err) {
+      await s.conn?.close().catch(() => {});
+      throw new StartFailure(`could not start the learner with the model ${o.modelDir}${o.url ? ` at ${o.url}` : ''}: ${(err as Error).message}`);
+    }
     return s;
   }
 

@@ -37,8 +37,8 @@ describe('learning', () => {
     expect(r.before.episodes).toBe(384);
     // Measured: 0.370 -> 0.542 (192 episodes each side) and 0.396 -> 0.505 (384; the spread of a
     // difference at this size is about 3.6 points), so a rise of 5 points leaves room for noise.
-    expect(r.after.success - r.before.success).toBeGreaterThanOrEqual(0.05);
-    expect(r.after.mean_reward).toBeGreaterThan(r.before.mean_reward);
+    expect(r.after!.success - r.before.success).toBeGreaterThanOrEqual(0.05);
+    expect(r.after!.mean_reward).toBeGreaterThan(r.before.mean_reward);
   }, 600_000);
 });
 

@@ -31,7 +31,7 @@ const checkpointStep = (runDir: string) => {
  * Runs the CLI in its own process group and, once `steps` lines of metrics are written, signals the
  * group as a terminal's Ctrl-C signals the foreground group; resolves with its exit code and output.
  */
-async function interruptAfter(args: string[], metricsFile: string, steps: number): Promise<{ code: number | null; out: string }> {
+async function interruptAfter(args: string[], metricsFile: string, steps: number, signal: NodeJS.Signals = 'SIGINT'): Promise<{ code: number | null; out: string }> {
   const child = spawn(process.execPath, args, { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
   let out = '';
   child.stdout.on('data', (d: Buffer) => (out += d.toString()));
@@ -41,7 +41,7 @@ async function interruptAfter(args: string[], metricsFile: string, steps: number
     const t = setInterval(() => {
       if (existsSync(metricsFile) && readFileSync(metricsFile, 'utf8').split('\n').filter((l) => l.trim()).length >= steps) {
         clearInterval(t);
-        process.kill(-child.pid!, 'SIGINT');
+        process.kill(-child.pid!, signal);
         res();
       }
     }, 100);
@@ -172,14 +172,22 @@ describe('the training loop under faults', () => {
     }
   }, 240_000);
 
-  it('Ctrl-C stops the CLI cleanly with a checkpoint, and --resume continues to the end', async () => {
+  it('Ctrl-C ends the step in flight, checkpoints, exits 130 with no "after" figure, and --resume continues to the end', async () => {
     const runDir = tmp('sigint');
     const args = [join(ROOT, 'bin', 'mcp-gym.js'), 'train', '--preset', 'art', '--suite', 'calculator', '--max-difficulty', '1', '--model', MODEL, '--steps', '4', '--tasks-per-step', '4', '--group', '4', '--eval-limit', '8', '--eval-samples', '1', '--eval-every', '0', '--run', runDir, '--json'];
     const metricsFile = join(runDir, 'metrics.jsonl');
     const { code, out } = await interruptAfter(args, metricsFile, 1);
-    expect(code, out).toBe(0);
-    expect(out).toContain('continue with --resume');
-    const stoppedAt = JSON.parse(out.trim().split('\n').pop()!) as { stopped_at_step: number };
+    expect(code, out).toBe(130);
+    expect(out).toContain('continue it with: mcp-gym train --resume --run');
+    // No final evaluation ran: "after" is absent, not a copy of "before".
+    expect(out).toContain('held-out success after:  none: the run stopped at step');
+    const jsonLine = out
+      .trim()
+      .split('\n')
+      .filter((l) => l.startsWith('{'))
+      .pop()!;
+    expect((JSON.parse(jsonLine) as { after: unknown }).after).toBeNull();
+    const stoppedAt = JSON.parse(jsonLine) as { stopped_at_step: number };
     expect(stoppedAt.stopped_at_step).toBeGreaterThanOrEqual(1);
     expect(stoppedAt.stopped_at_step).toBeLessThan(4);
     expect(checkpointStep(runDir)).toEqual({ state: stoppedAt.stopped_at_step, learner: stoppedAt.stopped_at_step });
@@ -209,10 +217,15 @@ describe('the training loop under faults', () => {
     const args = [join(ROOT, 'bin', 'mcp-gym.js'), 'train', '--preset', 'art', '--suite', 'calculator', '--model', MODEL, '--eval-limit', '4', '--eval-samples', '1', '--eval-every', '0', '--run', runDir, '--json',
       ...Object.entries(flags).flatMap(([k, v]) => [`--${k.replace(/_/g, '-')}`, String(v)])];
     const metricsFile = join(runDir, 'metrics.jsonl');
-    // Stopped after step 2, so that the state stored holds levels, windows and replayed groups.
-    const { code, out } = await interruptAfter(args, metricsFile, 2);
-    expect(code, out).toBe(0);
-    const stoppedAt = (JSON.parse(out.trim().split('\n').pop()!) as { stopped_at_step: number }).stopped_at_step;
+    // Stopped (SIGTERM, as a scheduler stops a job) after step 2, so that the state stored holds levels, windows and replayed groups.
+    const { code, out } = await interruptAfter(args, metricsFile, 2, 'SIGTERM');
+    expect(code, out).toBe(130);
+    const jsonLine = out
+      .trim()
+      .split('\n')
+      .filter((l) => l.startsWith('{'))
+      .pop()!;
+    const stoppedAt = (JSON.parse(jsonLine) as { stopped_at_step: number }).stopped_at_step;
     expect(stoppedAt).toBeGreaterThanOrEqual(2);
     expect(stoppedAt).toBeLessThan(5);
     const second = execFileSync(process.execPath, [...args, '--resume'], { cwd: ROOT, encoding: 'utf8' });

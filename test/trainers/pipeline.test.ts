@@ -6,7 +6,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { splitStale, stalenessOf, StepPipeline, VersionSteps } from '../../src/trainers/pipeline.ts';
-import { evalFigures } from '../../src/trainers/loop.ts';
+import { evalFigures, noSignalReason } from '../../src/trainers/loop.ts';
 import type { Trajectory } from '../../src/env/index.ts';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -153,5 +153,22 @@ describe('held-out pass@k and pass^k (evalFigures)', () => {
   it('a task with fewer finished samples counts with those it has', () => {
     const r = evalFigures(0, [ep('a', true), ep('a', true), ep('b', true), ep('b', true), ep('b', false)], 3);
     expect(r.pass_hat_k!['3']).toBeCloseTo((1 + 0) / 2, 12); // a: 2 of 2 (k capped at 2); b: 2 of 3 → 0
+  });
+});
+
+describe('no learning signal (noSignalReason)', () => {
+  const ep = (task: string, success: boolean, reward: number, finish = 'answer', error?: string) => ({ task_id: task, success, reward, finish, ...(error ? { error } : {}) }) as unknown as Trajectory;
+  const got = (trajectories: Trajectory[], droppedNoSignal = 0) => ({ trajectories, droppedNoSignal }) as unknown as Parameters<typeof noSignalReason>[1];
+  it('a group with different rewards is signal; equal rewards in every group are not, counted by kind', () => {
+    const mixed = [{ trajectories: [ep('a', true, 1), ep('a', false, 0)] }];
+    expect(noSignalReason(mixed, got(mixed[0]!.trajectories), { weights_changed: true })).toBeUndefined();
+    const flat = [{ trajectories: [ep('a', true, 1), ep('a', true, 1)] }, { trajectories: [ep('b', false, 0), ep('b', false, 0)] }];
+    expect(noSignalReason(flat, got(flat.flatMap((g) => g.trajectories), 3), undefined)).toBe('every one of the 2 groups had equal rewards (1 all failed, 1 all solved, 0 other); 3 more dropped by dynamic sampling for the same reason');
+  });
+  it('every episode failed: the most frequent cause; weights left bit-identical: the learner step', () => {
+    const failed = [ep('a', false, 0, 'error', 'a tool server failed: gone'), ep('a', false, 0, 'error', 'a tool server failed: gone')];
+    expect(noSignalReason([], got(failed), undefined)).toBe('every one of the 2 episodes failed (2 x a tool server failed: gone)');
+    const mixed = [{ trajectories: [ep('a', true, 1), ep('a', false, 0)] }];
+    expect(noSignalReason(mixed, got(mixed[0]!.trajectories), { weights_changed: false, lr: 1e-9, grad_norm: 0.5 })).toMatch(/^the learner's step left the weights bit-identical \(lr 1e-9; grad norm 0\.5\)/);
   });
 });
