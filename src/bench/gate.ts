@@ -52,7 +52,7 @@ export function gateFromStats(perTask: { task: string; runs: number; successes: 
   });
 }
 
-const xml = (s: string) => s.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&apos;' })[c]!).replace(/[^\t\n\r\u0020-\uFFFD]/gu, ''); // characters XML 1.0 cannot hold
+const xml = (s: string) => s.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&apos;' })[c]!).replace(/[^\t\n\r\u{20}-\u{D7FF}\u{E000}-\u{FFFD}\u{10000}-\u{10FFFF}]/gu, ''); // characters XML 1.0 cannot hold
 const pct = (x: number) => `${(100 * x).toFixed(1)}%`;
 
 /** JUnit XML (the common Surefire/Jenkins shape): a testsuite per suite, a testcase per task. */
