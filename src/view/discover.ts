@@ -184,7 +184,7 @@ function describeRun(dir: string, base: Pick<Entry, 'id' | 'name' | 'path'>, now
     preset: str(config.preset),
     policy: str(config.policy),
     model: str(config.model),
-    suite: str(config.suite) ?? str(config.tasks),
+    suite: str(config.tasks) ?? str(config.suite), // a task file wins: the config keeps the default suite beside it
     status,
     ...(note ? { status_note: note } : {}),
     steps: step,
@@ -210,7 +210,7 @@ function describeEval(dir: string, base: Pick<Entry, 'id' | 'name' | 'path'>, ki
     kind,
     policy: str(result?.policy) ?? str(run.policy),
     model: str(run.model),
-    suite: str(run.suite) ?? str(run.tasks),
+    suite: str(run.tasks) ?? str(run.suite),
     status,
     steps: episodes,
     after: success,

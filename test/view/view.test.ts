@@ -17,6 +17,7 @@ import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { handler, startViewer, type Entry, type Viewer } from '../../src/view/index.ts';
+import { describe as describeEntry } from '../../src/view/discover.ts';
 import { readTrajectories } from '../../src/env/index.ts';
 import { stageEval } from '../../src/trainers/model-job.ts';
 import { CLI, ROOT, runCli, sleep } from '../helpers.ts';
@@ -110,6 +111,18 @@ describe('mcp-gym view: the API', () => {
     expect(named['bench-kv']).toMatchObject({ kind: 'bench', status: 'finished', preset: 'mcp-gym-kv' });
     const bench = (await getJson(`/api/run/${encodeURIComponent(named['bench-kv']!.id)}/bench`)).body as { fuzz: { failures: unknown[] }; skipped: unknown[] };
     expect(bench.skipped.length).toBeGreaterThan(0);
+  });
+
+  it('labels a run trained on a task file with that file, not the default suite its config keeps beside it', () => {
+    const copy = mkdtempSync(join(tmpdir(), 'mcp-gym-view-tasks-'));
+    try {
+      cpSync(join(dir, 'run-art'), join(copy, 'run-tasks'), { recursive: true });
+      const cfgFile = join(copy, 'run-tasks', 'config.json');
+      writeFileSync(cfgFile, JSON.stringify({ ...JSON.parse(readFileSync(cfgFile, 'utf8')), suite: 'calculator', tasks: '/data/my-tasks.jsonl' }));
+      expect(describeEntry(join(copy, 'run-tasks'), '0/run-tasks')).toMatchObject({ kind: 'run', suite: '/data/my-tasks.jsonl' });
+    } finally {
+      rmSync(copy, { recursive: true, force: true });
+    }
   });
 
   it('serves a run metrics from row N, its evaluations and its config', async () => {
@@ -411,6 +424,27 @@ describe('mcp-gym view: the page in Chromium', () => {
       expect(groups).toHaveLength(2);
       expect(groups[0]).toBe(groups[1]);
       await page.screenshot({ path: join(SHOTS, '2-trajectories.png'), fullPage: true });
+
+      // Deep links: this page (two runs, the trajectories tab, the group filter, both trajectories open)
+      // has its own URL, which opens the same page in a new tab; the back button undoes the last step.
+      const link = page.url();
+      expect(link).toContain(`traj=${withCalls[0]}`);
+      expect(link).toContain(`beside=${other}`);
+      expect(link).toContain('tab=trajectories');
+      const fresh = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
+      fresh.on('pageerror', (e) => errors.push(e.message));
+      await fresh.goto(link);
+      await fresh.waitForSelector('#traj-b .traj');
+      expect(await fresh.$eval('#traj-a .traj', (el) => el.textContent)).toBe(await page.$eval('#traj-a .traj', (el) => el.textContent));
+      expect(await fresh.$eval('#traj-b .traj', (el) => el.textContent)).toBe(await page.$eval('#traj-b .traj', (el) => el.textContent));
+      expect(await fresh.$eval('#f-group', (el) => (el as unknown as { value: string }).value)).toBe(groups[0]);
+      expect(await fresh.$$eval('#entries tbody tr.selected', (trs) => trs.map((t) => t.getAttribute('data-id')).sort())).toEqual(['0/nested/run-grpo', '0/run-art']);
+      await fresh.close();
+      await page.goBack();
+      await waitFor('the page before the second trajectory', async () => (await page.$$eval('#traj-b .traj', (els) => els.length)) === 0, 15_000);
+      expect(await page.$$eval('#traj-a .traj', (els) => els.length)).toBe(1);
+      await page.goForward();
+      await page.waitForSelector('#traj-b .traj');
 
       // Evaluations: pass@k and pass^k per task, failures by cause.
       await page.click('#entries tr[data-id="0/eval-random"] input.sel');

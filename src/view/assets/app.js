@@ -142,7 +142,7 @@
     if (on && i < 0) state.selected.push(id);
     if (!on && i >= 0) state.selected.splice(i, 1);
     renderList();
-    onSelectionChanged();
+    onSelectionChanged().then(pushUrl);
   }
 
   async function onSelectionChanged() {
@@ -468,7 +468,7 @@
         h('td', { class: 'num' }, t.index),
         h('td', { class: 'num' }, t.stage ?? t.step ?? ''),
         h('td', {}, t.task_id),
-        h('td', {}, h('button', { class: 'link', title: 'show this group only', onclick: () => ((document.getElementById('f-group').value = t.group_id), loadTrajectories()) }, t.group_id)),
+        h('td', {}, h('button', { class: 'link', title: 'show this group only', onclick: () => ((document.getElementById('f-group').value = t.group_id), pushUrl(), loadTrajectories()) }, t.group_id)),
         h('td', { class: 'num' }, t.sample),
         h('td', {}, h('span', { class: t.success ? 'pass' : 'fail' }, t.success ? 'success' : 'failure' + (t.finish && t.finish !== 'answer' ? ' (' + t.finish + ')' : ''))),
         h('td', { class: 'num' }, fmt(t.reward, 3)),
@@ -483,6 +483,7 @@
 
   async function openTrajectory(index, slot) {
     state.traj[slot] = index;
+    pushUrl();
     await renderTrajSlots();
     document.querySelectorAll('#traj-table tbody tr').forEach((tr) => tr.classList.toggle('open', Number(tr.dataset.index) === state.traj.a || Number(tr.dataset.index) === state.traj.b));
   }
@@ -516,7 +517,7 @@
   }
 
   function renderTrajectory(t, index, step, slot) {
-    const close = h('button', { class: 'link', onclick: () => ((state.traj[slot] = null), renderTrajSlots()) }, 'close');
+    const close = h('button', { class: 'link', onclick: () => ((state.traj[slot] = null), pushUrl(), renderTrajSlots()) }, 'close');
     const head = h(
       'div',
       {},
@@ -768,6 +769,7 @@
 
   function showTab(tab) {
     state.tab = tab;
+    pushUrl();
     document.querySelectorAll('#tabs button').forEach((b) => b.classList.toggle('active', b.dataset.tab === tab));
     document.querySelectorAll('.panel').forEach((p) => p.classList.toggle('active', p.id === 'panel-' + tab));
     if (tab === 'config') renderConfig();
@@ -792,6 +794,58 @@
     }
   }
 
+  // ---------- the URL: every page has its own (deep links; the back button goes to the previous one) ----------
+  // #sel=ID&sel=ID2&tab=trajectories&src=ID&step=3&task=T&outcome=failure&group=G&traj=12&beside=30
+  const FILTERS = ['task', 'step', 'outcome', 'min', 'max', 'group'];
+  let applying = false;
+
+  function stateHash() {
+    const q = new URLSearchParams();
+    for (const id of state.selected) q.append('sel', id);
+    if (state.tab !== 'curves') q.set('tab', state.tab);
+    if (state.tab === 'trajectories') {
+      if (state.traj.source && state.traj.source !== state.selected[0]) q.set('src', state.traj.source);
+      for (const f of FILTERS) {
+        const v = document.getElementById('f-' + f).value.trim();
+        if (v) q.set(f, v);
+      }
+      if (state.traj.a !== null) q.set('traj', String(state.traj.a));
+      if (state.traj.b !== null) q.set('beside', String(state.traj.b));
+    }
+    const text = q.toString();
+    return text ? '#' + text : '';
+  }
+
+  /** A new history entry for the page shown now (not while the URL itself is being applied). */
+  function pushUrl() {
+    if (applying) return;
+    const hash = stateHash();
+    if (hash === location.hash || (hash === '' && location.hash === '')) return;
+    history.pushState(null, '', hash || location.pathname + location.search);
+  }
+
+  /** Shows the page the URL names: its selection, tab, trajectory filters and open trajectories. */
+  async function applyUrl() {
+    applying = true;
+    try {
+      const q = new URLSearchParams(location.hash.slice(1));
+      state.selected = q.getAll('sel').filter((id) => entryOf(id));
+      for (const f of FILTERS) document.getElementById('f-' + f).value = q.get(f) || '';
+      const src = q.get('src') || state.selected[0] || null;
+      state.traj.source = src;
+      state.traj.a = q.has('traj') ? Number(q.get('traj')) : null;
+      state.traj.b = q.has('beside') ? Number(q.get('beside')) : null;
+      renderList();
+      await onSelectionChanged();
+      const tab = q.get('tab') || 'curves';
+      showTab(document.querySelector('#tabs button[data-tab="' + tab + '"]') ? tab : 'curves');
+      if (tab === 'trajectories') await loadTrajectories();
+    } finally {
+      applying = false;
+    }
+  }
+  window.addEventListener('popstate', () => applyUrl());
+
   document.querySelectorAll('#tabs button').forEach((b) => b.addEventListener('click', () => showTab(b.dataset.tab)));
   document.getElementById('list-filter').addEventListener('input', renderList);
   document.getElementById('metric-filter').addEventListener('input', renderMetricPicker);
@@ -804,14 +858,16 @@
   document.getElementById('traj-source').addEventListener('change', (ev) => {
     state.traj.source = ev.target.value;
     state.traj.a = state.traj.b = null;
+    pushUrl();
     loadTrajectories();
   });
   document.getElementById('traj-filters').addEventListener('submit', (ev) => {
     ev.preventDefault();
+    pushUrl();
     loadTrajectories();
   });
 
-  refreshList();
+  refreshList().then(() => (location.hash ? applyUrl() : undefined));
   setInterval(() => {
     if (document.getElementById('live').checked) refreshList();
   }, 5000);
