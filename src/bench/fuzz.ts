@@ -332,6 +332,8 @@ export interface FuzzClient extends Caller {
 export interface Classified {
   outcome: Outcome;
   detail: string;
+  /** Progress notifications the call sent (each one restarted its timeout, unless that was turned off). */
+  progress?: number;
   /** The server went down with this call (it crashed, or hung and did not answer a probe): restarted, now or on the next call. */
   restarted?: boolean;
 }
@@ -367,8 +369,28 @@ async function restartAfterKill(client: FuzzClient, timeoutMs: number): Promise<
  * (its pid no longer alive; over HTTP, when the server no longer answers); a hang is followed by
  * a probe, and a stdio server that does not answer it is killed so the next call gets a fresh one.
  */
-export async function sendAndClassify(client: FuzzClient, name: string, args: Args, timeoutMs: number): Promise<Classified> {
-  const r = await client.call({ name, arguments: args }, { timeoutMs });
+export async function sendAndClassify(client: FuzzClient, name: string, args: Args, timeoutMs: number, timing: CallTiming = {}): Promise<Classified> {
+  // A tool that reports progress is working, not hung (the MCP specification's resetTimeoutOnProgress):
+  // each notification restarts the timeout, up to maxTotalMs for the whole call.
+  let progress = 0;
+  const resets = timing.progressResets !== false;
+  const r = await client.call(
+    { name, arguments: args },
+    { timeoutMs, onProgress: () => progress++, ...(resets ? { resetTimeoutOnProgress: true, maxTotalTimeoutMs: timing.maxTotalMs ?? Math.max(60_000, 10 * timeoutMs) } : {}) },
+  );
+  const c = await classify(client, r, timeoutMs);
+  return progress > 0 ? { ...c, progress, detail: `${c.detail} (${progress} progress notification${progress === 1 ? '' : 's'}${resets ? '' : ', timeout not restarted'})` } : c;
+}
+
+/** How long a fuzz call may take: its timeout, restarted by progress notifications up to a total. */
+export interface CallTiming {
+  /** Progress notifications restart the call's timeout. Default true. */
+  progressResets?: boolean;
+  /** The whole call's limit with progress, ms. Default max(60 s, 10 × the timeout). */
+  maxTotalMs?: number;
+}
+
+async function classify(client: FuzzClient, r: ToolResult, timeoutMs: number): Promise<Classified> {
   const text = textOf(r).slice(0, 300);
   if (!r.isError) return { outcome: 'accepted', detail: text.slice(0, 120) };
   switch (r.errorKind) {
@@ -442,9 +464,11 @@ export interface FuzzReport {
   restarts: number;
 }
 
-export interface FuzzOptions extends FuzzGenOptions {
-  /** Timeout of each call, ms: longer is a hang. Default 5,000. */
+export interface FuzzOptions extends FuzzGenOptions, CallTiming {
+  /** Timeout of each call, ms: longer (without progress) is a hang. Default 5,000. */
   timeoutMs?: number;
+  /** Per-tool timeouts, ms (tools slow by design), over timeoutMs. */
+  toolTimeoutMs?: Record<string, number>;
   signal?: AbortSignal;
   onCase?: (tool: string, index: number, total: number, c: FuzzCase, r: Classified) => void;
 }
@@ -463,7 +487,7 @@ export async function runFuzz(client: FuzzClient, tools: { name: string; inputSc
     for (const [i, c] of cases.entries()) {
       if (options.signal?.aborted) break;
       const before = client.restarts;
-      const r = await sendAndClassify(client, tool.name, c.arguments, timeoutMs);
+      const r = await sendAndClassify(client, tool.name, c.arguments, options.toolTimeoutMs?.[tool.name] ?? timeoutMs, options);
       // A restart is due when the server went down and no fresh one has been started yet.
       pending = r.restarted === true && client.restarts === before;
       row.cases++;
@@ -523,12 +547,12 @@ export interface ReplayResult {
 }
 
 /** Sends saved inputs again, one at a time, and tells which failures reproduce. */
-export async function replayFailures(client: FuzzClient, failures: FuzzFailure[], options: { timeoutMs?: number; signal?: AbortSignal } = {}): Promise<{ results: ReplayResult[]; counts: OutcomeCounts; reproduced: number }> {
+export async function replayFailures(client: FuzzClient, failures: FuzzFailure[], options: { timeoutMs?: number; toolTimeoutMs?: Record<string, number>; signal?: AbortSignal } & CallTiming = {}): Promise<{ results: ReplayResult[]; counts: OutcomeCounts; reproduced: number }> {
   const results: ReplayResult[] = [];
   const counts = zero();
   for (const f of failures) {
     if (options.signal?.aborted) break;
-    const r = await sendAndClassify(client, f.tool, f.arguments, options.timeoutMs ?? 5000);
+    const r = await sendAndClassify(client, f.tool, f.arguments, options.toolTimeoutMs?.[f.tool] ?? options.timeoutMs ?? 5000, options);
     counts[r.outcome]++;
     results.push({ tool: f.tool, kind: f.kind, path: f.path, recorded: f.outcome, outcome: r.outcome, reproduced: r.outcome === f.outcome, detail: r.detail });
   }

@@ -32,13 +32,19 @@ export interface LevelResult {
   errors: number;
   timeouts: number;
   error_kinds: Record<string, number>;
+  /** Every call's latency. */
   latency: LatencySummary;
+  /** The calls that succeeded and those that failed apart: an error path (ENOENT, a refusal) is not the operation it is named after. */
+  latency_ok?: LatencySummary;
+  latency_error?: LatencySummary;
 }
 
 /** One level: `concurrency` workers calling `name` in turn with each of `args` until done. */
 export async function runLevel(caller: Caller, name: string, args: readonly Args[], options: LevelOptions): Promise<{ result: LevelResult; store: LatencyStore }> {
   const total = Math.max(0, Math.floor(options.calls));
   const store = new LatencyStore(total);
+  const okStore = new LatencyStore(total);
+  const errStore = new LatencyStore(total);
   const requests: CallRequest[] = (args.length ? args : [{}]).map((a) => ({ name, arguments: a }));
   const nReq = requests.length;
   // No signal per call (it would add a listener to it per call): a cancelled run stops starting calls.
@@ -55,7 +61,9 @@ export async function runLevel(caller: Caller, name: string, args: readonly Args
       const req = requests[started++ % nReq]!;
       const c0 = performance.now();
       const r = await caller.call(req, callOptions);
-      store.record(performance.now() - c0);
+      const ms = performance.now() - c0;
+      store.record(ms);
+      (r.isError ? errStore : okStore).record(ms);
       if (r.isError) {
         errors++;
         const k = r.errorKind ?? 'tool';
@@ -79,6 +87,8 @@ export async function runLevel(caller: Caller, name: string, args: readonly Args
       timeouts,
       error_kinds: kinds,
       latency: store.summary(),
+      ...(okStore.count ? { latency_ok: okStore.summary() } : {}),
+      ...(errStore.count ? { latency_error: errStore.summary() } : {}),
     },
     store,
   };
@@ -112,6 +122,9 @@ export interface ToolLoad {
   p99_ms: number;
   max_ms: number;
   mean_ms: number;
+  /** The lowest level's median latency of the calls that succeeded, and of those that failed (absent without any). */
+  ok_p50_ms?: number;
+  error_p50_ms?: number;
   /** Calls per second by concurrency level. */
   calls_per_s: Record<string, number>;
   /** Over every level. */
@@ -172,6 +185,8 @@ export async function loadTool(caller: Caller, name: string, args: readonly Args
     p99_ms: head?.p99_ms ?? 0,
     max_ms: head?.max_ms ?? 0,
     mean_ms: head?.mean_ms ?? 0,
+    ...(results[0]?.latency_ok ? { ok_p50_ms: results[0].latency_ok.p50_ms } : {}),
+    ...(results[0]?.latency_error ? { error_p50_ms: results[0].latency_error.p50_ms } : {}),
     calls_per_s: Object.fromEntries(results.map((r) => [String(r.concurrency), r.calls_per_s])),
     calls: total,
     errors,

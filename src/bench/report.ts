@@ -38,7 +38,7 @@ export interface BenchReport {
   warnings: string[];
   /** CPU time and peak memory of a stdio server's process tree. */
   process?: ProcessReport;
-  fuzz?: FuzzReport & { failures_file?: string; timeout_ms: number };
+  fuzz?: FuzzReport & { failures_file?: string; timeout_ms: number; tool_timeout_ms?: Record<string, number>; progress_resets?: boolean };
   replay?: { file?: string; results: ReplayResult[]; counts: Record<Outcome, number>; reproduced: number };
   agent?: AgentReport;
   seconds: number;
@@ -108,7 +108,7 @@ export function renderText(r: BenchReport): string {
     }
     out.push(textTable(rows));
     if (tools.some((t) => !t.args_valid)) out.push('* no generated arguments validated against the schema: pass --examples for this tool');
-    for (const t of tools) if (t.first_error) out.push(`${t.tool}: ${Object.entries(t.error_kinds).map(([k, v]) => `${v} ${k}`).join(', ')}; e.g. ${t.first_error.split('\n')[0]!.slice(0, 160)}`);
+    for (const t of tools) if (t.first_error) out.push(`${t.tool}: ${Object.entries(t.error_kinds).map(([k, v]) => `${v} ${k}`).join(', ')}; e.g. ${t.first_error.split('\n')[0]!.slice(0, 160)}${t.ok_p50_ms !== undefined && t.error_p50_ms !== undefined ? ` (p50 ${fmt(t.ok_p50_ms)} ms when it succeeds, ${fmt(t.error_p50_ms)} ms when it fails)` : t.ok_p50_ms === undefined ? ' (no call succeeded: every figure above is the error path)' : ''}`);
   }
   if (r.fuzz) {
     const f = r.fuzz;

@@ -118,6 +118,8 @@ export async function runBench(options: BenchOptions): Promise<BenchReport> {
             signal: options.signal,
             onLevel: (name: string, l: LevelResult) => log(`  ${name} c=${l.concurrency}: ${l.calls} calls, ${l.calls_per_s.toFixed(1)}/s, p50 ${l.latency.p50_ms.toFixed(3)} ms, ${l.errors} errors`),
           });
+          const t = report.tools[tool.name]!;
+          if (t.calls > 0 && t.error_rate >= 0.5) report.warnings.push(`${tool.name}: ${(100 * t.error_rate).toFixed(0)}% of its calls failed (${Object.entries(t.error_kinds).map(([k, v]) => `${v} ${k}`).join(', ')}; e.g. ${(t.first_error ?? '').split('\n')[0]!.slice(0, 120)}): its figures measure the error path, not the operation; give --examples with inputs that succeed`);
         }
       }
 
@@ -135,7 +137,7 @@ export async function runBench(options: BenchOptions): Promise<BenchReport> {
             if (r.outcome === 'crash' || r.outcome === 'hang') log(`  ${tool} #${i} ${c.kind} at ${c.path}: ${r.outcome}`);
           },
         });
-        report.fuzz = { ...f, timeout_ms: fuzzTimeout };
+        report.fuzz = { ...f, timeout_ms: fuzzTimeout, ...(fo.toolTimeoutMs ? { tool_timeout_ms: fo.toolTimeoutMs } : {}), progress_resets: fo.progressResets !== false };
         if (f.failures.length && options.saveFailuresTo) {
           saveFailures(options.saveFailuresTo, f.failures);
           report.fuzz.failures_file = options.saveFailuresTo;
@@ -150,7 +152,8 @@ export async function runBench(options: BenchOptions): Promise<BenchReport> {
         const skipped = new Set(report.skipped?.map((s) => s.tool));
         const held = options.replay.failures.filter((f) => skipped.has(f.tool));
         if (held.length) report.warnings.push(`replay: ${held.length} input${held.length === 1 ? '' : 's'} of tools that may write not sent (${[...new Set(held.map((f) => f.tool))].join(', ')}); --allow-writes sends them`);
-        const r = await replayFailures(client, options.replay.failures.filter((f) => !skipped.has(f.tool)), { timeoutMs: fuzzTimeout, signal: options.signal });
+        const fo = typeof options.fuzz === 'object' ? options.fuzz : {};
+        const r = await replayFailures(client, options.replay.failures.filter((f) => !skipped.has(f.tool)), { timeoutMs: fuzzTimeout, signal: options.signal, ...(fo.toolTimeoutMs ? { toolTimeoutMs: fo.toolTimeoutMs } : {}), ...(fo.progressResets !== undefined ? { progressResets: fo.progressResets } : {}), ...(fo.maxTotalMs !== undefined ? { maxTotalMs: fo.maxTotalMs } : {}) });
         report.replay = { file: options.replay.file, ...r };
       }
     } finally {

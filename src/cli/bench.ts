@@ -23,7 +23,10 @@ Load:     --examples F        example calls: {"tool": [args, ...]} (JSON) or {"t
           --duration-ms N     time limit per tool and level (default 5000)   --timeout-ms N  per call (default 10000)
 Fuzz:     --fuzz              invalid and edge-case arguments from each tool's schema
           --fuzz-cases N      per tool (default 100)   --seed S (default 1)   (a call is a hang after
-                              --timeout-ms, default 5000 here)
+                              --timeout-ms, default 5000 here, without a progress notification: each one
+                              restarts the timeout, up to --max-call-ms, default max(60000, 10 x timeout))
+          --tool-timeout T=MS a tool's own timeout, for tools slow by design (repeatable, or T1=MS,T2=MS)
+          --no-progress-reset progress notifications do not restart the timeout
           --save-failures F   where crashing/hanging inputs go (default runs/bench/failures-<time>.jsonl)
           --replay F          send saved inputs again and tell which failures reproduce
 Agents:   --tasks S|F         a bundled suite (or all) or a task file   --split eval|train|all   --limit N
@@ -35,6 +38,22 @@ Output:   --json              also print the report as one JSON object, the last
           --html F            write a self-contained HTML report (charts as inline SVG)
           --out DIR           write the report as DIR/bench.json (fuzz failures with their inputs), for mcp-gym view
 `;
+
+/** --tool-timeout NAME=MS (repeatable, or comma-separated), --max-call-ms, --no-progress-reset. */
+function fuzzTiming(values: { 'tool-timeout'?: string[]; 'max-call-ms'?: string; 'no-progress-reset'?: boolean }): { toolTimeoutMs?: Record<string, number>; maxTotalMs?: number; progressResets?: boolean } {
+  const out: { toolTimeoutMs?: Record<string, number>; maxTotalMs?: number; progressResets?: boolean } = {};
+  for (const item of (values['tool-timeout'] ?? []).flatMap((v) => v.split(','))) {
+    const m = /^\s*([^=\s]+)\s*=\s*(\d+)\s*$/.exec(item);
+    if (!m || Number(m[2]) < 1) throw new UsageError(`--tool-timeout takes TOOL=MS (a positive number of ms), got '${item}'`);
+    (out.toolTimeoutMs ??= {})[m[1]!] = Number(m[2]);
+  }
+  if (values['max-call-ms'] !== undefined) {
+    out.maxTotalMs = intFlag(values['max-call-ms'], '--max-call-ms', 60_000);
+    if (out.maxTotalMs < 1) throw new UsageError('--max-call-ms must be at least 1');
+  }
+  if (values['no-progress-reset']) out.progressResets = false;
+  return out;
+}
 
 /** A comma-separated list of positive integers (concurrency levels): 0 or less is refused. */
 function intList(value: string, flag: string): number[] {
@@ -90,6 +109,9 @@ export async function benchCommand(argv: string[]): Promise<void> {
         'timeout-ms': { type: 'string' },
         fuzz: { type: 'boolean', default: false },
         'fuzz-cases': { type: 'string' },
+        'tool-timeout': { type: 'string', multiple: true },
+        'max-call-ms': { type: 'string' },
+        'no-progress-reset': { type: 'boolean' },
         seed: { type: 'string' },
         'save-failures': { type: 'string' },
         replay: { type: 'string' },
@@ -146,7 +168,7 @@ export async function benchCommand(argv: string[]): Promise<void> {
     options.examples = parseExamples(readFileSync(values.examples, 'utf8'), values.examples);
   }
   if (values.fuzz) {
-    options.fuzz = { count: intFlag(values['fuzz-cases'], '--fuzz-cases', 100), seed, timeoutMs: values['timeout-ms'] === undefined ? undefined : timeoutMs };
+    options.fuzz = { count: intFlag(values['fuzz-cases'], '--fuzz-cases', 100), seed, timeoutMs: values['timeout-ms'] === undefined ? undefined : timeoutMs, ...fuzzTiming(values) };
     // With --out the failing inputs go with the report; else into runs/bench/.
     options.saveFailuresTo = values['save-failures'] ?? (values.out !== undefined ? join(values.out, 'failures.jsonl') : join('runs', 'bench', `failures-${new Date().toISOString().replace(/[:.]/g, '-')}.jsonl`));
   } else if (values['fuzz-cases'] !== undefined || values['save-failures'] !== undefined) {
@@ -155,7 +177,7 @@ export async function benchCommand(argv: string[]): Promise<void> {
   if (values.replay !== undefined) {
     if (!existsSync(values.replay)) throw new UsageError(`--replay: no file ${values.replay}`);
     options.replay = { file: values.replay, failures: readFailures(values.replay) };
-    if (values['timeout-ms'] !== undefined) options.fuzz = { ...(typeof options.fuzz === 'object' ? options.fuzz : {}), timeoutMs };
+    options.fuzz = { ...(typeof options.fuzz === 'object' ? options.fuzz : {}), ...(values['timeout-ms'] !== undefined ? { timeoutMs } : {}), ...fuzzTiming(values) };
   }
   let policy: Awaited<ReturnType<typeof makePolicy>> | undefined;
   const failUnder = thresholdFlag(values['fail-under']);

@@ -50,6 +50,8 @@ export interface CallOptions {
   onProgress?: (progress: { progress: number; total?: number; message?: string }) => void;
   /** With `onProgress`: each progress notification restarts the timeout. */
   resetTimeoutOnProgress?: boolean;
+  /** With resetTimeoutOnProgress: the call's limit however much progress it reports, ms. */
+  maxTotalTimeoutMs?: number;
   /** The episode whose server state this call acts on (sent in the request's `_meta`). */
   episode?: string;
   /** Extra `_meta` for the request. */
@@ -294,6 +296,7 @@ export class ToolClient {
           signal: options.signal,
           onprogress: options.onProgress,
           resetTimeoutOnProgress: options.resetTimeoutOnProgress,
+          ...(options.maxTotalTimeoutMs !== undefined ? { maxTotalTimeout: options.maxTotalTimeoutMs } : {}),
         },
       )) as CallToolResult;
       const ms = performance.now() - t0;

@@ -370,6 +370,38 @@ describe('fuzz against a deliberately fragile server', () => {
   });
 });
 
+describe('slow tools that report progress', () => {
+  it('a call that sends progress notifications is not a hang: each restarts its timeout (resetTimeoutOnProgress), up to a total', async () => {
+    const client = await ToolClient.connect({ transport: 'stdio', command: process.execPath, args: [EVERYTHING, 'stdio'] });
+    try {
+      // server-everything's long-running operation: 2.4 s in 6 steps of 0.4 s, each with a progress notification; a 1 s timeout.
+      const args = { duration: 2.4, steps: 6 };
+      const ok = await sendAndClassify(client, 'trigger-long-running-operation', args, 1000);
+      expect(ok.outcome, ok.detail).toBe('accepted');
+      expect(ok.progress).toBeGreaterThanOrEqual(5);
+      expect(ok.detail).toMatch(/\(\d progress notifications\)/);
+      // Without the reset, as before: a hang.
+      const hung = await sendAndClassify(client, 'trigger-long-running-operation', args, 1000, { progressResets: false });
+      expect(hung.outcome).toBe('hang');
+      // The total still bounds a call that keeps reporting progress.
+      const capped = await sendAndClassify(client, 'trigger-long-running-operation', args, 1000, { maxTotalMs: 1500 });
+      expect(capped.outcome).toBe('hang');
+    } finally {
+      await client.close();
+    }
+  }, 60_000);
+
+  it('load figures keep the calls that succeeded apart from the error path, and warn when most calls fail', async () => {
+    const report = await runBench({ server: fragileSpec, calls: 20, concurrency: [1], exclude: ['crashy', 'hangy', 'blocky', 'rude'], examples: new Map([['strict', [{ name: 'ok' }, { name: '' }, { name: '' }, { name: '' }]]]) });
+    const t = report.tools.strict!;
+    expect(t.error_rate).toBeCloseTo(0.75, 1);
+    expect(t.ok_p50_ms).toBeGreaterThan(0);
+    expect(t.error_p50_ms).toBeGreaterThan(0);
+    expect(t.levels[0]!.latency_ok!.count + t.levels[0]!.latency_error!.count).toBe(t.levels[0]!.calls);
+    expect(report.warnings.join('\n')).toMatch(/strict: 7\d% of its calls failed .*its figures measure the error path, not the operation/);
+  });
+});
+
 describe('agent success and reports', () => {
   it('runs K rollouts per task through the environment: pass@k and pass^k per task', async () => {
     const tasks = generateSuite('kv').filter((t) => t.split === 'eval').slice(0, 3);
