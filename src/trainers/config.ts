@@ -16,6 +16,7 @@ import { LearnerConfigSchema, type LearnerConfigInput } from './protocol.ts';
 import { composerWeightsSchema } from '../env/rewards.ts';
 import { FaultSpecError, parseFaults } from '../env/index.ts';
 import { CURRICULUM_MODES, parseSchedule } from './curriculum.ts';
+import { parseReportTo } from './trackers.ts';
 import { REPLAY_PRIORITIES } from './replay.ts';
 
 /** The learner's off-policy corrections (its is_correction field). */
@@ -58,6 +59,7 @@ export const TrainConfigSchema = z
     replay_capacity: z.number().int().min(1).default(64).describe('replay: groups the buffer holds (the oldest go first)'),
     replay_max_age: z.number().int().min(1).default(4).describe('replay: steps after the one it was collected for that a group may be replayed'),
     replay_priority: z.enum(REPLAY_PRIORITIES).default('uniform').describe('replay: how groups are drawn from the buffer: uniform, or advantage (in proportion to the group\'s mean |advantage|)'),
+    report_to: z.string().default('').describe('experiment trackers to log the run to, comma-separated: wandb (offline), tensorboard, mlflow (file store); each writes under the run directory (their packages are installed into the learner\'s venv on first use)'),
     no_signal_patience: z.number().int().min(0).default(5).describe('stop the run (exit 5) after this many steps in a row without a learning signal: every group\'s rewards equal (all failed or all solved), or a learner step that left the weights bit-identical; 0: never stop for it (each such step is still logged)'),
     time_budget_minutes: z.number().min(0).default(0).describe('stop training once the run has trained this many minutes (wall clock, evaluations included), then evaluate as at the end (0: no budget)'),
     overlong_max: z.number().int().min(0).default(0).describe('DAPO overlong shaping: the policy-token limit of an episode (0: off)'),
@@ -167,6 +169,11 @@ export function resolveConfig(overrides: Partial<TrainConfigInput>, file?: strin
   }
   if (r.data.learner && isHfModelDir(r.data.model)) {
     throw new Error(`${file ? `${file}: ` : ''}learner: a remote learner (${r.data.learner}) trains the embedded model only; ${r.data.model} is a Hugging Face checkpoint, whose learner writes the whole weights after every step into the directory the sampler reloads (540 MB for a 135M model in float32; docs/models.md, "Not here"): run this command where the checkpoint and a GPU are (the learner then starts locally with the venv), or sample with vLLM (--policy openai:..., LoRA adapters pushed to it), or leave out learner`);
+  }
+  try {
+    parseReportTo(r.data.report_to);
+  } catch (err) {
+    throw new Error(`${file ? `${file}: ` : ''}${(err as Error).message}`);
   }
   if (r.data.drop_zero_variance && (r.data.beta > 0 || r.data.entropy_coef > 0 || r.data.advantage === 'gae')) {
     const why = r.data.beta > 0 ? `beta ${r.data.beta} (the KL term trains on every sequence)` : r.data.entropy_coef > 0 ? `entropy_coef ${r.data.entropy_coef}` : "advantage 'gae' (the value head trains on every sequence)";
