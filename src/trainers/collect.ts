@@ -117,6 +117,20 @@ export function withoutSignal(trajectories: Trajectory[], on: 'outcome' | 'rewar
   return trajectories.every((t) => t.success) || trajectories.every((t) => !t.success);
 }
 
+/**
+ * `need` distinct tasks from `draw` (the sampler, or the curriculum over it): a task drawn twice is
+ * drawn again, so that a step trains on tasks_per_step groups, not fewer. Bounded: a pool with
+ * fewer distinct tasks than `need` gives what it has after `maxDraws` draws.
+ */
+export function drawDistinct<T extends { id: string }>(need: number, draw: () => T, maxDraws = 20 * need): T[] {
+  const out = new Map<string, T>();
+  for (let n = 0; out.size < need && n < maxDraws; n++) {
+    const t = draw();
+    if (!out.has(t.id)) out.set(t.id, t);
+  }
+  return [...out.values()];
+}
+
 export async function collectGroups(o: CollectOptions): Promise<Collected> {
   const t0 = performance.now();
   const kept: KeptGroup[] = [];
@@ -132,8 +146,7 @@ export async function collectGroups(o: CollectOptions): Promise<Collected> {
   const maxRounds = o.dynamicSampling ? 1 + o.maxResampleRounds : 1;
   while (rounds < maxRounds && kept.length < o.tasksPerStep && !o.signal?.aborted) {
     const need = o.tasksPerStep - kept.length;
-    const tasks = Array.from({ length: need }, () => (o.curriculum ? o.curriculum.draw(o.sampler, o.step) : o.sampler.draw()));
-    const unique = [...new Map(tasks.map((t) => [t.id, t])).values()];
+    const unique = drawDistinct(need, () => (o.curriculum ? o.curriculum.draw(o.sampler, o.step) : o.sampler.draw()));
     const r = await rollout(o.env, o.policy, unique, { group: o.group, concurrency: o.concurrency, iteration: `train.${o.step}.${rounds}`, signal: o.signal });
     rounds++;
     const judgeFailed = new Set<string>();

@@ -20,7 +20,7 @@ export { groupAdvantages, turnAdvantages, isZeroVariance, sampleStd } from './ad
 export type { AdvantageEstimator } from './advantages.ts';
 export { buildBatch, buildTrainBatch, sequenceOf, overlongPenalty } from './batch.ts';
 export type { TrainBatch, BatchItem, KeptGroup, BatchOptions, BuiltBatch } from './batch.ts';
-export { collectGroups, TaskSampler, shapeOverlong, withoutSignal } from './collect.ts';
+export { collectGroups, drawDistinct, TaskSampler, shapeOverlong, withoutSignal } from './collect.ts';
 export type { CollectOptions, Collected } from './collect.ts';
 export { RunDir, RUN_IDENTITY, identityChanges, recordedConfig } from './run-dir.ts';
 export type { RunState } from './run-dir.ts';

@@ -8,7 +8,7 @@ import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { Curriculum, ReplayBuffer, resolveConfig, TaskSampler, train, trainingTasks, type KeptGroup, type LearnerClient, type TrainConfigInput } from '../../src/trainers/index.ts';
+import { Curriculum, drawDistinct, ReplayBuffer, resolveConfig, TaskSampler, train, trainingTasks, type KeptGroup, type LearnerClient, type TrainConfigInput } from '../../src/trainers/index.ts';
 import type { Trajectory } from '../../src/env/index.ts';
 
 const ROOT = join(import.meta.dirname, '..', '..');
@@ -206,7 +206,7 @@ describe('the training loop under faults', () => {
     const sampler = new TaskSampler(trainingTasks(c).train, c.seed + 7);
     const trained = rows(join(runDir, 'trajectories.jsonl')) as unknown as { task_id: string; group_id: string }[];
     for (let step = 1; step <= 4; step++) {
-      const expected = new Set(Array.from({ length: 4 }, () => sampler.draw().id));
+      const expected = new Set(drawDistinct(4, () => sampler.draw()).map((t) => t.id));
       const got = new Set(trained.filter((t) => t.group_id.includes(`@train.${step}.`)).map((t) => t.task_id));
       expect(got, `step ${step}`).toEqual(expected);
     }
@@ -246,7 +246,7 @@ describe('the training loop under faults', () => {
       expect(metrics[step - 1]!.curriculum_levels, `step ${step}`).toEqual(cur.levels(step));
       const replayed = buf.draw(step, buf.target(4)).groups.map((g) => g.group_id);
       expect(metrics[step - 1]!.replayed_group_ids, `step ${step}`).toEqual(replayed);
-      const drawn = Array.from({ length: 4 - replayed.length }, () => cur.draw(sampler, step));
+      const drawn = drawDistinct(4 - replayed.length, () => cur.draw(sampler, step));
       const ofStep = trained.filter((t) => t.group_id.includes(`@train.${step}.`));
       expect(new Set(ofStep.map((t) => t.task_id)), `step ${step}`).toEqual(new Set(drawn.map((t) => t.id)));
       cur.update(step, ofStep);

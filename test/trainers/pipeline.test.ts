@@ -7,6 +7,7 @@
 import { describe, expect, it } from 'vitest';
 import { splitStale, stalenessOf, StepPipeline, VersionSteps } from '../../src/trainers/pipeline.ts';
 import { evalFigures, noSignalReason } from '../../src/trainers/loop.ts';
+import { drawDistinct } from '../../src/trainers/collect.ts';
 import type { Trajectory } from '../../src/env/index.ts';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -170,5 +171,18 @@ describe('no learning signal (noSignalReason)', () => {
     expect(noSignalReason([], got(failed), undefined)).toBe('every one of the 2 episodes failed (2 x a tool server failed: gone)');
     const mixed = [{ trajectories: [ep('a', true, 1), ep('a', false, 0)] }];
     expect(noSignalReason(mixed, got(mixed[0]!.trajectories), { weights_changed: false, lr: 1e-9, grad_norm: 0.5 })).toMatch(/^the learner's step left the weights bit-identical \(lr 1e-9; grad norm 0\.5\)/);
+  });
+});
+
+describe('a step draws tasks_per_step distinct tasks (drawDistinct)', () => {
+  it('a task drawn twice is drawn again; a pool too small gives what it has', () => {
+    const seq = ['a', 'b', 'a', 'c', 'b', 'd'].map((id) => ({ id }));
+    let i = 0;
+    expect(drawDistinct(4, () => seq[i++ % seq.length]!).map((t) => t.id)).toEqual(['a', 'b', 'c', 'd']);
+    expect(i).toBe(6);
+    let j = 0;
+    const two = [{ id: 'x' }, { id: 'y' }];
+    expect(drawDistinct(3, () => two[j++ % 2]!).map((t) => t.id)).toEqual(['x', 'y']);
+    expect(j).toBe(60); // bounded: 20 draws per task asked for
   });
 });
