@@ -61,16 +61,34 @@ def _set_rng_state(rng: Dict[str, Any]) -> None:
             pass
 
 
+def cpu_state(sd: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+    """A state dict's tensors on the CPU, without copies beyond the move: tensors that share storage (tied
+    embeddings and output head) stay shared, so torch.save writes them once. (A clone per entry wrote a tied
+    151k x 64 embedding twice: half of a tiny Qwen3's checkpoint.) torch.save serialises at once, so no
+    copy is needed to keep the values of the moment."""
+    moved: Dict[Any, torch.Tensor] = {}
+    out: Dict[str, torch.Tensor] = {}
+    for k, v in sd.items():
+        t = v.detach()
+        if t.device.type != "cpu":
+            key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
+            if key not in moved:
+                moved[key] = t.cpu()
+            t = moved[key]
+        out[k] = t
+    return out
+
+
 def trainer_state(trainer: RLTrainer) -> Dict[str, Any]:
     return {
         "format": CHECKPOINT_FORMAT,
         "step": trainer.step,
-        "model": {k: v.detach().cpu().clone() for k, v in trainer.model.state_dict().items()},
+        "model": cpu_state(trainer.model.state_dict()),
         "optimizer": trainer.optimizer.state_dict() if trainer.optimizer is not None else None,
         "scheduler": {"step": trainer.step, "config": trainer.last_config},
         "reference": trainer.reference.state_dict(),
         # PPO with GAE: the value head (not part of the model: exports never see it); None without one
-        "value_head": ({k: v.detach().cpu().clone() for k, v in trainer.value_head.state_dict().items()}
+        "value_head": (cpu_state(trainer.value_head.state_dict())
                        if trainer.value_head is not None else None),
         "rng": _rng_state(),
         "world_size": trainer.world,

@@ -45,9 +45,10 @@ class Reference:
 
     def state_dict(self) -> Dict[str, Any]:
         if self.mode == "copy":
-            return {"mode": "copy", "state": {k: v.detach().cpu().clone() for k, v in
-                                              self.module.model.state_dict().items()}}
-        return {"mode": "swap", "params": [t.cpu().clone() for t in self.snapshot]}
+            from .checkpoint import cpu_state  # (checkpoint imports rl, which imports this module)
+
+            return {"mode": "copy", "state": cpu_state(self.module.model.state_dict())}
+        return {"mode": "swap", "params": [t.detach().cpu() for t in self.snapshot]}
 
     def check_state(self, st: Dict[str, Any]) -> None:
         if not isinstance(st, dict) or st.get("mode") != self.mode:

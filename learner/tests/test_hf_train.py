@@ -444,3 +444,28 @@ def test_full_write_back_keeps_the_checkpoint_dtype(qwen3, tmp_path):
     again = transformers.AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)
     for k, v in L.model.state_dict().items():
         assert torch.equal(again.state_dict()[k], v.to(torch.bfloat16).float()), k
+
+
+def test_checkpoint_writes_tied_weights_once_and_is_world_readable(qwen3, tmp_path):
+    """A tiny Qwen3 ties its 151k x 32 embedding to its output head: the checkpoint holds that storage once
+    per weight set (model, reference), not once per name (a clone per entry wrote it twice), and its files get
+    the usual umask-based mode, not 0600."""
+    L, _ = _learner(_copy(qwen3, tmp_path))
+    model = L.trainer.model
+    sd = model.state_dict()
+    unique = {}
+    for v in sd.values():
+        unique[(v.untyped_storage().data_ptr(), v.dtype)] = v.untyped_storage().nbytes()
+    once = sum(unique.values())
+    assert sum(v.numel() * v.element_size() for v in sd.values()) > 1.5 * once  # tied: the names count it twice
+    info = _ok(L, cmd="checkpoint_save", dir=str(tmp_path / "ck"))
+    sets = 2 if L.trainer.reference.mode == "copy" else 1
+    assert info["bytes"] < sets * once * 1.1 + 2_000_000, (info["bytes"], once, sets)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    for name in ("trainer.pt", "meta.json"):
+        assert os.stat(tmp_path / "ck" / name).st_mode & 0o777 == 0o666 & ~mask
+    # and it loads back, the tie intact
+    _ok(L, cmd="checkpoint_load", dir=str(tmp_path / "ck"))
+    emb = model.get_input_embeddings().weight
+    assert emb.data_ptr() == model.get_output_embeddings().weight.data_ptr()
