@@ -27,6 +27,7 @@ import { ensureHfOnnx } from './hf-onnx.ts';
 import { meanRewardParts } from '../env/rewards.ts';
 import { Curriculum, difficultyMix, type CurriculumState, type LevelMove } from './curriculum.ts';
 import { ReplayBuffer, type ReplayDraw, type ReplaySnapshot } from './replay.ts';
+import { parseReportTo, trajectoryTable, Trackers } from './trackers.ts';
 
 export type { EvalResult } from './run-dir.ts';
 
@@ -340,7 +341,14 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
   let policy: RolloutPolicy | undefined;
   let judging: Awaited<ReturnType<typeof rulerJudge>> | undefined;
   let stopPipeline: (() => Promise<void>) | undefined;
+  let trackers: Trackers | undefined;
   try {
+    const reportTo = parseReportTo(c.report_to);
+    if (reportTo.length) {
+      trackers = await Trackers.start({ runDir: run.dir, names: reportTo, log, warn: o.onWarning ?? ((m: string) => log(`warning: ${m}`)) });
+      log(`reporting to ${reportTo.join(', ')}: ${Object.values(trackers.dirs).join(', ')}`);
+      void trackers.send({ type: 'config', config: c as unknown as Record<string, unknown> });
+    }
     // The servers' tool surfaces (src/tools/surface.ts), recorded in the run and its model; a resumed run says what drifted.
     const drift = run.recordToolSurfaces(await env.toolSurfaces([...trainTasks, ...held]), o.resume === true);
     if (drift) (o.onWarning ?? ((m: string) => log(`warning: ${m}`)))(drift);
@@ -372,6 +380,11 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
       assertSomeEpisodeRan(r.trajectories, step === 0 ? 'the held-out evaluation before training' : `the held-out evaluation at step ${step}`);
       const e = evalFigures(step, r.trajectories, c.eval_samples);
       run.writeEval(e, r.trajectories);
+      if (trackers) {
+        const { trajectories: _file, step: _step, ...values } = e;
+        void trackers.send({ type: 'eval', step, values: { ...values, ci95_low: e.ci95[0], ci95_high: e.ci95[1] } });
+        void trackers.send({ type: 'table', step, name: 'eval_trajectories', ...trajectoryTable(r.trajectories) });
+      }
       o.onEval?.((performance.now() - te) / 1000, e);
       return e;
     };
@@ -556,6 +569,7 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
       Object.assign(run.state, { rng_draws: item.drawsAfter, curriculum: item.curriculumAfter, ...stateVersions() });
       if (checkpointDue) run.commit(); // with this step's evaluation
       run.writeMetrics(m);
+      if (trackers) void trackers.send({ type: 'metrics', step, values: m });
       o.onStep?.(m);
       run.refreshReport(title, { config: c, step: run.state.step });
       stepStart = performance.now();
@@ -595,6 +609,7 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
     throw err;
   } finally {
     await stopPipeline?.().catch(() => {});
+    await trackers?.close().catch(() => {});
     run.close();
     await env.close();
     await policy?.close();

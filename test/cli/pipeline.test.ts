@@ -24,10 +24,10 @@ describe('mcp-gym pipeline', () => {
     expect(noOut.stderr).toMatch(/needs --out/);
     const notInt = await runCli(['pipeline', 'r1', '--out', out, '--rs-k', 'many']);
     expect(notInt.code).toBe(2);
-    expect(notInt.stderr).toMatch(/--rs-k must be an integer, got 'many'/);
+    expect(notInt.stderr).toMatch(/--rs-k must be a positive integer, got 'many'/);
     const zero = await runCli(['pipeline', 'r1', '--out', out, '--rs-k', '0']);
     expect(zero.code).toBe(2);
-    expect(zero.stderr).toMatch(/rs_k: /);
+    expect(zero.stderr).toMatch(/--rs-k must be a positive integer, got '0'/);
     const noModel = await runCli(['pipeline', 'r1', '--out', out, '--model', join(out, 'nothing')]);
     expect(noModel.code).toBe(2);
     expect(noModel.stderr).toMatch(/model: no model directory/);
