@@ -48,7 +48,8 @@ export async function makePolicy(spec: string, options: MakePolicyOptions = {}):
   }
   const { api, ...onnx } = options;
   if (kind === 'onnx' && arg) return OnnxPolicy.load(arg, onnx);
-  if (kind === 'openai' || kind === 'anthropic') return makeChatModel(spec, { ...(onnx.temperature !== undefined ? { temperature: onnx.temperature } : {}), ...(onnx.topP !== undefined ? { topP: onnx.topP } : {}), ...api });
+  // The seed reaches an OpenAI-compatible server as each turn's own (as in process: serve-policy then samples the in-process episodes).
+  if (kind === 'openai' || kind === 'anthropic') return makeChatModel(spec, { ...(onnx.temperature !== undefined ? { temperature: onnx.temperature } : {}), ...(onnx.topP !== undefined ? { topP: onnx.topP } : {}), ...(kind === 'openai' && onnx.seed !== undefined ? { seed: onnx.seed } : {}), ...api });
   throw new Error(`Unknown policy '${spec}'. Policies: ${POLICY_KINDS.join(', ')}`);
 }
 

@@ -121,7 +121,7 @@ export async function evalCommand(argv: string[]): Promise<void> {
     if (ruler) judge = await makeChatModel(values.judge!, { baseURL: values['judge-base-url'], apiKeyEnv: values['judge-api-key-env'] }).catch((err: Error) => {
       throw new Error(`--judge: ${err.message}`);
     });
-    policy = await makePolicy(values.policy!, { ...(temperature !== undefined ? { temperature } : {}), ...(api.topP !== undefined ? { topP: api.topP as number } : {}), api, chatTemplate: { toolFormat: toolFormatFlag(values['tool-format']) } });
+    policy = await makePolicy(values.policy!, { seed: values.seed === undefined ? 1 : intFlag(values.seed, '--seed', 0), ...(temperature !== undefined ? { temperature } : {}), ...(api.topP !== undefined ? { topP: api.topP as number } : {}), api, chatTemplate: { toolFormat: toolFormatFlag(values['tool-format']) } });
   } catch (err) {
     throw new UsageError((err as Error).message);
   }

@@ -271,7 +271,7 @@ export async function rolloutCommand(argv: string[]): Promise<void> {
   if (values.resume) checkResume(outDir, settings);
   let policy: Awaited<ReturnType<typeof makePolicy>>;
   try {
-    policy = await makePolicy(values.policy!, { temperature: values.temperature === undefined ? undefined : Number(values.temperature), api, chatTemplate: { toolFormat: toolFormatFlag(values['tool-format']) } });
+    policy = await makePolicy(values.policy!, { temperature: values.temperature === undefined ? undefined : Number(values.temperature), seed: values.seed === undefined ? 1 : intFlag(values.seed, '--seed', 0), api, chatTemplate: { toolFormat: toolFormatFlag(values['tool-format']) } });
   } catch (err) {
     throw new UsageError((err as Error).message);
   }
