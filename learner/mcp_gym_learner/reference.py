@@ -13,6 +13,7 @@ import torch
 
 from .config import ConfigError
 from .policy import Adapter, LogprobModule
+from .state_dict import cpu_state
 
 
 class Reference:
@@ -45,8 +46,6 @@ class Reference:
 
     def state_dict(self) -> Dict[str, Any]:
         if self.mode == "copy":
-            from .checkpoint import cpu_state  # (checkpoint imports rl, which imports this module)
-
             return {"mode": "copy", "state": cpu_state(self.module.model.state_dict())}
         return {"mode": "swap", "params": [t.detach().cpu() for t in self.snapshot]}
 
