@@ -68,7 +68,9 @@ describe('mcp-gym serve-policy and eval through it', () => {
 
   it('refuses requests without the key, and a missing key variable is named', async () => {
     const r = await runCli(['eval', '--suite', 'calculator', '--limit', '1', '-k', '1', '--policy', 'openai:calc-tiny', '--base-url', url, '--out', join(tmp, 'nokey'), '--json']);
-    expect(r.code).toBe(0); // the evaluation runs; its episodes fail with the server's 401, counted
+    // The evaluation runs and writes its report; its every episode failed (the server's 401): exit 4, the cause named.
+    expect(r.code).toBe(4);
+    expect(r.stderr).toMatch(/eval: every one of the 1 episodes failed:\n {2}1 x the policy failed: openai calc-tiny: HTTP 401/);
     const report = JSON.parse(r.stdout.trim().split('\n').at(-1)!);
     expect(report.failed_episodes).toBe(1);
     expect(report.failures[0].cause).toMatch(/the policy failed: openai calc-tiny: HTTP 401/);

@@ -104,7 +104,8 @@ describe('the environment', () => {
     expect(s).toMatchObject({ episodes: 4, scored_episodes: 2, failed_episodes: 2, task_errors: 0, success_rate: 0.5 });
     expect(s.mean_reward).toBeCloseTo(1 + 0.3 + 0.2 * 0.3, 6); // the two solved episodes only
     expect(s.reward_parts.base).toBe(1);
-    expect(s.failures).toEqual([{ cause: 'the policy failed: model exploded', kind: 'error', episodes: 2, example: failed[0]!.id }]);
+    expect(s.failures).toEqual([{ cause: 'the policy failed: model exploded', kind: 'error', error_kind: 'policy', episodes: 2, example: failed[0]!.id }]);
+    expect(failed.every((t) => t.error_kind === 'policy')).toBe(true);
   });
 
   it('a tool server that cannot start fails its episodes with the real error, grouped by cause', async () => {

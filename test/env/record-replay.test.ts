@@ -206,9 +206,9 @@ describe('mcp-gym rollout --record / --replay', () => {
     expect(sa).toMatchObject({ episodes: 12, success_rate: 1 });
     expect(sb).toMatchObject({ episodes: 12, failed_episodes: 0, success_rate: 1, mean_reward: sa.mean_reward, reward_parts: sa.reward_parts });
 
-    // Another suite's episodes are not in the recording: each fails, and the run says why.
+    // Another suite's episodes are not in the recording: each fails, and the run says why (exit 4: every episode failed).
     const c = await cli(['--suite', 'calculator', '--limit', '2', '--replay', tape, '--out', join(dir, 'c'), '--json']);
-    expect(c.code).toBe(0);
+    expect(c.code).toBe(4);
     expect(JSON.parse(c.stdout.trim().split('\n').at(-1)!)).toMatchObject({ episodes: 2, failed_episodes: 2, success_rate: 0 });
     expect(c.stdout).toMatch(/replay: episode calculator-\S+ is not in the recording/);
 

@@ -45,7 +45,7 @@ describe('flags from the schema', () => {
 
   it('flag values are typed by the schema; bad ones name the flag', () => {
     expect(flagValues(TRAIN_FLAGS, { 'top-k': '5', 'per-turn': false, loss: 'dapo', lr: '3e-4' })).toEqual({ top_k: 5, per_turn: false, loss: 'dapo', lr: 3e-4 });
-    expect(() => flagValues(TRAIN_FLAGS, { 'top-k': '0.5' })).toThrow(/--top-k must be an integer, got '0.5'/);
+    expect(() => flagValues(TRAIN_FLAGS, { 'top-k': '0.5' })).toThrow(/--top-k must be a non-negative integer, got '0.5'/);
     expect(() => flagValues(TRAIN_FLAGS, { loss: 'ppo' })).toThrow(/--loss must be one of grpo, dapo, dr_grpo, gspo, cispo, got 'ppo'/);
   });
 });
