@@ -14,7 +14,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { basename, join, resolve } from 'node:path';
 import * as ort from 'onnxruntime-node';
 import { z } from 'zod';
-import { fnv1a, seededRandom, type RandomFn } from '../../lib/index.ts';
+import { fnv1a, seededRandom, StartFailure, type RandomFn } from '../../lib/index.ts';
 import type { Observation, Policy, PolicyAction } from '../env/index.ts';
 import { readModelConfig, type ModelConfig } from './model-config.ts';
 import { sampleFromProbs, samplesWholeVocabulary, sampleToken, type SamplingOptions } from './sampling.ts';
@@ -333,12 +333,17 @@ export class OnnxModel {
   private static async session(dir: string, config: ModelConfig | HfOnnxConfig, options: OnnxModelOptions): Promise<ort.InferenceSession> {
     const graph = isHfConfig(config) ? join(dir, 'onnx', config.graph) : join(dir, config.onnx!.graph);
     if (!existsSync(graph)) throw new Error(`The ONNX graph ${graph} is missing`);
-    return ort.InferenceSession.create(graph, {
-      intraOpNumThreads: options.threads ?? 1,
-      interOpNumThreads: 1,
-      executionMode: 'sequential',
-      graphOptimizationLevel: 'all',
-    });
+    try {
+      return await ort.InferenceSession.create(graph, {
+        intraOpNumThreads: options.threads ?? 1,
+        interOpNumThreads: 1,
+        executionMode: 'sequential',
+        graphOptimizationLevel: 'all',
+      });
+    } catch (err) {
+      // The files are there and named right: the model itself cannot start (a damaged or foreign graph).
+      throw new StartFailure(`could not start the model ${dir}: onnxruntime cannot load ${graph}: ${(err as Error).message}`);
+    }
   }
 
   get version(): number {

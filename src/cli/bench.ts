@@ -5,7 +5,7 @@ import { dirname, join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { makePolicy } from '../agents/index.ts';
 import { allFailed, loadTasks, type Task } from '../env/index.ts';
-import { Interrupted } from '../../lib/index.ts';
+import { Interrupted, RunFailure } from '../../lib/index.ts';
 import { generateSuite, SUITE_NAMES } from '../env/suites/index.ts';
 import { checkThreshold, gateFromStats, parseExamples, writeJunit, readFailures, renderHtml, renderText, reportJson, runBench, type BenchOptions } from '../bench/index.ts';
 import { API_FLAGS, apiOptionsFrom, intFlag, serverFromFlags, thresholdFlag, UsageError } from './args.ts';
@@ -186,6 +186,7 @@ export async function benchCommand(argv: string[]): Promise<void> {
     const k = intFlag(values.k, '-k', 4);
     if (k < 1) throw new UsageError('-k must be at least 1');
     policy = await makePolicy(values.policy!, { api: apiOptionsFrom(values) }).catch((err: Error) => {
+      if (err instanceof RunFailure) throw err; // a model that cannot start (exit 3), not bad input
       throw new UsageError(err.message);
     });
     options.agent = { policy, tasks, k, timeoutMs: values['timeout-ms'] === undefined ? undefined : timeoutMs };

@@ -15,7 +15,7 @@ import { makeChatModel, makePolicy } from '../agents/index.ts';
 import { evalReport, evalRows, renderEvalHtml } from '../bench/eval.ts';
 import { checkThreshold, gateTasks, renderFeedbackText, writeJunit } from '../bench/index.ts';
 import { applyRuler, assertSomeEpisodeRan, JudgeError, rollout, TrajectoryWriter, type ChatModel, type RulerOptions, type Task, type Trajectory } from '../env/index.ts';
-import { Interrupted } from '../../lib/index.ts';
+import { Interrupted, RunFailure } from '../../lib/index.ts';
 import { SUITE_NAMES } from '../env/suites/index.ts';
 import { compareSurfaceSets, driftWarning, readToolSurfaces, surfacesHash, type SurfacesDrift, type ToolSurfaces } from '../tools/index.ts';
 import { API_FLAGS, API_HELP, apiOptionsFrom, intFlag, numFlag, thresholdFlag, UsageError } from './args.ts';
@@ -123,6 +123,7 @@ export async function evalCommand(argv: string[]): Promise<void> {
     });
     policy = await makePolicy(values.policy!, { seed: values.seed === undefined ? 1 : intFlag(values.seed, '--seed', 0), ...(temperature !== undefined ? { temperature } : {}), ...(api.topP !== undefined ? { topP: api.topP as number } : {}), api, chatTemplate: { toolFormat: toolFormatFlag(values['tool-format']) } });
   } catch (err) {
+    if (err instanceof RunFailure) throw err; // a model that cannot start (exit 3), not bad input
     throw new UsageError((err as Error).message);
   }
   mkdirSync(outDir, { recursive: true });

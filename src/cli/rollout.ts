@@ -6,7 +6,7 @@ import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { makePolicy, TOOL_FORMAT_CHOICES, type ToolFormatChoice } from '../agents/index.ts';
 import { assertSomeEpisodeRan, Environment, exportOpenAI, loadTasks, repairJsonlLines, rollout, summarize, type RolloutSummary, type Task } from '../env/index.ts';
-import { Interrupted } from '../../lib/index.ts';
+import { Interrupted, RunFailure } from '../../lib/index.ts';
 import { describeSuites, generateSuite, SUITE_NAMES } from '../env/suites/index.ts';
 import { ProgressBar, table } from './ui.ts';
 import { API_FLAGS, apiOptionsFrom, UsageError, intFlag } from './args.ts';
@@ -273,6 +273,7 @@ export async function rolloutCommand(argv: string[]): Promise<void> {
   try {
     policy = await makePolicy(values.policy!, { temperature: values.temperature === undefined ? undefined : Number(values.temperature), seed: values.seed === undefined ? 1 : intFlag(values.seed, '--seed', 0), api, chatTemplate: { toolFormat: toolFormatFlag(values['tool-format']) } });
   } catch (err) {
+    if (err instanceof RunFailure) throw err; // a model that cannot start (exit 3), not bad input
     throw new UsageError((err as Error).message);
   }
   mkdirSync(outDir, { recursive: true });

@@ -6,7 +6,7 @@
  * 130 (interrupted) is tested with real signals in test/trainers/loop.test.ts.
  */
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -62,6 +62,19 @@ describe('exit codes', () => {
     const parsed = spawnSync(python, ['-c', 'import sys,xml.etree.ElementTree as E; r=E.parse(sys.argv[1]).getroot(); print(r.get("tests"), r.get("errors"), len(r.iter("testcase").__next__().findall("error")))', junit], { encoding: 'utf8' });
     expect(parsed.stdout.trim()).toBe(`${calc.filter((t) => t.split === 'eval').length} ${calc.filter((t) => t.split === 'eval').length} 1`);
   }, 120_000);
+
+  it('3: a model whose files are there but whose graph onnxruntime cannot load; a missing model is bad input (2)', async () => {
+    const broken = join(dir, 'broken-model');
+    cpSync(BUNDLED_MODEL_DIR, broken, { recursive: true });
+    const graph = (JSON.parse(readFileSync(join(broken, 'config.json'), 'utf8')) as { onnx: { graph: string } }).onnx.graph;
+    writeFileSync(join(broken, graph), 'not an onnx graph');
+    const r = await runCli(['rollout', '--suite', 'calculator', '--limit', '2', '--policy', `onnx:${broken}`, '--out', join(dir, 'rollout-broken')]);
+    expect(r.code, r.stderr).toBe(3);
+    expect(r.stderr).toContain(`could not start the model ${broken}: onnxruntime cannot load`);
+    const missing = await runCli(['rollout', '--suite', 'calculator', '--limit', '2', '--policy', `onnx:${join(dir, 'no-such-model')}`, '--out', join(dir, 'rollout-missing')]);
+    expect(missing.code).toBe(2);
+    expect(missing.stderr).toContain('no-such-model/config.json');
+  }, 60_000);
 
   it('4: every episode failed (a server that dies on each call), with the causes', async () => {
     const r = await runCli(['rollout', '--tasks', crashing, '--out', join(dir, 'rollout-crash')]);
