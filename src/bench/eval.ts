@@ -63,6 +63,11 @@ function suiteOf(t: Task): string {
   return t.family ?? t.id.split('-')[0]!;
 }
 
+/** The suite a task belongs to, as `by_suite` groups it: its family's first part, else its id's prefix. */
+export function suiteName(t: Task): string {
+  return suiteOf(t).split('.')[0]!;
+}
+
 /** The report of an evaluation's trajectories (K per task, resumed ones included). */
 export function evalReport(policy: string, k: number, tasks: Task[], trajectories: Trajectory[], seconds: number): EvalReport {
   const byTask = new Map<string, Trajectory[]>();

@@ -19,7 +19,7 @@ export { renderText, renderHtml, reportJson, textTable, histogramSvg, throughput
 export { toolFeedback, validateArguments, parseServerArgumentError, feedbackSections } from './feedback.ts';
 export type { Feedback, FeedbackOptions, ServerFeedback, ToolFeedback, FieldError, ArgumentIssue } from './feedback.ts';
 export type { BenchReport } from './report.ts';
-export { evalReport, evalRows, overTasks, renderEvalHtml, trajectoryHtml } from './eval.ts';
+export { evalReport, evalRows, overTasks, renderEvalHtml, suiteName, trajectoryHtml } from './eval.ts';
 export type { EvalReport, EvalTaskRow, Estimate } from './eval.ts';
 export { faultComparison, faultRows } from './faults.ts';
 export { gateTasks, gateFromStats, junitXml, writeJunit, parseThreshold, checkThreshold } from './gate.ts';

@@ -13,7 +13,7 @@ import { parseArgs } from 'node:util';
 import pLimit from 'p-limit';
 import { makeChatModel, makePolicy } from '../agents/index.ts';
 import { evalReport, evalRows, renderEvalHtml } from '../bench/eval.ts';
-import { checkThreshold, gateTasks, renderFeedbackText, writeJunit } from '../bench/index.ts';
+import { checkThreshold, gateTasks, renderFeedbackText, suiteName, writeJunit } from '../bench/index.ts';
 import { applyRuler, assertSomeEpisodeRan, JudgeError, rollout, TrajectoryWriter, type ChatModel, type RulerOptions, type Task, type Trajectory } from '../env/index.ts';
 import { Interrupted, RunFailure } from '../../lib/index.ts';
 import { SUITE_NAMES } from '../env/suites/index.ts';
@@ -200,7 +200,7 @@ export async function evalCommand(argv: string[]): Promise<void> {
     console.log(`\nreport: ${htmlFile}${values.html ? ` and ${values.html}` : ''}; figures: ${join(outDir, 'eval.json')}`);
     if (values.json) console.log(JSON.stringify(out));
     if (values.junit) {
-      const suiteOf = new Map(tasks.map((t) => [t.id, (t.family ?? t.id.split('-')[0]!).split('.')[0]!]));
+      const suiteOf = new Map(tasks.map((t) => [t.id, suiteName(t)]));
       writeJunit(values.junit, `mcp-gym eval ${policy.id}`, gateTasks(result.trajectories, (id) => suiteOf.get(id) ?? 'tasks'), failUnder ?? 1);
       console.log(`JUnit: ${values.junit}`);
     }
