@@ -106,6 +106,12 @@ describe('exit codes', () => {
     const e = await runCli(['eval', '--suite', 'calculator', '--fail-under', '80']);
     expect(e.code).toBe(2);
     expect(e.stderr).toContain("--fail-under must be a success rate from 0 to 1 (0.8 is 80%), got '80'");
+    const tt = await runCli(['bench', '--stdio', 'node -e 0', '--fuzz', '--tool-timeout', 'slow=soon']);
+    expect(tt.code).toBe(2);
+    expect(tt.stderr).toContain("--tool-timeout takes TOOL=MS (a positive number of ms), got 'slow=soon'");
+    const rt = await runCli(['train', '--report-to', 'wandb,comet', '--run', join(dir, 'never')]);
+    expect(rt.code).toBe(2);
+    expect(rt.stderr).toContain("report_to: unknown tracker 'comet'");
   }, 120_000);
 
   it('6: below --fail-under, with a JUnit case per task that names the failed ones; 0 at or above it', async () => {
