@@ -342,16 +342,17 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
   let judging: Awaited<ReturnType<typeof rulerJudge>> | undefined;
   let stopPipeline: (() => Promise<void>) | undefined;
   let trackers: Trackers | undefined;
+  const warn = o.onWarning ?? ((m: string) => log(`warning: ${m}`));
   try {
     const reportTo = parseReportTo(c.report_to);
     if (reportTo.length) {
-      trackers = await Trackers.start({ runDir: run.dir, names: reportTo, log, warn: o.onWarning ?? ((m: string) => log(`warning: ${m}`)) });
+      trackers = await Trackers.start({ runDir: run.dir, names: reportTo, log, warn });
       log(`reporting to ${reportTo.join(', ')}: ${Object.values(trackers.dirs).join(', ')}`);
       void trackers.send({ type: 'config', config: c as unknown as Record<string, unknown> });
     }
     // The servers' tool surfaces (src/tools/surface.ts), recorded in the run and its model; a resumed run says what drifted.
     const drift = run.recordToolSurfaces(await env.toolSurfaces([...trainTasks, ...held]), o.resume === true);
-    if (drift) (o.onWarning ?? ((m: string) => log(`warning: ${m}`)))(drift);
+    if (drift) warn(drift);
     judging = await rulerJudge(c, run.dir, o.judge);
     // In-process sampling of a Hugging Face checkpoint needs its ONNX export (the learner keeps it
     // current after each step); a resumed run's is updated by exportWeights below.
