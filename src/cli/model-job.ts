@@ -19,7 +19,7 @@ export const MODEL_JOB = {
   eval_tasks: 64,
   k: 2,
   sft: { demos: 64, epochs: 5, batch: 16, lr: 1e-4, lora_rank: 0, warmup: 2, min_lr_ratio: 1 },
-  rl: { preset: 'art', steps: 14, tasks_per_step: 8, group: 8, lr: 2e-5, beta: 0, epochs: 1, minibatch_size: 0, warmup_steps: 0, eval_every: 0, max_staleness: 0, max_new_tokens: 160, drop_zero_variance: true },
+  rl: { preset: 'art', steps: 18, tasks_per_step: 8, group: 8, lr: 2e-5, beta: 0, epochs: 1, minibatch_size: 0, warmup_steps: 0, eval_every: 0, max_staleness: 0, max_new_tokens: 160, drop_zero_variance: true },
 } as const;
 
 export const MODEL_JOB_HELP = `mcp-gym start --model M: a pretrained Hugging Face model from base to SFT to GRPO on the CPU
