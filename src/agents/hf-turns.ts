@@ -16,11 +16,7 @@
  * template's rendering of the whole conversation.
  */
 import type { Observation, PolicyAction, ProposedCall } from '../env/index.ts';
-import { ChatTemplateRenderer, turnEndToken, type ChatMessage, type ToolSpec } from './hf/chat-template.ts';
-import { HfSequence } from './hf/sequence.ts';
-import { HfTokenizer } from './hf/tokenizer.ts';
-import { parseToolCalls } from './hf/tool-calls.ts';
-import { resolveToolFormat, type ToolFormat, type ToolFormatChoice } from './hf/tool-format.ts';
+import { ChatTemplateRenderer, HfSequence, HfTokenizer, parseToolCalls, resolveToolFormat, turnEndToken, type ChatMessage, type ToolFormat, type ToolFormatChoice, type ToolSpec } from './hf/index.ts';
 
 export interface HfTurnsOptions {
   /** More chat-template variables for every rendering (e.g. `enable_thinking: false` for Qwen3). */

@@ -1,16 +1,16 @@
 /** Policies: scripted (expert, random) and the embedded ONNX model. */
 export { ExpertPolicy, RandomPolicy } from './scripted.ts';
-export { OnnxModel, OnnxPolicy, GenerationBatcher } from './onnx.ts';
-export type { OnnxPolicyOptions, Generation, GenerateOptions, BatchRequest, BatcherStats, BatchedGeneration, RowOptions } from './onnx.ts';
-export { startPolicyServer, parseCompletion } from './serve-policy.ts';
-export type { PolicyServer, PolicyServerOptions, PolicyServerStats, ParsedCall } from './serve-policy.ts';
+export { OnnxModel, OnnxPolicy, GenerationBatcher } from './onnx/index.ts';
+export type { OnnxPolicyOptions, Generation, GenerateOptions, BatchRequest, BatcherStats, BatchedGeneration, RowOptions } from './onnx/index.ts';
+export { startPolicyServer, parseCompletion } from './serve-policy/index.ts';
+export type { PolicyServer, PolicyServerOptions, PolicyServerStats, ParsedCall } from './serve-policy/index.ts';
 export { ChatTemplate, parseAssistantTokens, decode, bytes, T as TOKENS } from './template.ts';
-export { readModelConfig, ModelConfigSchema, SPECIAL_TOKENS } from './model-config.ts';
+export { readModelConfig, ModelConfigSchema, SPECIAL_TOKENS, isHfModelDir } from './model-config.ts';
 export type { ModelConfig } from './model-config.ts';
 export { processedLogprobs, sampleToken } from './sampling.ts';
 export type { SamplingOptions } from './sampling.ts';
 
-export { OpenAIPolicy, completionTokens, toOpenAIMessages } from './openai.ts';
+export { OpenAIPolicy, ServerEndpointError, completionTokens, toOpenAIMessages } from './openai.ts';
 export type { OpenAIPolicyOptions } from './openai.ts';
 export { AnthropicPolicy, toAnthropicMessages } from './anthropic.ts';
 export type { AnthropicPolicyOptions, AnthropicThinking } from './anthropic.ts';
@@ -19,7 +19,7 @@ export type { ApiOptions } from './api.ts';
 
 import type { ChatModel, Policy } from '../env/index.ts';
 import { ExpertPolicy, RandomPolicy } from './scripted.ts';
-import { OnnxPolicy, type OnnxPolicyOptions } from './onnx.ts';
+import { OnnxPolicy, type OnnxPolicyOptions } from './onnx/index.ts';
 import { OpenAIPolicy, type OpenAIPolicyOptions } from './openai.ts';
 import { AnthropicPolicy, type AnthropicPolicyOptions } from './anthropic.ts';
 

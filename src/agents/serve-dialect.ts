@@ -1,5 +1,5 @@
 /**
- * What serve-policy speaks for each kind of model (serve-policy.ts): how a request's messages and
+ * What serve-policy speaks for each kind of model (serve-policy/): how a request's messages and
  * tools become the prompt's token ids, and how the sampled tokens are read back as an assistant
  * message, at once or token by token (streaming).
  *
@@ -11,9 +11,8 @@
  *   (parseToolCalls, the lenient forms included). Streamed, the text before the first
  *   `<tool_call>` goes out as it comes and the calls when the turn ends.
  */
-import { parseToolCalls } from './hf/tool-calls.ts';
 import { toChatMessages, type HfTurns } from './hf-turns.ts';
-import { turnEndToken, type ChatMessage, type TemplateFamily, type ToolSpec } from './hf/chat-template.ts';
+import { parseToolCalls, turnEndToken, type ChatMessage, type TemplateFamily, type ToolSpec } from './hf/index.ts';
 import { decode, T, type ChatTemplate, type TemplateMessage } from './template.ts';
 
 export interface ParsedCall {

@@ -1,6 +1,6 @@
 /** `mcp-gym serve-policy`: the embedded model behind an OpenAI-compatible server (src/agents/serve-policy.ts). */
 import { parseArgs } from 'node:util';
-import { startPolicyServer } from '../agents/serve-policy.ts';
+import { startPolicyServer } from '../agents/serve-policy/index.ts';
 import { BUNDLED_MODEL_DIR } from '../paths.ts';
 import { ensureHfOnnx, resolveModel } from '../trainers/index.ts';
 import { checkToken, intFlag, UsageError } from './args.ts';

@@ -23,8 +23,8 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { seededRandom } from '../../lib/index.ts';
 import { ChatTemplateRenderer, HfTokenizer, type ChatMessage, type ToolSpec } from '../../src/agents/hf/index.ts';
-import { GenerationBatcher, OnnxModel, OnnxPolicy, type Generation } from '../../src/agents/onnx.ts';
-import { startPolicyServer } from '../../src/agents/serve-policy.ts';
+import { GenerationBatcher, OnnxModel, OnnxPolicy, type Generation } from '../../src/agents/onnx/index.ts';
+import { startPolicyServer } from '../../src/agents/serve-policy/index.ts';
 
 const require = createRequire(import.meta.url);
 const REPO = join(dirname(fileURLToPath(import.meta.url)), '../..');

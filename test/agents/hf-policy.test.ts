@@ -19,7 +19,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ExpertPolicy } from '../../src/agents/index.ts';
 import { HfTurns, toChatMessages, toToolSpecs } from '../../src/agents/hf-turns.ts';
-import { OnnxPolicy } from '../../src/agents/onnx.ts';
+import { OnnxPolicy } from '../../src/agents/onnx/index.ts';
 import { Environment, rollout, type AgentTool, type ChatMessage, type Observation, type Policy, type PolicyAction, type Task, type Trajectory } from '../../src/env/index.ts';
 import { generateSuite } from '../../src/env/suites/index.ts';
 import { sequenceOf } from '../../src/trainers/batch.ts';

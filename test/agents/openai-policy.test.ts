@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { OnnxPolicy, OpenAIPolicy, processedLogprobs } from '../../src/agents/index.ts';
-import { startPolicyServer, type PolicyServer } from '../../src/agents/serve-policy.ts';
+import { startPolicyServer, type PolicyServer } from '../../src/agents/serve-policy/index.ts';
 import { Environment, type Trajectory } from '../../src/env/index.ts';
 import { generateSuite } from '../../src/env/suites/index.ts';
 import { BUNDLED_MODEL_DIR } from '../../src/paths.ts';

@@ -16,8 +16,8 @@ import type { ChatCompletion, ChatCompletionCreateParamsNonStreaming, ChatComple
 import { z } from 'zod';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { OnnxModel, TOKENS, bytes } from '../../src/agents/index.ts';
-import { GenerationBatcher } from '../../src/agents/onnx.ts';
-import { parseCompletion, startPolicyServer, type PolicyServer } from '../../src/agents/serve-policy.ts';
+import { GenerationBatcher } from '../../src/agents/onnx/index.ts';
+import { parseCompletion, startPolicyServer, type PolicyServer } from '../../src/agents/serve-policy/index.ts';
 import { BUNDLED_MODEL_DIR } from '../../src/paths.ts';
 import { bundledServers } from '../../servers/index.ts';
 import { seededRandom } from '../../lib/index.ts';
