@@ -12,9 +12,10 @@ import { Client, InMemoryTransport, StreamableHTTPClientTransport } from '@model
 import { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
 import type { Transport } from '@modelcontextprotocol/client';
 import { ToolClient, type ServerSpec } from '../src/tools/index.ts';
-import { serveOverHttp, serverFactory } from '../servers/index.ts';
-import { kvServer } from '../servers/kv.ts';
-import { CLI, ROOT } from '../test/helpers.ts';
+import { bundledServer, serveOverHttp, serverFactory } from '../servers/index.ts';
+import { CLI_PATH as CLI, PACKAGE_ROOT as ROOT } from '../src/paths.ts';
+
+const kvServer = bundledServer('kv');
 
 const { values } = parseArgs({ options: { calls: { type: 'string', default: '3000' }, block: { type: 'string', default: '250' } } });
 const CALLS = Number(values.calls);

@@ -25,6 +25,18 @@ export const EXIT = {
   interrupted: 130,
 } as const;
 
+/** What each exit code means, as docs/cli.md's table says it (generated from this). */
+export const EXIT_MEANINGS: Record<(typeof EXIT)[keyof typeof EXIT], string> = {
+  0: 'did what was asked',
+  1: 'failed otherwise (an unexpected error; its message says what)',
+  2: 'bad input: a flag (`--steps -1`: "must be a positive integer"), a config, a task file (file:line: field)',
+  3: 'could not start a tool server, the model or the learner: the command and the last lines of its stderr',
+  4: 'every episode failed (a server dying on each call, a policy that cannot answer): the causes, most frequent first',
+  5: 'training without a learning signal: `--no-signal-patience` (default 5) steps in a row whose groups all had equal rewards, or whose learner step left the weights bit-identical (`weights_changed` in metrics.jsonl)',
+  6: 'below `--fail-under X` (`eval`, `bench --tasks`): success under the threshold',
+  130: 'interrupted: Ctrl-C or SIGTERM ended the step in flight, checkpointed it, and printed `after: none` (no final evaluation ran); `--resume` continues',
+};
+
 /** A failure with the exit status the command line gives it. */
 export class RunFailure extends Error {
   constructor(

@@ -1,7 +1,7 @@
 /**
  * Hashing: FNV-1a (32 bits), the stable string hash behind the suites' train/eval partition and
  * per-suite seeds and the bench's per-tool seeds; and SHA-256 in hex, for names derived from ids
- * (e.g. the files server's sandbox directories).
+ * (e.g. the files server's sandbox directories); and the stable JSON text those are taken of.
  */
 import { createHash } from 'node:crypto';
 
@@ -18,4 +18,13 @@ export function fnv1a(text: string): number {
 /** The SHA-256 of `text` (UTF-8), as 64 lowercase hex digits. */
 export function sha256Hex(text: string): string {
   return createHash('sha256').update(text).digest('hex');
+}
+
+/** A JSON text with object keys sorted at every depth (undefined members left out): the stable key of a task's `params`, a recorded call's arguments. */
+export function stableJson(value: unknown): string {
+  if (value === null || typeof value !== 'object') return JSON.stringify(value);
+  if (Array.isArray(value)) return `[${value.map(stableJson).join(',')}]`;
+  const entries = Object.entries(value as Record<string, unknown>).filter(([, v]) => v !== undefined);
+  entries.sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+  return `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${stableJson(v)}`).join(',')}}`;
 }

@@ -67,8 +67,8 @@ export type { ChatModel, ChatRequest, ChatResult, ApiUsage, TokenUsage } from '.
 /** Registers a reward `(episode) => {reward, parts, stepRewards?}` under a name. */
 export { registerReward, rewardNames, resolveReward } from './env/index.ts';
 /** Registers a reward part `(episode) => number` under a name: logged in every trajectory's reward_parts, weighted in the composer by `composer_weights`. */
-export { registerRewardPart, rewardPartNames, COMPOSER_PARTS } from './env/rewards.ts';
-export type { RewardPartFn } from './env/rewards.ts';
+export { registerRewardPart, rewardPartNames, COMPOSER_PARTS } from './env/index.ts';
+export type { RewardPartFn } from './env/index.ts';
 /** The four built-in rewards (registered as art, rlvr, composer, verifier). */
 export { artReward, rlvrReward, composerReward, verifierReward, RewardConfigSchema } from './env/index.ts';
 export type { RewardFn, RewardResult, Episode, RewardConfig } from './env/index.ts';

@@ -172,6 +172,71 @@ function layerCycles(edges: readonly Edge[]): string[] {
   return cycles;
 }
 
+/** The import circles between files (type-only and dynamic imports count), each as "a -> b -> ... -> a". */
+function fileCycles(edges: readonly Edge[]): string[] {
+  const graph = new Map<string, string[]>();
+  for (const e of edges) if (e.from !== e.to) graph.set(e.from, [...(graph.get(e.from) ?? []), e.to]);
+  // Tarjan's strongly connected components: a component of two or more files is a circle.
+  let next = 0;
+  const index = new Map<string, number>();
+  const low = new Map<string, number>();
+  const stack: string[] = [];
+  const onStack = new Set<string>();
+  const out: string[] = [];
+  const visit = (v: string) => {
+    index.set(v, next);
+    low.set(v, next++);
+    stack.push(v);
+    onStack.add(v);
+    for (const w of graph.get(v) ?? []) {
+      if (!index.has(w)) {
+        visit(w);
+        low.set(v, Math.min(low.get(v)!, low.get(w)!));
+      } else if (onStack.has(w)) low.set(v, Math.min(low.get(v)!, index.get(w)!));
+    }
+    if (low.get(v) !== index.get(v)) return;
+    const component: string[] = [];
+    let w: string;
+    do {
+      w = stack.pop()!;
+      onStack.delete(w);
+      component.push(w);
+    } while (w !== v);
+    if (component.length < 2) return;
+    // One circle through the component, for the message: from its first file, along edges inside it.
+    const inside = new Set(component);
+    const start = [...component].sort()[0]!;
+    const path = [start];
+    const seen = new Set([start]);
+    for (let at = start; ; ) {
+      const to = (graph.get(at) ?? []).find((x) => inside.has(x) && (x === start || !seen.has(x)));
+      if (!to || to === start) break;
+      path.push(to);
+      seen.add(to);
+      at = to;
+    }
+    out.push(`${[...path, start].join(' -> ')}${component.length > path.length ? ` (and ${component.length - path.length} more files in the same circle: ${component.filter((f) => !seen.has(f)).sort().join(', ')})` : ''}`);
+  };
+  for (const v of [...graph.keys()].sort()) if (!index.has(v)) visit(v);
+  return out.sort();
+}
+
+/**
+ * Imports that reach past a folder's index.ts: a file may import the files of its own folder and
+ * of the folders above it directly; any other folder that has an index.ts is reached through it.
+ */
+function indexBypasses(files: Record<string, string>, edges: readonly Edge[]): string[] {
+  const withIndex = new Set(Object.keys(files).filter((f) => posix.basename(f) === 'index.ts').map((f) => posix.dirname(f)));
+  return edges
+    .filter((e) => {
+      const from = posix.dirname(e.from);
+      const to = posix.dirname(e.to);
+      if (to === from || from.startsWith(`${to}/`) || !withIndex.has(to)) return false;
+      return posix.basename(e.to) !== 'index.ts';
+    })
+    .map((e) => `${e.from}: import '${e.specifier}' bypasses ${posix.dirname(e.to)}/index.ts`);
+}
+
 describe('layers', () => {
   const files = Object.fromEntries(sourceFiles().map((path) => [path, readFileSync(join(ROOT, path), 'utf8')]));
   const edges = edgesOf(files);
@@ -191,6 +256,14 @@ describe('layers', () => {
     expect(layerCycles(edges)).toEqual([]);
   });
 
+  it('no two files import each other, directly or round a circle', () => {
+    expect(fileCycles(edges)).toEqual([]);
+  });
+
+  it("imports into another folder go through its index.ts", () => {
+    expect(indexBypasses(files, edges)).toEqual([]);
+  });
+
   it('lib/ uses nothing but itself and Node built-ins', () => {
     const outside = Object.entries(files)
       .filter(([path]) => path.startsWith('lib/'))
@@ -205,7 +278,7 @@ describe('layers', () => {
   });
 
   // The checker itself: the imports this test was written against are all reported.
-  it('reports the old violations and a cycle (checked on sample files)', () => {
+  it('reports the old violations, cycles and bypasses (checked on sample files)', () => {
     const sample: Record<string, string> = {
       'src/tools/schema-sample.ts': `/** import { x } from '../../servers/in-a-comment.ts' */\nimport { mulberry32 } from '../../servers/random.ts';`,
       'src/env/suites/calculator.ts': `import { evaluateExpression } from '../../../servers/calculator.ts';`,
@@ -236,6 +309,12 @@ describe('layers', () => {
     expect(found).toHaveLength(expected.length + 1);
     const cycles = layerCycles(edgesOf({ 'src/agents/onnx.ts': sample['src/agents/onnx.ts']!, 'src/trainers/loop.ts': sample['src/trainers/loop.ts']! }));
     expect(cycles).toHaveLength(1);
+    const circle = { 'src/env/task.ts': `import { r } from './fixtures.ts';`, 'src/env/fixtures.ts': `import type { Task } from './task.ts';`, 'src/env/other.ts': `import { x } from './task.ts';` };
+    expect(fileCycles(edgesOf(circle))).toEqual(['src/env/fixtures.ts -> src/env/task.ts -> src/env/fixtures.ts']);
+    const three = { 'a/x.ts': `import './y.ts';`, 'a/y.ts': `import './z.ts';`, 'a/z.ts': `import type { X } from './x.ts';` };
+    expect(fileCycles(edgesOf(three))).toEqual(['a/x.ts -> a/y.ts -> a/z.ts -> a/x.ts']);
+    const bypass = { 'src/agents/index.ts': '', 'src/cli/serve.ts': `import { s } from '../agents/serve-policy.ts';\nimport { t } from '../agents/index.ts';\nimport { p } from '../paths.ts';`, 'src/agents/hf/index.ts': '', 'src/agents/hf/x.ts': `import { m } from '../model-config.ts';` };
+    expect(indexBypasses(bypass, edgesOf(bypass))).toEqual([`src/cli/serve.ts: import '../agents/serve-policy.ts' bypasses src/agents/index.ts`]);
     expect(cycles[0]).toMatch(/^src\/agents -> src\/trainers -> src\/agents \(src\/agents\/onnx\.ts imports '\.\.\/trainers\/index\.ts'; src\/trainers\/loop\.ts imports '\.\.\/agents\/index\.ts'\)$/);
   });
 });

@@ -1,48 +1,12 @@
 /**
  * Where a benchmark's tool arguments come from: a file of example calls, or values drawn from
- * each tool's JSON Schema and checked against it (ajv, as the SDK uses). Also: splitting a
- * command line the way a shell would.
+ * each tool's JSON Schema and checked against it (ajv, as the SDK uses).
  */
 import { AjvJsonSchemaValidator } from '@modelcontextprotocol/client/validators/ajv';
 import { seededRandom, type RandomFn } from '../../lib/index.ts';
 
 type Schema = Record<string, unknown>;
 export type Args = Record<string, unknown>;
-
-/** Splits a command line into words like a POSIX shell: quotes ('…', "…") and backslash escapes. */
-export function splitCommandLine(line: string): string[] {
-  const words: string[] = [];
-  let word = '';
-  let inWord = false;
-  let quote: '"' | "'" | undefined;
-  for (let i = 0; i < line.length; i++) {
-    const ch = line[i]!;
-    if (quote === "'") {
-      if (ch === "'") quote = undefined;
-      else word += ch;
-    } else if (quote === '"') {
-      if (ch === '"') quote = undefined;
-      else if (ch === '\\' && i + 1 < line.length && '"\\$`\n'.includes(line[i + 1]!)) word += line[++i]!;
-      else word += ch;
-    } else if (ch === "'" || ch === '"') {
-      quote = ch;
-      inWord = true;
-    } else if (ch === '\\' && i + 1 < line.length) {
-      word += line[++i]!;
-      inWord = true;
-    } else if (/\s/.test(ch)) {
-      if (inWord) words.push(word);
-      word = '';
-      inWord = false;
-    } else {
-      word += ch;
-      inWord = true;
-    }
-  }
-  if (quote) throw new Error(`unterminated ${quote} quote in command line: ${line}`);
-  if (inWord) words.push(word);
-  return words;
-}
 
 /**
  * Example calls by tool, from `{"tool": [args, ...]}` (JSON) or one `{"tool", "arguments"}` per

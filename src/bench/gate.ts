@@ -87,14 +87,6 @@ export function writeJunit(file: string, name: string, tasks: GateTask[], thresh
   writeFileSync(file, junitXml(name, tasks, threshold));
 }
 
-/** `--fail-under X`: the value of the flag, checked (a rate from 0 to 1). */
-export function parseThreshold(v: string | undefined, flag = '--fail-under'): number | undefined {
-  if (v === undefined) return undefined;
-  const x = Number(v);
-  if (v.trim() === '' || !Number.isFinite(x) || x < 0 || x > 1) throw new RangeError(`${flag} must be a success rate from 0 to 1 (0.8 is 80%), got '${v}'`);
-  return x;
-}
-
 /** Throws BelowThreshold (exit 6) when `success` is below `threshold`. */
 export function checkThreshold(what: string, success: number, ci95: [number, number], threshold: number | undefined): void {
   if (threshold === undefined || success >= threshold) return;

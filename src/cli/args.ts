@@ -1,5 +1,5 @@
 /** Command-line argument helpers. */
-import { parseThreshold, splitCommandLine } from '../bench/index.ts';
+import { parseThreshold, splitCommandLine } from '../../lib/index.ts';
 import type { ServerSpec } from '../tools/index.ts';
 
 export class UsageError extends Error {}

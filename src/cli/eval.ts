@@ -12,7 +12,7 @@ import { dirname, join } from 'node:path';
 import { parseArgs } from 'node:util';
 import pLimit from 'p-limit';
 import { makeChatModel, makePolicy } from '../agents/index.ts';
-import { evalReport, evalRows, renderEvalHtml } from '../bench/eval.ts';
+import { evalReport, evalRows, renderEvalHtml } from '../bench/index.ts';
 import { checkThreshold, gateTasks, renderFeedbackText, suiteName, writeJunit } from '../bench/index.ts';
 import { applyRuler, assertSomeEpisodeRan, JudgeError, rollout, TrajectoryWriter, type ChatModel, type RulerOptions, type Task, type Trajectory } from '../env/index.ts';
 import { Interrupted, RunFailure } from '../../lib/index.ts';

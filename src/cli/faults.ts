@@ -4,7 +4,7 @@
  */
 import { join } from 'node:path';
 import { faultComparison, faultRows, type EvalReport, type FaultComparison } from '../bench/index.ts';
-import { evalReport } from '../bench/eval.ts';
+import { evalReport } from '../bench/index.ts';
 import { formatFaults, parseFaults, rollout, type Environment, type FaultOptions, type Policy, type Task, type Trajectory } from '../env/index.ts';
 import { intFlag, UsageError } from './args.ts';
 import { ProgressBar, table } from './ui.ts';

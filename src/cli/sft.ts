@@ -2,8 +2,7 @@
 import { parseArgs } from 'node:util';
 import { OnnxPolicy } from '../agents/index.ts';
 import { Environment, rollout, summarize } from '../env/index.ts';
-import { runSft } from '../trainers/sft.ts';
-import { isHfModelDir } from '../trainers/learner-client.ts';
+import { isHfModelDir, runSft } from '../trainers/index.ts';
 import { intFlag, UsageError } from './args.ts';
 import { selectTasks } from './rollout.ts';
 

@@ -5,10 +5,12 @@ export { ChatMessageSchema, TrajectorySchema, TurnSchema, ToolStepSchema } from 
 export type { ChatMessage, Observation, Policy, PolicyAction, ProposedCall, AgentTool, Trajectory, Turn, ToolStep, CheckResult, ErrorKind, TokenUsage, ApiUsage, ChatModel, ChatRequest, ChatResult } from './types.ts';
 export { runChecks, extractAnswer, hasAnswerFormat, match, checkScore, solved, parseExact, isSubset, valueAt, codeOf, schemaAllowsPath, taskProblem, stateCallFault } from './checks.ts';
 export type { EpisodeRecord } from './checks.ts';
-export { RewardConfigSchema, DEFAULT_REWARDS, scoreEpisode, scoreParts, stepReward, efficiency, relevantTools, isUseful, registerReward, rewardNames, resolveReward, artReward, rlvrReward, composerReward, verifierReward } from './rewards.ts';
-export type { RewardConfig, RewardConfigInput, ScoredEpisode, Episode, RewardFn, RewardResult } from './rewards.ts';
-export { Environment, agentTools, declaresEpisodeIsolation } from './environment.ts';
-export type { EnvironmentOptions, EpisodeOptions } from './environment.ts';
+export { RewardConfigSchema, DEFAULT_REWARDS, meanRewardParts, composerWeightsSchema, registerRewardPart, rewardPartNames, COMPOSER_PARTS, scoreEpisode, scoreParts, stepReward, efficiency, relevantTools, isUseful, registerReward, rewardNames, resolveReward, artReward, rlvrReward, composerReward, verifierReward } from './rewards.ts';
+export type { RewardConfig, RewardConfigInput, ScoredEpisode, Episode, RewardFn, RewardResult, RewardPartFn } from './rewards.ts';
+export { Environment, declaresEpisodeIsolation } from './environment.ts';
+export type { EnvironmentOptions } from './environment.ts';
+export { agentTools } from './episode.ts';
+export type { EpisodeOptions } from './episode.ts';
 export { ToolRecorder, ToolRecording, ReplayMissError, RecordingFileError, RecordingLineSchema, openTape, LIVE_TAPE, RECORDING_FORMAT, RECORDING_VERSION } from './recording.ts';
 export type { RecordingLine, EpisodeTape, ToolTape } from './recording.ts';
 export { rollout, gatherGroup, groupId, summarize, failureCauses, assertSomeEpisodeRan, allFailed, resumeMismatch } from './rollout.ts';

@@ -23,10 +23,9 @@
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { z } from 'zod';
-import { sha256Hex } from '../../lib/index.ts';
+import { sha256Hex, stableJson } from '../../lib/index.ts';
 import { ToolErrorKindSchema, type ToolInfo, type ToolResult } from '../tools/index.ts';
 import { JsonlWriter } from './store.ts';
-import { canonicalJson } from './suites/common.ts';
 
 export const RECORDING_FORMAT = 'mcp-gym/tool-recording';
 export const RECORDING_VERSION = 1;
@@ -103,7 +102,7 @@ export class ReplayMissError extends Error {}
 export class RecordingFileError extends Error {}
 
 const callKey = (server: string, tool: string, argsJson: string) => `${server}\u0000${tool}\u0000${argsJson}`;
-const toolsHash = (tools: unknown) => sha256Hex(canonicalJson(tools)).slice(0, 16);
+const toolsHash = (tools: unknown) => sha256Hex(stableJson(tools)).slice(0, 16);
 
 function ordinal(n: number): string {
   const s = n % 100 >= 11 && n % 100 <= 13 ? 'th' : (['th', 'st', 'nd', 'rd'][n % 10] ?? 'th');
@@ -146,7 +145,7 @@ export class ToolRecorder implements ToolTape {
       },
       call: async (server, tool, args, live) => {
         // Numbered as the call starts: identical calls made at once keep the order they were made in.
-        const k = callKey(server, tool, canonicalJson(args));
+        const k = callKey(server, tool, stableJson(args));
         const n = seen.get(k) ?? 0;
         seen.set(k, n + 1);
         const s = seq++;
@@ -252,7 +251,7 @@ export class ToolRecording implements ToolTape {
         if (l.tools) definitions.set(l.hash, l.tools as ToolInfo[]);
         pending.push({ line: i + 1, episode: ep, server: l.server, hash: l.hash });
       } else {
-        const k = callKey(l.server, l.tool, canonicalJson(l.arguments));
+        const k = callKey(l.server, l.tool, stableJson(l.arguments));
         let byN = ep.calls.get(k);
         if (!byN) ep.calls.set(k, (byN = new Map()));
         byN.set(l.n, l);
@@ -289,7 +288,7 @@ export class ToolRecording implements ToolTape {
         return tools;
       },
       call: async (server, tool, args) => {
-        const json = canonicalJson(args);
+        const json = stableJson(args);
         const k = callKey(server, tool, json);
         const n = seen.get(k) ?? 0;
         seen.set(k, n + 1);

@@ -11,10 +11,9 @@
  * Every rejection is counted by reason, with the detail that decided it. The kept tasks are
  * ordinary tasks: they train and evaluate like any task file.
  */
-import { sha256Hex } from '../../lib/index.ts';
+import { sha256Hex, stableJson } from '../../lib/index.ts';
 import type { ResourceInfo, ToolInfo } from '../tools/index.ts';
 import type { Environment } from './environment.ts';
-import { canonicalJson } from './suites/common.ts';
 import { defineTask, type ServerRef, type Task } from './task.ts';
 import type { ChatModel, Policy, Trajectory } from './types.ts';
 
@@ -156,7 +155,7 @@ function jaccard(a: Set<string>, b: Set<string>): number {
   return union === 0 ? 1 : inter / union;
 }
 
-const solutionKey = (t: Task) => sha256Hex(canonicalJson({ setup: t.setup, solution: t.solution }));
+const solutionKey = (t: Task) => sha256Hex(stableJson({ setup: t.setup, solution: t.solution }));
 
 /** The policy that does nothing: no tool call, an empty answer. */
 const doNothing: Policy = { id: 'do-nothing', act: async () => ({ content: '' }) };

@@ -6,8 +6,7 @@
 import { readFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { z } from 'zod';
-import { HttpSpecSchema, InProcessSpecSchema, StdioSpecSchema } from '../tools/index.ts';
-import { resolveTaskFixtures } from './fixtures.ts';
+import { checkFixtures, HttpSpecSchema, InProcessSpecSchema, StdioSpecSchema, type StdioSpec } from '../tools/index.ts';
 
 const Json = z.json();
 
@@ -318,4 +317,25 @@ export function openingMessages(task: Task): { role: 'system' | 'user' | 'assist
   const msgs = task.messages ? [...task.messages] : [{ role: 'user' as const, content: task.prompt! }];
   if (task.system && msgs[0]?.role !== 'system') msgs.unshift({ role: 'system', content: task.system });
   return msgs;
+}
+
+/**
+ * A task's fixtures (docs/tasks.md, "Fresh state per episode for third-party servers (fixtures)"): each
+ * stdio server spec's `fixtures.copy` is resolved against the task file's directory and checked
+ * when the task is read, so that a wrong path is refused with the file, line and field before any
+ * episode runs; `{fixture}` without `fixtures` is refused too. The copying itself is per connection,
+ * in src/tools/fixtures.ts: the environment connects a stdio server once per episode.
+ *
+ * Returns the task with every stdio server's `fixtures.copy` made absolute (relative ones against
+ * `baseDir`), or the first problem with its field (`servers.fs.fixtures.copy`).
+ */
+export function resolveTaskFixtures(task: Task, baseDir: string): { task: Task; problem?: { field: string; reason: string } } {
+  let servers: Task['servers'] | undefined;
+  for (const [alias, ref] of Object.entries(task.servers)) {
+    if (typeof ref === 'string' || ref.transport !== 'stdio') continue;
+    const { spec, problem } = checkFixtures(ref as StdioSpec, baseDir);
+    if (problem) return { task, problem: { field: `servers.${alias}.${problem.field}`, reason: problem.reason } };
+    if (spec !== ref) (servers ??= { ...task.servers })[alias] = spec;
+  }
+  return { task: servers ? { ...task, servers } : task };
 }

@@ -15,46 +15,13 @@
  */
 import { join } from 'node:path';
 import pLimit from 'p-limit';
-import { CountedRandom } from '../../lib/index.ts';
 import { makeChatModel } from '../agents/index.ts';
 import { applyRuler, JudgeError, rollout, type ChatModel, type Environment, type Policy, type RulerOptions, type Task, type Trajectory } from '../env/index.ts';
 import { isZeroVariance } from './advantages.ts';
 import { overlongPenalty, type KeptGroup } from './batch.ts';
 import type { TrainConfig } from './config.ts';
 import type { Curriculum } from './curriculum.ts';
-
-/** Draws train tasks with a seeded generator that can be replayed to any point (resume, rollback). */
-export class TaskSampler {
-  private readonly rng: CountedRandom;
-
-  constructor(
-    private readonly tasks: Task[],
-    seed: number,
-    draws = 0,
-  ) {
-    if (tasks.length === 0) throw new Error('TaskSampler: no tasks to sample from');
-    this.rng = new CountedRandom(seed, draws);
-  }
-
-  /** Draws made so far (recorded with each checkpoint). */
-  get draws(): number {
-    return this.rng.count;
-  }
-
-  /** Replays the generator to `draws` draws from its start. */
-  seek(draws: number): void {
-    this.rng.seek(draws);
-  }
-
-  draw(): Task {
-    return this.tasks[Math.floor(this.random() * this.tasks.length)]!;
-  }
-
-  /** One number of the generator, in [0, 1), counted as a draw (the curriculum draws with these). */
-  random(): number {
-    return this.rng.next();
-  }
-}
+import { drawDistinct, type TaskSampler } from './sampler.ts';
 
 export interface CollectOptions {
   env: Environment;
@@ -117,85 +84,87 @@ export function withoutSignal(trajectories: Trajectory[], on: 'outcome' | 'rewar
   return trajectories.every((t) => t.success) || trajectories.every((t) => !t.success);
 }
 
-/**
- * `need` distinct tasks from `draw` (the sampler, or the curriculum over it): a task drawn twice is
- * drawn again, so that a step trains on tasks_per_step groups, not fewer. Bounded: a pool with
- * fewer distinct tasks than `need` gives what it has after `maxDraws` draws.
- */
-export function drawDistinct<T extends { id: string }>(need: number, draw: () => T, maxDraws = 20 * need): T[] {
-  const out = new Map<string, T>();
-  for (let n = 0; out.size < need && n < maxDraws; n++) {
-    const t = draw();
-    if (!out.has(t.id)) out.set(t.id, t);
-  }
-  return [...out.values()];
+/** What the score stage did to a round's groups: the judge's calls, and the groups it failed on. */
+interface Scored {
+  judgeCalls: number;
+  judgeCached: number;
+  /** Groups the judge failed on (dropped by the filter, never trained on a made-up score). */
+  judgeFailed: Set<string>;
+  judgeError?: string;
 }
 
+/**
+ * Stage 3, score: RULER's judge (when the run has one) rescores each group with at least two
+ * finished episodes, then DAPO's overlong shaping is added to every trajectory's reward.
+ */
+export async function scoreGroups(groups: { group_id: string; trajectories: Trajectory[] }[], o: Pick<CollectOptions, 'judge' | 'overlong' | 'signal'>): Promise<Scored> {
+  const out: Scored = { judgeCalls: 0, judgeCached: 0, judgeFailed: new Set() };
+  if (o.judge) {
+    const j = o.judge;
+    const limit = pLimit(Math.max(1, j.concurrency ?? 4));
+    await Promise.all(
+      groups
+        .filter((g) => g.trajectories.length >= 2)
+        .map((g) =>
+          limit(async () => {
+            if (o.signal?.aborted) return;
+            try {
+              const a = await applyRuler(g.trajectories, j.model, { ...j.options, signal: j.options.signal ?? o.signal });
+              out.judgeCalls += a.calls;
+              out.judgeCached += a.cached;
+            } catch (err) {
+              if (!(err instanceof JudgeError)) throw err;
+              out.judgeCalls += err.calls; // the failed requests were made (and paid for) too
+              out.judgeCached += err.cached;
+              out.judgeFailed.add(g.group_id);
+              out.judgeError ??= `${g.group_id}: ${err.message}`;
+            }
+          }),
+        ),
+    );
+  }
+  for (const g of groups) for (const t of g.trajectories) shapeOverlong(t, o.overlong.max, o.overlong.cache);
+  return out;
+}
+
+/** Why the filter stage dropped a group, or undefined when it keeps it. */
+export function dropReason(g: { group_id: string; trajectories: Trajectory[] }, judgeFailed: Set<string>, o: Pick<CollectOptions, 'dynamicSampling' | 'dynamicSamplingOn'>): 'too_few' | 'judge' | 'no_signal' | undefined {
+  // Episodes that a tool server's failure ended (finish 'error') are counted in the metrics,
+  // not learned from: the policy did nothing wrong in them.
+  if (g.trajectories.length < 2) return 'too_few';
+  if (judgeFailed.has(g.group_id)) return 'judge';
+  if (o.dynamicSampling && withoutSignal(g.trajectories, o.dynamicSamplingOn)) return 'no_signal';
+  return undefined;
+}
+
+/**
+ * A step's groups, round after round of the first four stages: sample tasks (sampler.ts) ->
+ * roll out -> score -> filter (dynamic sampling), until tasks_per_step groups are kept or the cap
+ * of rounds is hit.
+ */
 export async function collectGroups(o: CollectOptions): Promise<Collected> {
   const t0 = performance.now();
-  const kept: KeptGroup[] = [];
-  const trajectories: Trajectory[] = [];
-  let groupsSeen = 0;
-  let droppedNoSignal = 0;
-  let droppedTooFew = 0;
-  let droppedJudge = 0;
-  let judgeError: string | undefined;
-  let judgeCalls = 0;
-  let judgeCached = 0;
-  let rounds = 0;
+  const out: Collected = { kept: [], trajectories: [], groupsSeen: 0, droppedNoSignal: 0, droppedTooFew: 0, droppedJudge: 0, judgeCalls: 0, judgeCached: 0, rounds: 0, full: false, seconds: 0 };
   const maxRounds = o.dynamicSampling ? 1 + o.maxResampleRounds : 1;
-  while (rounds < maxRounds && kept.length < o.tasksPerStep && !o.signal?.aborted) {
-    const need = o.tasksPerStep - kept.length;
-    const unique = drawDistinct(need, () => (o.curriculum ? o.curriculum.draw(o.sampler, o.step) : o.sampler.draw()));
-    const r = await rollout(o.env, o.policy, unique, { group: o.group, concurrency: o.concurrency, iteration: `train.${o.step}.${rounds}`, signal: o.signal });
-    rounds++;
-    const judgeFailed = new Set<string>();
-    if (o.judge) {
-      const j = o.judge;
-      const limit = pLimit(Math.max(1, j.concurrency ?? 4));
-      await Promise.all(
-        r.groups
-          .filter((g) => g.trajectories.length >= 2)
-          .map((g) =>
-            limit(async () => {
-              if (o.signal?.aborted) return;
-              try {
-                const a = await applyRuler(g.trajectories, j.model, { ...j.options, signal: j.options.signal ?? o.signal });
-                judgeCalls += a.calls;
-                judgeCached += a.cached;
-              } catch (err) {
-                if (!(err instanceof JudgeError)) throw err;
-                judgeCalls += err.calls; // the failed requests were made (and paid for) too
-                judgeCached += err.cached;
-                judgeFailed.add(g.group_id);
-                judgeError ??= `${g.group_id}: ${err.message}`;
-              }
-            }),
-          ),
-      );
-    }
-    for (const t of r.trajectories) shapeOverlong(t, o.overlong.max, o.overlong.cache);
-    trajectories.push(...r.trajectories);
+  while (out.rounds < maxRounds && out.kept.length < o.tasksPerStep && !o.signal?.aborted) {
+    const tasks = drawDistinct(o.tasksPerStep - out.kept.length, () => (o.curriculum ? o.curriculum.draw(o.sampler, o.step) : o.sampler.draw()));
+    const r = await rollout(o.env, o.policy, tasks, { group: o.group, concurrency: o.concurrency, iteration: `train.${o.step}.${out.rounds}`, signal: o.signal });
+    out.rounds++;
+    const scored = await scoreGroups(r.groups, o);
+    out.judgeCalls += scored.judgeCalls;
+    out.judgeCached += scored.judgeCached;
+    out.judgeError ??= scored.judgeError;
+    out.trajectories.push(...r.trajectories);
     for (const g of r.groups) {
-      groupsSeen++;
-      // Episodes that a tool server's failure ended (finish 'error') are counted in the metrics,
-      // not learned from: the policy did nothing wrong in them.
-      if (g.trajectories.length < 2) {
-        droppedTooFew++;
-        continue;
-      }
-      if (judgeFailed.has(g.group_id)) {
-        droppedJudge++;
-        continue;
-      }
-      if (o.dynamicSampling && withoutSignal(g.trajectories, o.dynamicSamplingOn)) {
-        droppedNoSignal++;
-        continue;
-      }
-      kept.push({ group_id: g.group_id, trajectories: g.trajectories });
+      out.groupsSeen++;
+      const why = dropReason(g, scored.judgeFailed, o);
+      if (why === 'too_few') out.droppedTooFew++;
+      else if (why === 'judge') out.droppedJudge++;
+      else if (why === 'no_signal') out.droppedNoSignal++;
+      else out.kept.push({ group_id: g.group_id, trajectories: g.trajectories });
     }
   }
-  return { kept, trajectories, groupsSeen, droppedNoSignal, droppedTooFew, droppedJudge, judgeError, judgeCalls, judgeCached, rounds, full: kept.length >= o.tasksPerStep, seconds: (performance.now() - t0) / 1000 };
+  return { ...out, full: out.kept.length >= o.tasksPerStep, seconds: (performance.now() - t0) / 1000 };
 }
 
 /**

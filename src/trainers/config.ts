@@ -11,13 +11,10 @@ import { z } from 'zod';
 import { join } from 'node:path';
 import { availableParallelism } from 'node:os';
 import { BUNDLED_MODEL_DIR } from '../paths.ts';
-import { isHfModelDir } from './learner-client.ts';
+import { isHfModelDir } from '../agents/index.ts';
 import { LearnerConfigSchema, type LearnerConfigInput } from './protocol.ts';
-import { composerWeightsSchema } from '../env/rewards.ts';
-import { FaultSpecError, parseFaults } from '../env/index.ts';
-import { CURRICULUM_MODES, parseSchedule } from './curriculum.ts';
-import { parseReportTo } from './trackers.ts';
-import { REPLAY_PRIORITIES } from './replay.ts';
+import { composerWeightsSchema, FaultSpecError, parseFaults } from '../env/index.ts';
+import { CURRICULUM_MODES, parseReportTo, parseSchedule, REPLAY_PRIORITIES } from './options.ts';
 
 /** The learner's off-policy corrections (its is_correction field). */
 const IS_CORRECTIONS = LearnerConfigSchema.shape.is_correction.unwrap().options;

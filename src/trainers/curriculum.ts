@@ -24,10 +24,9 @@
  * that step's checkpoint, so `--resume` draws what an uninterrupted run draws.
  */
 import type { Task, Trajectory } from '../env/index.ts';
-import type { TaskSampler } from './collect.ts';
+import { parseSchedule, type CurriculumMode } from './options.ts';
+import type { TaskSampler } from './sampler.ts';
 
-export const CURRICULUM_MODES = ['off', 'adaptive', 'schedule'] as const;
-export type CurriculumMode = (typeof CURRICULUM_MODES)[number];
 
 export interface CurriculumOptions {
   mode: CurriculumMode;
@@ -68,25 +67,6 @@ export function suiteOf(t: Pick<Task, 'id' | 'family'>): string {
   return i > 0 ? t.id.slice(0, i) : '(tasks)';
 }
 
-/** Parses a schedule, `difficulty:from_step,...` (e.g. "1:0,2:10,3:25"); errors name the field. */
-export function parseSchedule(text: string): { difficulty: number; from: number }[] {
-  const entries = text
-    .split(',')
-    .map((s) => s.trim())
-    .filter(Boolean)
-    .map((s) => {
-      const m = /^(\d+):(\d+)$/.exec(s);
-      if (!m) throw new Error(`curriculum_schedule: '${s}' is not difficulty:from_step (e.g. "1:0,2:10,3:25")`);
-      const difficulty = Number(m[1]);
-      if (difficulty < 1 || difficulty > 5) throw new Error(`curriculum_schedule: difficulty ${difficulty} in '${s}' is not in 1..5`);
-      return { difficulty, from: Number(m[2]) };
-    });
-  if (entries.length === 0) throw new Error('curriculum_schedule: empty; give difficulty:from_step entries (e.g. "1:0,2:10,3:25") with curriculum schedule');
-  for (let i = 1; i < entries.length; i++) {
-    if (entries[i]!.from <= entries[i - 1]!.from) throw new Error(`curriculum_schedule: from_step must increase (${entries[i - 1]!.from} then ${entries[i]!.from})`);
-  }
-  return entries;
-}
 
 export class Curriculum {
   readonly suites: string[];

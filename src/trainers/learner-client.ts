@@ -38,7 +38,7 @@ export function learnerPython(o: { hf?: boolean } = {}): string {
   return existsSync('/usr/bin/python3') ? '/usr/bin/python3' : 'python3';
 }
 
-export { isHfModelDir } from '../agents/model-config.ts';
+export { isHfModelDir } from '../agents/index.ts';
 
 export class LearnerError extends Error {}
 

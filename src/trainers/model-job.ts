@@ -20,7 +20,8 @@ import { assertSomeEpisodeRan, Environment, readTrajectories, rollout, type Task
 import { Interrupted, pairedDifference, summarizeEpisodes, taskRates } from '../../lib/index.ts';
 import { resolveConfig, type TrainConfigInput } from './config.ts';
 import { ensureHfOnnx } from './hf-onnx.ts';
-import { finalEval, train, trainingTasks } from './loop.ts';
+import { finalEval, train } from './loop.ts';
+import { trainingTasks } from './run-context.ts';
 import { runSft } from './sft.ts';
 
 export interface ModelJobConfig {

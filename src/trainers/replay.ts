@@ -17,9 +17,8 @@
 import { CountedRandom } from '../../lib/index.ts';
 import { groupAdvantages, isZeroVariance } from './advantages.ts';
 import type { KeptGroup } from './batch.ts';
+import type { ReplayPriority } from './options.ts';
 
-export const REPLAY_PRIORITIES = ['uniform', 'advantage'] as const;
-export type ReplayPriority = (typeof REPLAY_PRIORITIES)[number];
 
 export interface ReplayOptions {
   /** The share of a step's groups drawn from the buffer. */

@@ -13,23 +13,12 @@ import { StartFailure } from '../../lib/index.ts';
 import { LEARNER_DIR } from '../paths.ts';
 import type { Trajectory } from '../env/index.ts';
 import { learnerPython } from './learner-client.ts';
+import type { TrackerName } from './options.ts';
 
-export const TRACKERS = ['wandb', 'tensorboard', 'mlflow'] as const;
-export type TrackerName = (typeof TRACKERS)[number];
 /** The module each tracker needs in the venv. */
 const MODULES: Record<TrackerName, string> = { wandb: 'wandb', tensorboard: 'tensorboard', mlflow: 'mlflow' };
 export const TRACKERS_LOCK = join(LEARNER_DIR, 'requirements-trackers.lock');
 
-/** `wandb,tensorboard` -> the names, checked; '' or 'none' -> none. */
-export function parseReportTo(spec: string | undefined): TrackerName[] {
-  const names = (spec ?? '')
-    .split(',')
-    .map((s) => s.trim())
-    .filter((s) => s && s !== 'none');
-  const bad = names.filter((n) => !(TRACKERS as readonly string[]).includes(n));
-  if (bad.length) throw new Error(`report_to: unknown tracker ${bad.map((b) => `'${b}'`).join(', ')} (known: ${TRACKERS.join(', ')}; comma-separated)`);
-  return [...new Set(names)] as TrackerName[];
-}
 
 /** Installs the trackers' packages into the learner's venv when one is missing; returns the venv's Python. */
 export function ensureTrackerPackages(names: TrackerName[], log: (line: string) => void = () => {}): string {

@@ -21,13 +21,13 @@ import {
   runBench,
   schemaValidator,
   sendAndClassify,
-  splitCommandLine,
   taskStats,
   writeRisk,
   type BenchReport,
   type FuzzOptions,
   type ToolLoad,
 } from '../../src/bench/index.ts';
+import { splitCommandLine } from '../../lib/index.ts';
 import { ExpertPolicy, RandomPolicy } from '../../src/agents/index.ts';
 import { generateSuite } from '../../src/env/suites/index.ts';
 import type { Trajectory } from '../../src/env/index.ts';

@@ -6,8 +6,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { splitStale, stalenessOf, StepPipeline, VersionSteps } from '../../src/trainers/pipeline.ts';
-import { evalFigures, noSignalReason } from '../../src/trainers/loop.ts';
-import { drawDistinct } from '../../src/trainers/collect.ts';
+import { drawDistinct, evalFigures, noSignalReason } from '../../src/trainers/index.ts';
 import type { Trajectory } from '../../src/env/index.ts';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

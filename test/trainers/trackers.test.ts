@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { BUNDLED_MODEL_DIR, PACKAGE_ROOT } from '../../src/paths.ts';
-import { parseReportTo } from '../../src/trainers/trackers.ts';
+import { parseReportTo } from '../../src/trainers/options.ts';
 import { runCli } from '../helpers.ts';
 
 const VENV = join(PACKAGE_ROOT, '.venv', 'bin', 'python');

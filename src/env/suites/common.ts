@@ -4,7 +4,7 @@
  * and the loop that draws a suite's tasks from its sampler.
  */
 import type { z } from 'zod';
-import { fnv1a, SeededRandom } from '../../../lib/index.ts';
+import { fnv1a, SeededRandom, stableJson } from '../../../lib/index.ts';
 import { bundledServers } from '../../../servers/index.ts';
 import { defineTask, type MatcherSchema, type Task, type TaskCall, type TaskInput } from '../task.ts';
 
@@ -27,18 +27,9 @@ export function splitOf(keys: readonly string[]): Split | undefined {
   return splits.size === 1 ? [...splits][0] : undefined;
 }
 
-/** A JSON text with object keys sorted: the canonical key of a task's `params`. */
-export function canonicalJson(value: unknown): string {
-  if (value === null || typeof value !== 'object') return JSON.stringify(value);
-  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(',')}]`;
-  const entries = Object.entries(value as Record<string, unknown>).filter(([, v]) => v !== undefined);
-  entries.sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
-  return `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${canonicalJson(v)}`).join(',')}}`;
-}
-
 /** The canonical key of a task (what the split disjointness is about). */
 export function paramsKey(task: Pick<Task, 'family' | 'params'>): string {
-  return canonicalJson({ family: task.family ?? null, params: task.params ?? null });
+  return stableJson({ family: task.family ?? null, params: task.params ?? null });
 }
 
 
@@ -87,7 +78,7 @@ export function drawTasks(suite: string, split: Split, count: number, seed: numb
     for (let attempt = 0; attempt < MAX_ATTEMPTS && !chosen; attempt++) {
       const c = sampler(rng, difficulty, split);
       if (!c) continue;
-      const keys = c.splitKeys ?? [canonicalJson({ family: c.family, params: c.params })];
+      const keys = c.splitKeys ?? [stableJson({ family: c.family, params: c.params })];
       if (splitOf(keys) !== split) continue;
       const key = paramsKey(c);
       if (seen.has(key)) fallback ??= c;

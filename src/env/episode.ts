@@ -1,0 +1,397 @@
+/**
+ * One episode, stage by stage (Environment.runEpisode composes them): open the task's servers and
+ * list their tools -> run the task's setup calls -> turns (the policy acts; its tool calls are
+ * executed over MCP) -> the checks -> the reward -> release the servers -> the trajectory.
+ * Nothing a policy or a server does escapes as an exception: every failure becomes a message the
+ * agent reads, or marks the episode failed (`fail`), with its cause and kind.
+ */
+import { randomUUID } from 'node:crypto';
+import type { Backend } from '../../servers/index.ts';
+import { FixtureError, resultText, type ServerSurface, type ToolClient, type ToolInfo, type ToolResult } from '../tools/index.ts';
+import { runChecks, solved, stateCallFault, taskProblem } from './checks.ts';
+import { EpisodeFaults, type FaultMark, type FaultOptions } from './faults.ts';
+import { LIVE_TAPE, type ToolTape } from './recording.ts';
+import type { RewardConfig, RewardFn, RewardResult } from './rewards.ts';
+import { openingMessages, type ServerRef, type Task, type TaskCall } from './task.ts';
+import type { AgentTool, ChatMessage, CheckResult, ErrorKind, Policy, PolicyAction, ToolStep, Trajectory, Turn } from './types.ts';
+
+export interface EpisodeOptions {
+  groupId?: string;
+  sample?: number;
+  runId?: string;
+  signal?: AbortSignal;
+}
+
+/** A connected server, as the environment holds it. */
+export interface Connected {
+  client: ToolClient;
+  /** For bundled in-process servers: releases an episode's state. */
+  backend?: Backend<unknown>;
+  /** A server connected for one episode only (closed after it). */
+  perEpisode: boolean;
+  /** A shared HTTP server that does not declare per-episode state: its episodes in flight, and whether it was warned about. */
+  unisolated?: { url: string; inFlight: number; warned: boolean };
+}
+
+/** What an episode needs of its environment. */
+export interface EpisodeHost {
+  /** Timeout of each tool call (ms), characters of a result shown to the agent, and the faults injected. */
+  timeoutMs: number;
+  maxChars: number;
+  faults?: FaultOptions;
+  tape?: ToolTape;
+  reward: { name: string; fn: RewardFn };
+  rewards: RewardConfig;
+  /** The connected server of a reference (shared, or started for this episode). */
+  server(ref: ServerRef): Promise<Connected>;
+  /** An episode starts on a server (the environment warns about shared servers without per-episode state). */
+  enter(s: Connected): void;
+  surfaceOf(tools: ToolInfo[]): ServerSurface;
+}
+
+/** The names the agent sees: a tool's own name, or `server_tool` where two servers share a name. */
+export function agentTools(listed: { server: string; tools: { name: string; description?: string; inputSchema: Record<string, unknown> }[] }[]): AgentTool[] {
+  const count = new Map<string, number>();
+  for (const s of listed) for (const t of s.tools) count.set(t.name, (count.get(t.name) ?? 0) + 1);
+  return listed.flatMap((s) =>
+    s.tools.map((t) => ({
+      name: (count.get(t.name) ?? 0) > 1 ? `${s.server}_${t.name}` : t.name,
+      description: t.description ?? '',
+      inputSchema: t.inputSchema,
+      server: s.server,
+      tool: t.name,
+    })),
+  );
+}
+
+/** An episode's failure whose message is already its whole story. */
+class EpisodeError extends Error {}
+class PolicyError extends EpisodeError {}
+/** A tool server could not be reached, or failed during the setup or the checks. */
+class ServerError extends EpisodeError {}
+/** A tool server could not be started or connected to at the episode's start. */
+class StartError extends ServerError {}
+/** The task itself is broken: a setup call or a check that cannot run. */
+class TaskError extends EpisodeError {}
+
+export class Episode {
+  private readonly startedAt = new Date();
+  private readonly t0 = performance.now();
+  readonly id: string;
+  /** The same in every run (no random part): what a seeded policy may derive its randomness from. */
+  readonly key: string;
+  private readonly messages: ChatMessage[];
+  private readonly turns: Turn[] = [];
+  private readonly calls: { server?: string; tool?: string; arguments: unknown; isError: boolean }[] = [];
+  private answer: string | null = null;
+  private finish: Trajectory['finish'] = 'max_turns';
+  private error?: string;
+  private taskError = false;
+  private errorKind?: ErrorKind;
+  private policyMs = 0;
+  private toolMs = 0;
+  private tools: AgentTool[] = [];
+  private byName = new Map<string, AgentTool>();
+  private surface?: Record<string, string>;
+  private readonly servers = new Map<string, Connected>();
+  private readonly entered = new Set<Connected>();
+  /** Faults sit between the agent and its servers only: setup calls and state checks go through callOn directly. */
+  private readonly faults?: EpisodeFaults;
+  private readonly tape: ReturnType<ToolTape['episode']>;
+  private checks: CheckResult[] = [];
+  private scored: RewardResult = { reward: 0, parts: {} };
+  /** The messages the policy has not seen yet (its last turn's tool results). */
+  private newMessages: ChatMessage[];
+
+  constructor(
+    private readonly host: EpisodeHost,
+    private readonly task: Task,
+    private readonly policy: Policy,
+    private readonly options: EpisodeOptions,
+  ) {
+    this.id = `${options.runId ?? 'run'}:${task.id}:${options.sample ?? 0}:${randomUUID().slice(0, 8)}`;
+    this.key = `${options.groupId ?? task.id}#${options.sample ?? 0}`;
+    this.messages = openingMessages(task).map((m) => ({ ...m }));
+    this.newMessages = [...this.messages];
+    this.faults = host.faults ? new EpisodeFaults(host.faults, this.key) : undefined;
+    // Recorded, or replayed without any server (src/env/recording.ts).
+    // An episode with faults is recorded apart from the same episode without (eval --faults runs both):
+    // its sabotaged calls never reached the server, so its tape cannot serve the other.
+    this.tape = host.tape?.episode(this.faults ? `${this.key}+faults` : this.key, this.id) ?? LIVE_TAPE;
+  }
+
+  private callOn(alias: string, tool: string, args: Record<string, unknown>): Promise<ToolResult> {
+    const s = this.servers.get(alias);
+    if (!s && !(this.tape.replaying && Object.hasOwn(this.task.servers, alias))) return Promise.resolve({ content: [{ type: 'text', text: `No server '${alias}' in this task` }], isError: true, ms: 0, errorKind: 'unknown_tool' });
+    return this.tape.call(alias, tool, args, () => s!.client.call({ name: tool, arguments: args }, { timeoutMs: this.host.timeoutMs, episode: this.id, signal: this.options.signal }));
+  }
+
+  private stateCall = (c: TaskCall): Promise<ToolResult> => this.callOn(c.server, c.tool, c.arguments as Record<string, unknown>);
+
+  /** Stage 1: the task's servers, connected (or replayed), and the tools the agent sees; a task naming tools its servers lack is broken. */
+  async openServers(): Promise<void> {
+    const listed: { server: string; tools: ToolInfo[] }[] = [];
+    for (const [alias, ref] of Object.entries(this.task.servers)) {
+      if (this.tape.replaying) {
+        listed.push({ server: alias, tools: await this.tape.listTools(alias, () => Promise.reject(new Error('replaying'))) });
+        continue;
+      }
+      try {
+        const s = await this.host.server(ref);
+        this.servers.set(alias, s);
+        if (!this.entered.has(s)) {
+          this.entered.add(s);
+          this.host.enter(s);
+        }
+        listed.push({ server: alias, tools: await this.tape.listTools(alias, () => s.client.listTools()) });
+      } catch (err) {
+        // A fixture that cannot be made (its copy gone since the task was read) is the task's fault.
+        if (err instanceof FixtureError) throw new TaskError(`servers.${alias}.${err.field}: ${err.reason}`);
+        throw new StartError(`a tool server failed: ${(err as Error).message}`);
+      }
+    }
+    this.tools = agentTools(listed);
+    if (this.faults) this.tools = this.faults.withDistractors(this.tools, listed);
+    this.surface = Object.fromEntries(listed.map((l) => [l.server, this.host.surfaceOf(l.tools).hash]));
+    this.byName = new Map(this.tools.map((t) => [t.name, t]));
+    // A task that names tools its servers do not have, or paths their results cannot have, is broken.
+    const problem = taskProblem(this.task, new Map(listed.map((l) => [l.server, l.tools])));
+    if (problem) throw new TaskError(problem);
+  }
+
+  /** Stage 2: the starting state, by the task's setup calls. */
+  async setUp(): Promise<void> {
+    for (const [i, c] of this.task.setup.entries()) {
+      const r = await this.stateCall(c);
+      if (r.isError) {
+        const message = `setup call ${i} (${c.server}.${c.tool}) failed: ${resultText(r).slice(0, 300)}`;
+        // The setup is the task's own: a call its server refuses is the task's fault, a server that fails is not.
+        throw stateCallFault(r.errorKind) === 'server' ? new ServerError(message) : new TaskError(message);
+      }
+    }
+  }
+
+  /** Stage 3: the turns, until the policy answers or max_turns; a server that crashed during them fails the episode. */
+  async runTurns(): Promise<void> {
+    for (let turn = 0; turn < this.task.max_turns; turn++) if (await this.turn(turn)) break;
+    const crashed = this.turns.flatMap((t) => t.tool_results).find((s) => s.errorKind === 'crashed' || s.errorKind === 'closed');
+    if (crashed) {
+      this.finish = 'error';
+      this.errorKind = 'server';
+      this.error = `a tool server failed during the episode: ${crashed.text.slice(0, 200)}`;
+    }
+  }
+
+  /** One turn: the policy acts, then its tool calls run. True when the policy answered (no tool call, no parse error). */
+  private async turn(turn: number): Promise<boolean> {
+    const { policy, options } = this;
+    if (options.signal?.aborted) throw new Error('the episode was cancelled');
+    const p0 = performance.now();
+    const versionBefore = policy.version; // the weights this turn is sampled with, unless the action says
+    let action: PolicyAction;
+    try {
+      action = await policy.act({ task: this.task, messages: [...this.messages], tools: this.tools, turn, newMessages: this.newMessages, episodeId: this.id, episodeKey: this.key }, options.signal);
+    } catch (err) {
+      throw new PolicyError(`the policy failed: ${(err as Error).message}`);
+    }
+    const pms = performance.now() - p0;
+    this.policyMs += pms;
+    this.newMessages = [];
+    const proposed = action.toolCalls ?? [];
+    const record = turnRecord(action, pms, versionBefore);
+    this.turns.push(record);
+
+    if (proposed.length === 0 && !action.parseError) {
+      this.messages.push({ role: 'assistant', content: action.content });
+      this.answer = action.content;
+      this.finish = 'answer';
+      return true;
+    }
+
+    const withIds = proposed.map((c, i) => ({ ...c, id: c.id ?? `call_${turn}_${i}` }));
+    this.messages.push({
+      role: 'assistant',
+      content: action.content,
+      ...(withIds.length
+        ? { tool_calls: withIds.map((c) => ({ id: c.id, type: 'function' as const, function: { name: c.name, arguments: typeof c.arguments === 'string' ? c.arguments : JSON.stringify(c.arguments) } })) }
+        : {}),
+    });
+    if (action.parseError) this.tell({ role: 'tool', tool_call_id: `invalid_${turn}`, name: 'error', content: `Error: ${action.parseError}` });
+    for (const c of withIds) await this.toolCall(c, record);
+    return false;
+  }
+
+  /** A message the agent reads next turn. */
+  private tell(m: ChatMessage): void {
+    this.messages.push(m);
+    this.newMessages.push(m);
+  }
+
+  /** One of the agent's tool calls: its arguments parsed, the tool found, the call made (through the faults, if any), its result recorded and told. */
+  private async toolCall(c: { id: string; name: string; arguments: string | Record<string, unknown> }, record: Turn): Promise<void> {
+    const target = this.byName.get(c.name);
+    let args: Record<string, unknown> | undefined;
+    let result: ToolResult | undefined;
+    let fault: FaultMark | undefined;
+    if (typeof c.arguments === 'string') {
+      try {
+        const parsed: unknown = c.arguments.trim() === '' ? {} : JSON.parse(c.arguments);
+        if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) throw new Error('expected a JSON object');
+        args = parsed as Record<string, unknown>;
+      } catch (err) {
+        args = undefined;
+        result = { content: [{ type: 'text', text: `Invalid arguments for tool '${c.name}': not a JSON object (${(err as Error).message})` }], isError: true, ms: 0, errorKind: 'invalid_arguments' };
+      }
+    } else {
+      args = c.arguments;
+    }
+    if (!target) {
+      result = { content: [{ type: 'text', text: `Unknown tool '${c.name}'. Available tools: ${this.tools.map((t) => t.name).join(', ')}` }], isError: true, ms: 0, errorKind: 'unknown_tool' };
+    } else if (args !== undefined) {
+      const a = args;
+      if (this.faults) ({ result, fault } = await this.faults.call(target, a, () => this.callOn(target.server, target.tool, a), { timeoutMs: this.host.timeoutMs, signal: this.options.signal }));
+      else result = await this.callOn(target.server, target.tool, args);
+    }
+    const r = result!;
+    this.toolMs += r.ms;
+    const text = resultText(r);
+    const maxChars = this.host.maxChars;
+    const step: ToolStep = {
+      id: c.id,
+      name: c.name,
+      server: target?.server,
+      tool: target?.tool,
+      arguments: args ?? c.arguments,
+      isError: r.isError,
+      ...(r.errorKind ? { errorKind: r.errorKind } : {}),
+      ms: r.ms,
+      text: text.length > maxChars ? text.slice(0, maxChars) + ` ...[${text.length - maxChars} more characters]` : text,
+      ...(r.structured !== undefined ? { structured: r.structured } : {}),
+      ...(fault ? { fault } : {}),
+    };
+    record.action.tool_calls.push({ id: c.id, name: c.name, arguments: step.arguments });
+    record.tool_results.push(step);
+    this.calls.push({ server: target?.server, tool: target?.tool, arguments: args, isError: step.isError });
+    this.tell({ role: 'tool', tool_call_id: c.id, name: c.name, content: step.text, ...(step.isError ? { is_error: true } : {}) });
+  }
+
+  /** The episode failed (anything thrown by stages 1-3): its kind and cause. */
+  fail(err: unknown): void {
+    this.finish = 'error';
+    this.taskError = err instanceof TaskError;
+    this.errorKind = err instanceof StartError ? 'server_start' : err instanceof TaskError ? 'task' : err instanceof PolicyError ? 'policy' : err instanceof ServerError ? 'server' : 'other';
+    this.error = err instanceof EpisodeError ? err.message : `the episode failed: ${(err as Error).message}`;
+  }
+
+  /** Stage 4: the task's checks (none run for a failed episode); a check that cannot run fails the episode; so does a replay that lacked a call. */
+  async check(): Promise<void> {
+    const task = this.task;
+    if (this.finish === 'error') {
+      this.checks = task.checks.map((c) => ({ kind: c.kind, weight: c.weight, score: 0, detail: 'not checked: the episode failed' }));
+    } else {
+      this.checks = await runChecks(task, { answer: this.answer, calls: this.calls }, this.stateCall);
+      // A check that could not run says nothing about the agent: the episode failed (the task's fault, or its server's).
+      const taskFault = this.checks.findIndex((c) => c.error === 'task');
+      const broken = taskFault >= 0 ? taskFault : this.checks.findIndex((c) => c.error === 'server');
+      if (broken >= 0) {
+        const c = this.checks[broken]!;
+        this.finish = 'error';
+        this.taskError = c.error === 'task';
+        this.errorKind = this.taskError ? 'task' : 'server';
+        this.error = this.taskError ? `checks[${broken}] (${c.kind}) cannot run: ${c.detail}` : `a tool server failed during the checks: checks[${broken}] (${c.kind}): ${c.detail}`;
+      }
+    }
+    // A replay that lacks a call fails the episode with that call, wherever it was made (setup, turn, check).
+    if (this.tape.miss) {
+      this.finish = 'error';
+      this.taskError = false;
+      this.errorKind = 'replay';
+      this.error = this.tape.miss;
+    }
+  }
+
+  /** Stage 5: the reward (a failed episode is scored 0, with no parts: none of them was earned or lost by the agent); a reward that throws or gives no finite number fails the episode. */
+  async score(): Promise<void> {
+    if (this.finish !== 'error') {
+      try {
+        this.scored = await this.host.reward.fn({ task: this.task, turns: this.turns, answer: this.answer, checks: this.checks, solved: solved(this.checks), weights: this.host.rewards });
+        if (!Number.isFinite(this.scored?.reward)) throw new Error(`it returned the reward ${String(this.scored?.reward)} (a finite number is needed)`);
+      } catch (err) {
+        this.finish = 'error';
+        this.errorKind = 'reward';
+        this.error = `the reward '${this.host.reward.name}' failed: ${(err as Error).message}`;
+        this.scored = { reward: 0, parts: {} };
+      }
+    }
+    this.turns.forEach((t, i) => (t.step_reward = this.scored.stepRewards?.[i] ?? 0));
+  }
+
+  /** Stage 6: the servers let go: one started for this episode is closed, a bundled one releases the episode's state. */
+  async release(): Promise<void> {
+    for (const s of this.entered) if (s.unisolated) s.unisolated.inFlight--;
+    for (const s of this.servers.values()) {
+      if (s.perEpisode) await s.client.close();
+      else s.backend?.release(this.id);
+    }
+    this.policy.endEpisode?.(this.id);
+  }
+
+  /** Stage 7: the trajectory. */
+  trajectory(): Trajectory {
+    const { task, options, policy, turns, finish, checks, scored, error, taskError, errorKind } = this;
+    const steps = turns.flatMap((t) => t.tool_results);
+    return {
+      id: this.id,
+      ...(options.runId ? { run_id: options.runId } : {}),
+      task_id: task.id,
+      group_id: options.groupId ?? task.id,
+      sample: options.sample ?? 0,
+      split: task.split,
+      difficulty: task.difficulty,
+      ...(task.family ? { family: task.family } : {}),
+      policy: { id: policy.id, ...(policy.version !== undefined ? { version: policy.version } : {}) },
+      tools: this.tools.map((t) => ({ name: t.name, description: t.description, parameters: t.inputSchema, server: t.server, tool: t.tool, ...(t.distractor ? { distractor: true } : {}) })),
+      ...(this.surface ? { tool_surface: this.surface } : {}),
+      messages: this.messages,
+      turns,
+      answer: this.answer,
+      success: finish !== 'error' && solved(checks),
+      reward: scored.reward,
+      reward_parts: scored.parts ?? {},
+      reward_name: this.host.reward.name,
+      checks,
+      metrics: {
+        turns: turns.length,
+        tool_calls: steps.length,
+        tool_errors: steps.filter((s) => s.isError).length,
+        policy_tokens: turns.reduce((s, t) => s + (t.tokens?.length ?? 0), 0),
+        ...(this.faults ? { injected_faults: steps.filter((s) => s.fault !== undefined).length } : {}),
+      },
+      timings: { started_at: this.startedAt.toISOString(), total_ms: performance.now() - this.t0, policy_ms: this.policyMs, tool_ms: this.toolMs },
+      finish,
+      ...(error ? { error } : {}),
+      ...(finish === 'error' && taskError ? { task_error: true } : {}),
+      ...(finish === 'error' && errorKind ? { error_kind: errorKind } : {}),
+    };
+  }
+}
+
+/** A turn's record of the policy's action: its text, tokens, logprobs and what the sampler said of it. */
+function turnRecord(action: PolicyAction, pms: number, versionBefore: string | number | undefined): Turn {
+  return {
+    action: { content: action.content, tool_calls: [] },
+    tool_results: [],
+    step_reward: 0,
+    policy_ms: pms,
+    ...(action.tokens ? { tokens: action.tokens } : {}),
+    ...(action.logprobs ? { logprobs: action.logprobs } : {}),
+    ...(action.envTokens ? { env_tokens: action.envTokens } : {}),
+    ...(action.parseError ? { parse_error: action.parseError } : {}),
+    ...(action.callParse ? { call_parse: action.callParse } : {}),
+    ...(action.text !== undefined ? { text: action.text } : {}),
+    ...(action.usage ? { usage: action.usage } : {}),
+    ...(action.stopReason ? { stop_reason: action.stopReason } : {}),
+    ...(action.tokenDrift ? { token_drift: action.tokenDrift } : {}),
+    ...((action.policyVersion ?? versionBefore) !== undefined ? { policy_version: action.policyVersion ?? versionBefore } : {}),
+  };
+}
