@@ -13,8 +13,8 @@ export default tseslint.config(
     },
   },
   {
-    // mcp-gym view's page: plain browser JavaScript, served as is.
+    // mcp-gym view's page: plain browser JavaScript modules, served as is.
     files: ['src/view/assets/**/*.js'],
-    languageOptions: { sourceType: 'script', globals: { window: 'readonly', document: 'readonly', Node: 'readonly', location: 'readonly', history: 'readonly', localStorage: 'readonly', URLSearchParams: 'readonly', getComputedStyle: 'readonly', requestAnimationFrame: 'readonly' } },
+    languageOptions: { sourceType: 'module', globals: { window: 'readonly', document: 'readonly', Node: 'readonly', location: 'readonly', history: 'readonly', localStorage: 'readonly', URLSearchParams: 'readonly', getComputedStyle: 'readonly', requestAnimationFrame: 'readonly' } },
   },
 );

@@ -1,5 +1,5 @@
 /**
- * The worker thread that runs the `files` server's `search` (started by servers/files.ts; not a
+ * The worker thread that runs the `files` server's `search` (started by servers/files-search.ts; not a
  * module to import). It reads the files it is given and matches each line and each file name,
  * so that neither a large sandbox nor a regular expression that backtracks catastrophically
  * (`(a+)+$` on a long line of `a`s) can block the server's event loop: the server terminates

@@ -1,5 +1,5 @@
 /**
- * The child process that runs the `sql` server's queries (started by servers/sql.ts; not a
+ * The child process that runs the `sql` server's queries (started by servers/sql-runner.ts; not a
  * module to import). It opens the database read-only and answers one query at a time.
  *
  * Why a process and not a worker thread: better-sqlite3 is synchronous, and a thread stuck in
@@ -65,7 +65,7 @@ async function main() {
       Atomics.store(deadline, 0, 0n);
     }
     if (connectionState() !== baseline) {
-      // Unreachable unless servers/sql.ts's screening misses a statement: never reuse this connection.
+      // Unreachable unless servers/sql-screen.ts's screening misses a statement: never reuse this connection.
       send({ id: msg.id, ok: false, kind: 'refused', message: `${REFUSED} a statement that changes the connection's settings`, exiting: true }, () => process.exit(1));
       return;
     }

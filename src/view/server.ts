@@ -53,6 +53,15 @@ const ASSETS: Record<string, string> = {
   '/': 'index.html',
   '/index.html': 'index.html',
   '/app.js': 'app.js',
+  '/bench.js': 'bench.js',
+  '/charts.js': 'charts.js',
+  '/dom.js': 'dom.js',
+  '/evals.js': 'evals.js',
+  '/list.js': 'list.js',
+  '/routing.js': 'routing.js',
+  '/runs.js': 'runs.js',
+  '/state.js': 'state.js',
+  '/trajectories.js': 'trajectories.js',
   '/app.css': 'app.css',
 };
 const TYPES: Record<string, string> = { html: 'text/html; charset=utf-8', js: 'text/javascript; charset=utf-8', css: 'text/css; charset=utf-8' };
@@ -321,11 +330,14 @@ export function handler(o: { roots: string[]; token?: string; host: string; allo
       const asset = ASSETS[url.pathname];
       if (asset) {
         let body = readFileSync(join(ASSETS_DIR, asset), 'utf8');
-        if (asset === 'index.html') {
+        const ext = asset.split('.').at(-1)!;
+        if (ext === 'html' || ext === 'js') {
+          // The page's links and its modules' imports carry the token (a module's import specifiers are
+          // single-quoted strings, so a quote in the token is escaped there too).
           const q = o.token !== undefined ? `?token=${encodeURIComponent(o.token)}` : '';
-          body = body.replaceAll('{{QUERY}}', q);
+          body = body.replaceAll('{{QUERY}}', ext === 'js' ? q.replaceAll("'", '%27') : q);
         }
-        send(res, 200, body, TYPES[asset.split('.').at(-1)!]!);
+        send(res, 200, body, TYPES[ext]!);
         return;
       }
       const parts = url.pathname.split('/').slice(1);
