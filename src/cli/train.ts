@@ -2,7 +2,7 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { isHfModelDir, isModelName, recordedConfig, resolveConfig, train, TrainConfigSchema, type EvalResult, type TrainConfigInput, type TrainResult } from '../trainers/index.ts';
+import { CONFIG_GROUPS, GROUP_OF, isHfModelDir, isModelName, recordedConfig, resolveConfig, train, TrainConfigSchema, type EvalResult, type TrainConfigInput, type TrainResult } from '../trainers/index.ts';
 import { Interrupted } from '../../lib/index.ts';
 import { stopOnSignals } from './signals.ts';
 import { modelJobCommand } from './model-job.ts';
@@ -27,8 +27,11 @@ Run options:
   --record F       record every tool list and call of the run's episodes in F (JSONL; appended with --resume)
   --replay F       serve the episodes' tool traffic from a recording F, starting no server
 
-Config (every field of the training config; booleans also take --no-<flag>):
-${flagsHelp(TRAIN_FLAGS)}
+Config (every field of the training config, by group; booleans also take --no-<flag>; a --config
+file gives them flat or grouped, {"rollout": {"group": 8}, "learner": {"lr": 0.0005}}):
+${Object.keys(CONFIG_GROUPS)
+  .map((g) => `\n ${g}:\n${flagsHelp(TRAIN_FLAGS.filter((f) => GROUP_OF[f.field] === g))}`)
+  .join('\n')}
 `;
 
 /**

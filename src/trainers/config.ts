@@ -3,7 +3,7 @@
  * that order). Its learner half is the contract's LearnerConfigSchema (src/trainers/protocol.ts):
  * one schema gives the types, the validation, the command-line flags of `mcp-gym train` (each
  * field's `.describe()` is its help) and the learner's JSON Schema. Presets are configurations
- * of the one loop (docs/architecture.md, "Presets"): reward, advantage estimator, loss, sampling,
+ * of the one loop (docs/training.md, "Presets"): reward, advantage estimator, loss, sampling,
  * schedule.
  */
 import { existsSync, readFileSync } from 'node:fs';
@@ -115,6 +115,67 @@ export const TrainConfigSchema = z
 export type TrainConfig = z.output<typeof TrainConfigSchema>;
 export type TrainConfigInput = z.input<typeof TrainConfigSchema>;
 
+/**
+ * The config's fields by group, the one place that says which field belongs where: `train --help`
+ * lists the flags under these headings, and a JSON config (`--config FILE`, `resolveConfig`) may
+ * give its fields flat or grouped (`{"rollout": {"group": 8}, "algorithm": {"lr": 5e-4}}`).
+ * test/trainers/config.test.ts checks that every field is in exactly one group.
+ */
+export const CONFIG_GROUPS = {
+  tasks: ['preset', 'suite', 'tasks', 'eval_tasks', 'min_difficulty', 'max_difficulty', 'model', 'seed'],
+  rollout: ['tasks_per_step', 'group', 'concurrency', 'max_new_tokens', 'temperature', 'top_k', 'top_p', 'policy', 'base_url', 'api_key_env', 'sampler_threads', 'bundled_servers', 'faults', 'tool_format'],
+  algorithm: [
+    'reward', 'composer_weights', 'advantage', 'per_turn', 'dynamic_sampling', 'dynamic_sampling_on', 'max_resample_rounds', 'drop_zero_variance', 'overlong_max', 'overlong_cache', 'policy_token_budget',
+    'loss', 'clip_low', 'clip_high', 'dual_clip', 'is_correction', 'is_cap', 'is_min', 'beta', 'entropy_coef', 'ref_reset_every',
+    'gae_gamma', 'gae_lambda', 'gae_level', 'value_coef', 'value_clip', 'whiten_advantages',
+    'judge', 'judge_base_url', 'judge_api_key_env', 'ruler', 'ruler_votes', 'ruler_weight', 'ruler_verifier_weight', 'ruler_rubric',
+  ],
+  learner: [
+    'lr', 'warmup_steps', 'min_lr_ratio', 'weight_decay', 'adam_eps', 'vector_lr_scale', 'epochs', 'minibatch_size', 'micro_batch_size', 'max_grad_norm', 'logit_chunk',
+    'learner', 'learner_token', 'device', 'threads', 'lora_rank', 'lora_alpha', 'lora_dropout', 'lora_targets', 'dtype', 'gradient_checkpointing',
+  ],
+  eval: ['eval_every', 'eval_limit', 'eval_samples'],
+  schedule: [
+    'steps', 'checkpoint_every', 'time_budget_minutes', 'no_signal_patience', 'max_staleness', 'report_to',
+    'curriculum', 'curriculum_share', 'curriculum_low', 'curriculum_high', 'curriculum_window', 'curriculum_start', 'curriculum_schedule',
+    'replay_fraction', 'replay_capacity', 'replay_max_age', 'replay_priority',
+  ],
+} as const satisfies Record<string, readonly (keyof TrainConfig)[]>;
+
+export type ConfigGroup = keyof typeof CONFIG_GROUPS;
+
+/** The group of each field. */
+export const GROUP_OF: Record<string, ConfigGroup> = Object.fromEntries(Object.entries(CONFIG_GROUPS).flatMap(([g, fields]) => fields.map((f) => [f, g as ConfigGroup])));
+
+/**
+ * A config given grouped (`{"rollout": {"group": 8}}`), flat, or both, as the flat fields; a
+ * field in the wrong group, a group that is not an object, or a field given twice is refused,
+ * naming it (`rollout.lr: lr belongs to the learner group`).
+ */
+export function flattenConfig(input: Record<string, unknown>, file?: string, grouped?: Set<string>): Record<string, unknown> {
+  const at = file ? `${file}: ` : '';
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(input)) {
+    if (!(k in CONFIG_GROUPS)) {
+      if (k in out) throw new Error(`${at}${k}: given twice (flat and in its group, ${GROUP_OF[k]})`);
+      out[k] = v;
+      continue;
+    }
+    if (v === null || typeof v !== 'object' || Array.isArray(v)) throw new Error(`${at}${k}: a group of fields (an object), got ${JSON.stringify(v)}`);
+    for (const [f, fv] of Object.entries(v as Record<string, unknown>)) {
+      const g = GROUP_OF[f];
+      if (g !== k) throw new Error(`${at}${k}.${f}: ${g ? `${f} belongs to the ${g} group` : `no such field in the ${k} group (its fields: ${CONFIG_GROUPS[k as ConfigGroup].join(', ')})`}`);
+      if (f in out) throw new Error(`${at}${k}.${f}: given twice (flat and in its group)`);
+      out[f] = fv;
+      grouped?.add(f);
+    }
+  }
+  return out;
+}
+
+/** A grouped config's input: each group's fields, as a JSON config file may give them. */
+export type GroupedConfigInput = { [G in ConfigGroup]?: Partial<Pick<TrainConfigInput, (typeof CONFIG_GROUPS)[G][number]>> };
+
 export const PRESETS: Record<TrainConfig['preset'], Partial<TrainConfigInput>> = {
   grpo: { reward: 'verifier', advantage: 'grpo', loss: 'grpo', clip_low: 0.2, clip_high: 0.2, beta: 0.04 },
   dapo: { reward: 'verifier', advantage: 'grpo', loss: 'dapo', clip_low: 0.2, clip_high: 0.28, beta: 0, dynamic_sampling: true, overlong_max: 160, overlong_cache: 48, entropy_coef: 0 },
@@ -124,11 +185,11 @@ export const PRESETS: Record<TrainConfig['preset'], Partial<TrainConfigInput>> =
   art: { reward: 'art', advantage: 'grpo', loss: 'grpo', clip_low: 0.2, clip_high: 0.2, beta: 0.04 },
   // GRPO on RULER's listwise score combined half and half with the verifier's (needs a judge).
   ruler: { reward: 'verifier', advantage: 'grpo', loss: 'grpo', clip_low: 0.2, clip_high: 0.2, beta: 0.04, ruler: 'listwise', ruler_weight: 0.5, ruler_verifier_weight: 0.5 },
-  // PPO with GAE (docs/architecture.md, "PPO with GAE"): ART's reward (its step rewards give the value head
+  // PPO with GAE (docs/algorithms.md, "PPO with GAE"): ART's reward (its step rewards give the value head
   // signal inside the episode), PPO's token-level loss and symmetric clip, 2 epochs of 2 minibatches, GAE
   // per turn (per token, γλ = 0.94 per token fades the credit within ~20 tokens: bench/RESULTS.md).
   ppo: { reward: 'art', advantage: 'gae', loss: 'dapo', clip_low: 0.2, clip_high: 0.2, beta: 0, epochs: 2, minibatch_size: 48, gae_gamma: 0.99, gae_lambda: 0.95, gae_level: 'turn', value_coef: 0.5, value_clip: 0.2, whiten_advantages: true },
-  // ProRL (docs/architecture.md, "ProRL"): GRPO with the KL kept and the reference and AdamW reset
+  // ProRL (docs/algorithms.md, "ProRL"): GRPO with the KL kept and the reference and AdamW reset
   // every 20 steps, DAPO's clip-higher (0.28: ProRL's 0.4 went with lr 2e-6 over thousands of steps,
   // against entropy collapse; on runs of ~100 steps at this repository's learning rates it mostly
   // widens the trust region) and dynamic sampling, warm-up then cosine, the adaptive curriculum,
@@ -140,22 +201,28 @@ export const PRESETS: Record<TrainConfig['preset'], Partial<TrainConfigInput>> =
 };
 
 /** preset < config file < explicit overrides; errors name the field. */
-export function resolveConfig(overrides: Partial<TrainConfigInput>, file?: string): TrainConfig {
+export function resolveConfig(overridesIn: Partial<TrainConfigInput> & GroupedConfigInput, file?: string): TrainConfig {
   let fromFile: Record<string, unknown> = {};
+  const grouped = new Set<string>(); // the fields given in their group: errors name them so (rollout.group)
   if (file) {
     try {
       fromFile = JSON.parse(readFileSync(file, 'utf8'));
     } catch (err) {
       throw new Error(`${file}: cannot read the config: ${(err as Error).message}`);
     }
+    if (fromFile === null || typeof fromFile !== 'object' || Array.isArray(fromFile)) throw new Error(`${file}: the config is a JSON object of fields (flat, or grouped: ${Object.keys(CONFIG_GROUPS).join(', ')})`);
+    fromFile = flattenConfig(fromFile, file, grouped);
   }
+  const overrides = flattenConfig(overridesIn as Record<string, unknown>, undefined, grouped) as Partial<TrainConfigInput>;
   const preset = (overrides.preset ?? fromFile.preset ?? 'art') as TrainConfig['preset'];
   if (!(preset in PRESETS)) throw new Error(`preset: unknown preset '${preset}'; presets: ${Object.keys(PRESETS).join(', ')}`);
   const merged = { ...PRESETS[preset], ...fromFile, ...Object.fromEntries(Object.entries(overrides).filter(([, v]) => v !== undefined)), preset };
   const r = TrainConfigSchema.safeParse(merged);
   if (!r.success) {
     const i = r.error.issues[0]!;
-    throw new Error(`${file ? `${file}: ` : ''}${i.path.join('.') || '(config)'}: ${i.message}`);
+    const field = String(i.path[0] ?? '');
+    const named = grouped.has(field) ? [`${GROUP_OF[field]}.${field}`, ...i.path.slice(1)].join('.') : i.path.join('.');
+    throw new Error(`${file ? `${file}: ` : ''}${named || '(config)'}: ${i.message}`);
   }
   if (r.data.policy !== 'onnx' && !r.data.base_url) {
     throw new Error(`${file ? `${file}: ` : ''}policy: '${r.data.policy}' needs base_url (--base-url URL): training samples through a server that returns token ids and loads the new weights (mcp-gym serve-policy, vLLM)`);
@@ -236,7 +303,7 @@ export interface HfLoadOptions {
 /**
  * What the learner gets of the config for each `train` call: the contract's fields, by the same
  * names, plus the two the run sets: the schedule's length and Dr. GRPO's constant (a fixed
- * budget of policy tokens, the same every step: docs/architecture.md, "Dr. GRPO").
+ * budget of policy tokens, the same every step: docs/algorithms.md, "Dr. GRPO").
  */
 export function learnerConfig(c: TrainConfig, o: { totalSteps: number; policyTokenBudget: number }): LearnerConfigInput {
   const out: Record<string, unknown> = {};

@@ -3,8 +3,8 @@
  * buildTrainBatch, LearnerSession), the loop that composes them (train), the learner contract
  * and connections, SFT, and the run report.
  */
-export { TrainConfigSchema, PRESETS, PRESET_NAMES, resolveConfig, learnerConfig, policyTokenBudget, samplerThreads } from './config.ts';
-export type { TrainConfig, TrainConfigInput } from './config.ts';
+export { TrainConfigSchema, PRESETS, PRESET_NAMES, CONFIG_GROUPS, GROUP_OF, flattenConfig, resolveConfig, learnerConfig, policyTokenBudget, samplerThreads } from './config.ts';
+export type { TrainConfig, TrainConfigInput, ConfigGroup, GroupedConfigInput } from './config.ts';
 export { LearnerConfigSchema, TrainBatchSchema, TrainMetricsSchema, LEARNER_COMMANDS, PROTOCOL_VERSION, protocolJsonSchema, protocolJsonText } from './protocol.ts';
 export type { LearnerConfig, LearnerConfigInput, LearnerCommand, LearnerArgs, LearnerResult, TrainMetrics } from './protocol.ts';
 export { LearnerClient, HttpLearnerClient, LearnerError, learnerPython, isHfModelDir, LEARNER_DIR } from './learner-client.ts';

@@ -1,6 +1,8 @@
-import { availableParallelism } from 'node:os';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { availableParallelism, tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { buildBatch, groupAdvantages, isZeroVariance, learnerConfig, overlongPenalty, PRESETS, resolveConfig, samplerThreads, turnAdvantages } from '../../src/trainers/index.ts';
+import { buildBatch, CONFIG_GROUPS, groupAdvantages, TrainConfigSchema, isZeroVariance, learnerConfig, overlongPenalty, PRESETS, resolveConfig, samplerThreads, turnAdvantages } from '../../src/trainers/index.ts';
 
 describe('presets and config', () => {
   it('each preset fills the loop and the learner configuration', () => {
@@ -32,6 +34,39 @@ describe('presets and config', () => {
     expect(resolveConfig({ preset: 'dapo', clip_high: 0.3 }).clip_high).toBe(0.3);
     expect(() => resolveConfig({ preset: 'grpo', group: 1 })).toThrow(/group: Too small/);
     expect(() => resolveConfig({ preset: 'nope' as never })).toThrow(/unknown preset 'nope'/);
+  });
+});
+
+describe('the config by group', () => {
+  it('every field of the schema is in exactly one group', () => {
+    const listed = Object.values(CONFIG_GROUPS).flat() as string[];
+    expect([...listed].sort()).toEqual(Object.keys(TrainConfigSchema.shape).sort());
+    expect(new Set(listed).size).toBe(listed.length);
+    expect(Object.keys(CONFIG_GROUPS)).toEqual(['tasks', 'rollout', 'algorithm', 'learner', 'eval', 'schedule']);
+  });
+
+  it('a grouped config resolves as the same fields given flat; mistakes are named with their group', () => {
+    const flat = resolveConfig({ preset: 'grpo', group: 4, lr: 1e-4, eval_every: 5, steps: 7 });
+    expect(resolveConfig({ preset: 'grpo', rollout: { group: 4 }, learner: { lr: 1e-4 }, eval: { eval_every: 5 }, schedule: { steps: 7 } })).toEqual(flat);
+    expect(() => resolveConfig({ rollout: { lr: 1e-4 } as never })).toThrow(/^rollout\.lr: lr belongs to the learner group$/);
+    expect(() => resolveConfig({ rollout: { nope: 1 } as never })).toThrow(/^rollout\.nope: no such field in the rollout group \(its fields: tasks_per_step, /);
+    expect(() => resolveConfig({ group: 4, rollout: { group: 4 } })).toThrow(/^rollout\.group: given twice/);
+    expect(() => resolveConfig({ rollout: 3 as never })).toThrow(/^rollout: a group of fields \(an object\), got 3$/);
+    expect(() => resolveConfig({ rollout: { group: 1 } })).toThrow(/^rollout\.group: Too small/);
+    expect(() => resolveConfig({ group: 1 })).toThrow(/^group: Too small/);
+    // A config file, grouped: the same, and its errors name the file.
+    const dir = mkdtempSync(join(tmpdir(), 'mcp-gym-config-'));
+    try {
+      const file = join(dir, 'c.json');
+      writeFileSync(file, JSON.stringify({ preset: 'grpo', rollout: { group: 4 }, learner: { lr: 1e-4 }, eval: { eval_every: 5 } }));
+      expect(resolveConfig({ steps: 7 }, file)).toEqual(flat);
+      writeFileSync(file, JSON.stringify({ learner: { group: 4 } }));
+      expect(() => resolveConfig({}, file)).toThrow(`${file}: learner.group: group belongs to the rollout group`);
+      writeFileSync(file, '[1]');
+      expect(() => resolveConfig({}, file)).toThrow(/the config is a JSON object of fields/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
 
