@@ -1,7 +1,7 @@
 /**
  * Tasks against the example's own MCP server (examples/notes-server.ts), checked by the server's
  * state after the episode and by the answer. Used by examples/train-notes.ts, and run directly it
- * writes a task file for the command line (README, "Train on your own server"):
+ * writes a task file for the command line (docs/tasks.md, "Train on your own server"):
  *
  *   npx tsx examples/notes-tasks.ts > runs/notes-tasks.jsonl      (300 train and 30 eval tasks)
  *
@@ -9,7 +9,8 @@
  * repository's root; in code it is the same command with absolute paths.
  */
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { defineTask, type ServerSpec, type Task } from 'mcp-gym';
+import { defineTask, type Task } from 'mcp-gym';
+import type { ServerSpec } from 'mcp-gym/tools';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 

@@ -7,7 +7,7 @@
  * run outputs; node_modules is linked) and packed from the copy, so the build never touches the
  * repository's dist/, which other test files run the CLI from at the same time.
  *
- * Offline, two things need help (README, "Installing offline"):
+ * Offline, two things need help (docs/install.md, "Installing offline"):
  * - npm resolves a new dependency tree from the registry's full metadata, while an `npm install`
  *   that follows a lock file caches only the abbreviated one; so the empty project starts with a
  *   package-lock.json holding mcp-gym's dependencies as this repository's lock file pins them
@@ -56,6 +56,9 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import * as gym from 'mcp-gym';
 import { defineTask, Environment, ExpertPolicy, gatherGroup, registerReward, train } from 'mcp-gym';
+import { RandomPolicy } from 'mcp-gym/agents';
+import { bundledServer } from 'mcp-gym/servers';
+import { PRESET_NAMES } from 'mcp-gym/trainers';
 
 const ctx = ${JSON.stringify(ctx)};
 const keys = Object.keys(gym);
@@ -96,6 +99,7 @@ const model = JSON.parse(readFileSync(join(runDir, 'model', 'config.json'), 'utf
 console.log('RESULT ' + JSON.stringify({
   cwd: process.cwd() === ctx.projectDir,
   keys,
+  subpaths: { random: typeof RandomPolicy, kv: bundledServer('kv').name, presets: PRESET_NAMES },
   group: { id: group.group_id, size: group.trajectories.length, solved: group.trajectories.filter((t) => t.success).length, rewards: group.trajectories.map((t) => t.reward), names: [...new Set(group.trajectories.map((t) => t.reward_name))] },
   train: { steps: result.steps, rows: metrics.map((m) => ({ step: m.step, reward: m.reward, loss: m.loss, sequences: m.sequences })), names: [...new Set(trajectories.map((t) => t.reward_name))], rlSteps: model.training.rl_steps, version: model.version, report: result.report.startsWith(runDir) },
 }));
@@ -263,11 +267,15 @@ describe('the packed package', () => {
     const result = JSON.parse(line.slice('RESULT '.length)) as {
       cwd: boolean;
       keys: string[];
+      subpaths: { random: string; kv: string; presets: string[] };
       group: { id: string; size: number; solved: number; rewards: number[]; names: string[] };
       train: { steps: number; rows: { step: number; reward: string; loss: number; sequences: number }[]; names: string[]; rlSteps: number; version: number; report: boolean };
     };
     expect(result.cwd).toBe(true);
     for (const name of ['defineTask', 'loadTasks', 'Environment', 'rollout', 'gatherGroup', 'registerReward', 'train', 'collectGroups', 'buildTrainBatch', 'LearnerSession', 'OnnxPolicy', 'ToolClient']) expect(result.keys).toContain(name);
+    // The root holds the nouns (at most 40 names); the rest is behind a subpath per folder.
+    expect(result.keys.length).toBeLessThanOrEqual(40);
+    expect(result.subpaths).toEqual({ random: 'function', kv: 'kv', presets: expect.arrayContaining(['grpo', 'art', 'ppo']) });
     // The group rollout: 4 expert episodes against the user's server, scored by the user's reward (1 + 0.1 x 2 turns).
     expect(result.group).toMatchObject({ id: 'notes-milk@0', size: 4, solved: 4, names: ['mine'] });
     for (const r of result.group.rewards) expect(r).toBeCloseTo(1.2, 9);
