@@ -1,5 +1,5 @@
 /**
- * Failures that end a command, each with its exit code (README, "Exit codes"). A library caller
+ * Failures that end a command, each with its exit code (docs/exit-codes.md, "Exit codes"). A library caller
  * catches them by class; the command line turns `exitCode` into the process's exit status and
  * prints the message (which names the cause) on stderr.
  *

@@ -256,7 +256,7 @@ export async function main(argvIn: string[]): Promise<void> {
   }
 }
 
-/** The exit status of a command that threw `err` (README, "Exit codes"; lib/failures.ts). */
+/** The exit status of a command that threw `err` (docs/exit-codes.md, "Exit codes"; lib/failures.ts). */
 export function exitCodeOf(err: unknown): number {
   if (err instanceof RunFailure) return err.exitCode;
   // Bad input: a flag, a task file, a fault spec, a recording, a pipeline config.

@@ -194,7 +194,7 @@ export class Environment {
       `the HTTP server ${u.url} is shared by episodes running at once, and it does not declare per-episode state ` +
       `(the '${EPISODE_META_KEY}' capability): if it keeps state, each episode sees the others' changes (and those of the episodes before it), ` +
       `so correct answers can fail their checks. Make the server keep one state per '${EPISODE_META_KEY}' _meta key and declare ` +
-      `capabilities.experimental['${EPISODE_META_KEY}'] (README: "A fresh state for every episode"), or give the task a stdio server (a process per episode).`;
+      `capabilities.experimental['${EPISODE_META_KEY}'] (docs/servers.md, "A fresh state for every episode"), or give the task a stdio server (a process per episode).`;
     if (this.options.onWarning) this.options.onWarning(message);
     else process.emitWarning(message, { code: 'MCP_GYM_SHARED_SERVER' });
   }

@@ -1,5 +1,5 @@
 /**
- * Advantages from a group of G rewards (docs/architecture.md, "Advantages"):
+ * Advantages from a group of G rewards (docs/algorithms.md, "Advantages"):
  *   GRPO:     A_i = (r_i − mean(r)) / (std(r) + ε), std the sample standard deviation
  *             (Bessel-corrected, divisor G − 1), as TRL's GRPOTrainer (`rewards.view(-1, G).std(dim=1)`:
  *             torch.std is unbiased by default; ε = 1e-4 there) and verl's GRPO estimator
@@ -77,7 +77,7 @@ export function turnAdvantages(trajectories: { stepRewards: number[]; final: num
 /**
  * PPO with GAE: the reward each turn ends with. Turn t gets its step reward; the last turn also gets the
  * final reward, the trajectory's reward minus the step rewards, so that the rewards add up to the reward
- * (as the per-turn returns above do). The learner discounts them (docs/architecture.md, "PPO with GAE").
+ * (as the per-turn returns above do). The learner discounts them (docs/algorithms.md, "PPO with GAE").
  */
 export function turnRewards(stepRewards: number[], reward: number): number[] {
   const out = [...stepRewards];

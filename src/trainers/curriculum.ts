@@ -1,5 +1,5 @@
 /**
- * A curriculum on task difficulty (docs/architecture.md, "Curriculum"). Tasks have a difficulty
+ * A curriculum on task difficulty (docs/training.md, "Curriculum"). Tasks have a difficulty
  * 1..5; a suite's tasks (the part of a task's family before its first '.', else the part of its
  * id before the first '-': `calculator.arith`, `calculator-train-0007` → calculator) have a
  * current level. Each draw of a train task:

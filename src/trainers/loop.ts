@@ -1,5 +1,5 @@
 /**
- * The training loop, one for every preset (docs/architecture.md, "Training"): the one place the
+ * The training loop, one for every preset (docs/training.md, "The training loop"): the one place the
  * stages of a step (stages.ts) are composed, top to bottom:
  *   sample tasks -> roll out -> score -> filter (collectGroups, run ahead by the pipeline)
  *   -> filter for the learner -> build the batch -> learn -> evaluate -> persist

@@ -1,5 +1,5 @@
 /**
- * Asynchronous training (docs/architecture.md, "Asynchronous training"): the rollouts of the next
+ * Asynchronous training (docs/training.md, "Asynchronous training"): the rollouts of the next
  * steps are collected while the learner trains, at most `maxStaleness` steps ahead.
  *
  * StepPipeline runs one producer, which makes the batches of steps first, first + 1, ... in order

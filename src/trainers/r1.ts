@@ -1,5 +1,5 @@
 /**
- * The DeepSeek-R1 pipeline as one run (docs/architecture.md, "DeepSeek-R1 pipeline"; arXiv 2501.12948):
+ * The DeepSeek-R1 pipeline as one run (docs/algorithms.md, "DeepSeek-R1 pipeline"; arXiv 2501.12948):
  *
  *   1 sft      the cold start: SFT on expert demonstrations (runSft), or the given model as is
  *   2 grpo     GRPO from the stage-1 model (train() with a preset)

@@ -1,5 +1,5 @@
 /**
- * A replay buffer of past groups (docs/architecture.md, "Replay"). After each collected batch the
+ * A replay buffer of past groups (docs/training.md, "Replay"). After each collected batch the
  * fresh groups with signal (rewards not all equal: a zero-advantage group never goes in) are
  * added, with the step they were collected for and their priority, the mean |advantage| of the
  * group; the oldest go when more than `capacity` are held. Each step, before the fresh tasks are

@@ -28,7 +28,7 @@ function servedPolicyError(c: TrainConfig, what: string, err: unknown): Error {
   const e = err as Error;
   let hint = '';
   if (e instanceof ServerEndpointError && e.status === 404 && /_lora_adapter/.test(e.endpoint) && /Not Found/i.test(e.message)) {
-    hint = ' (vLLM has these endpoints only when started with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True and --enable-lora; docs/architecture.md, "Training through vLLM")';
+    hint = ' (vLLM has these endpoints only when started with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True and --enable-lora; docs/training.md, "Training through vLLM")';
   } else if (e instanceof Error && /\/reload/.test(what) && /\b404\b/.test(e.message)) {
     hint = ' (the server has no POST /v1/reload: full fine-tuning needs a server that loads a model directory, e.g. mcp-gym serve-policy; with vLLM train a LoRA adapter (--lora-rank R) or restart it on the new weights)';
   }

@@ -1,5 +1,5 @@
 /**
- * Exit codes that mean something (README, "Exit codes"; lib/failures.ts), each through the real
+ * Exit codes that mean something (docs/exit-codes.md, "Exit codes"; lib/failures.ts), each through the real
  * CLI (bin/mcp-gym.js, the built dist/): 2 bad input, 3 a tool server that cannot start (its
  * command and the end of its stderr on ours), 4 every episode failed, 5 training without a
  * learning signal, 6 below --fail-under (with JUnit XML read back by Python's XML parser).
