@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// `npm test`: type-check, lint, then every test suite: vitest (TypeScript) and pytest (the
+// `npm test`: the formatter's check, type-check, lint, then every test suite: vitest (TypeScript) and pytest (the
 // learner). Each suite runs even when an earlier one failed; the exit code is non-zero if any
 // step failed. Reports go to .tmp/ (vitest.json, pytest.xml) for .ci/run to count.
 import { spawnSync } from 'node:child_process';
@@ -20,6 +20,8 @@ const hfPython = process.env.MCP_GYM_HF_PYTHON ?? join(root, '.venv', 'bin', 'py
 const steps = [
   // tsconfig.json's include covers src, servers, lib, test, bench, bin and examples (whose
   // `import 'mcp-gym'` resolves to dist/, which scripts/ensure.mjs built before this script).
+  // The formatter (biome.json: one config; `npx biome format --write .` applies it).
+  ['format', bin('biome'), ['format', '.']],
   ['type-check', bin('tsc'), ['--noEmit', '-p', '.']],
   ['lint', bin('eslint'), ['.']],
   ['vitest', bin('vitest'), ['run', '--reporter=default', '--reporter=json', '--outputFile.json=.tmp/vitest.json']],
