@@ -76,12 +76,19 @@ interface Row {
 
 const pct = (x: number) => `${(100 * x).toFixed(1)}%`;
 const rows: Row[] = [];
-console.log(`async bench: ${base.preset} on ${base.suite} (difficulty <= ${base.max_difficulty}), ${base.steps} steps of ${base.tasks_per_step} tasks x ${base.group}, seed ${base.seed}; max_staleness ${modes.join(', ')}${Number(values['tool-delay-ms']) > 0 ? `; tool calls take ${values['tool-delay-ms']} ms` : ''}${Object.keys(extra).length ? `; ${JSON.stringify(extra)}` : ''}`);
+console.log(
+  `async bench: ${base.preset} on ${base.suite} (difficulty <= ${base.max_difficulty}), ${base.steps} steps of ${base.tasks_per_step} tasks x ${base.group}, seed ${base.seed}; max_staleness ${modes.join(', ')}${Number(values['tool-delay-ms']) > 0 ? `; tool calls take ${values['tool-delay-ms']} ms` : ''}${Object.keys(extra).length ? `; ${JSON.stringify(extra)}` : ''}`,
+);
 for (const S of modes) {
   const dir = mkdtempSync(join(tmpdir(), `mcp-gym-bench-async-${S}-`));
   const metrics: Record<string, unknown>[] = [];
   const delayMs = Number(values['tool-delay-ms']);
-  const r = await train({ config: { ...base, max_staleness: S }, runDir: join(dir, 'run'), onStep: (m) => metrics.push(m), ...(delayMs > 0 ? { environment: { serverOptions: { delayMs } } } : {}) });
+  const r = await train({
+    config: { ...base, max_staleness: S },
+    runDir: join(dir, 'run'),
+    onStep: (m) => metrics.push(m),
+    ...(delayMs > 0 ? { environment: { serverOptions: { delayMs } } } : {}),
+  });
   const sum = (k: string) => metrics.reduce((s, m) => s + Number(m[k] ?? 0), 0);
   const meanOf = (k: string) => {
     const xs = metrics.map((m) => m[k]).filter((v): v is number => typeof v === 'number');
@@ -132,6 +139,16 @@ for (const r of rows) {
 }
 console.log('max_staleness | s/step | learner idle | speed-up vs first | held-out after | vs first (points)');
 for (const r of rows) {
-  console.log(`${String(r.max_staleness).padEnd(13)} | ${r.step_seconds.toFixed(2).padStart(6)} | ${pct(r.learner_idle_fraction).padStart(12)} | ${(baseRow.step_seconds / r.step_seconds).toFixed(2).padStart(16)}x | ${pct(r.after).padStart(14)} | ${(100 * (r.after - baseRow.after)).toFixed(1).padStart(6)}`);
+  console.log(
+    `${String(r.max_staleness).padEnd(13)} | ${r.step_seconds.toFixed(2).padStart(6)} | ${pct(r.learner_idle_fraction).padStart(12)} | ${(baseRow.step_seconds / r.step_seconds).toFixed(2).padStart(16)}x | ${pct(r.after).padStart(14)} | ${(100 * (r.after - baseRow.after)).toFixed(1).padStart(6)}`,
+  );
 }
-console.log(JSON.stringify({ config: { ...base, model: undefined }, tool_delay_ms: Number(values['tool-delay-ms']), cores, runs: rows, speedup: Object.fromEntries(rows.map((r) => [r.max_staleness, baseRow.step_seconds / r.step_seconds])) }));
+console.log(
+  JSON.stringify({
+    config: { ...base, model: undefined },
+    tool_delay_ms: Number(values['tool-delay-ms']),
+    cores,
+    runs: rows,
+    speedup: Object.fromEntries(rows.map((r) => [r.max_staleness, baseRow.step_seconds / r.step_seconds])),
+  }),
+);

@@ -103,9 +103,23 @@ const rawRate = median(rates.raw);
 const ratio = median(ratios);
 const cpuRatio = median(cpuRatios);
 const spread = `${Math.min(...ratios).toFixed(2)}..${Math.max(...ratios).toFixed(2)}`;
-console.log(`mcp-gym bench load engine: ${benchRate.toFixed(0)} calls/s   raw SDK Client.callTool: ${rawRate.toFixed(0)} calls/s   ratio ${ratio.toFixed(3)} (needs >= 0.85)`);
-console.log(`  medians over ${ROUNDS} rounds; per-round ratios ${spread}; per CPU second: ${median(cpuRates.bench).toFixed(0)} vs ${median(cpuRates.raw).toFixed(0)} calls, ratio ${cpuRatio.toFixed(3)}`);
+console.log(
+  `mcp-gym bench load engine: ${benchRate.toFixed(0)} calls/s   raw SDK Client.callTool: ${rawRate.toFixed(0)} calls/s   ratio ${ratio.toFixed(3)} (needs >= 0.85)`,
+);
+console.log(
+  `  medians over ${ROUNDS} rounds; per-round ratios ${spread}; per CPU second: ${median(cpuRates.bench).toFixed(0)} vs ${median(cpuRates.raw).toFixed(0)} calls, ratio ${cpuRatio.toFixed(3)}`,
+);
 await ours.close();
 await raw.close();
-console.log(JSON.stringify({ bench_calls_per_s: Math.round(benchRate), raw_calls_per_s: Math.round(rawRate), ratio: Number(ratio.toFixed(3)), cpu_ratio: Number(cpuRatio.toFixed(3)), concurrency: C, rounds: ROUNDS, calls_per_round: CALLS }));
+console.log(
+  JSON.stringify({
+    bench_calls_per_s: Math.round(benchRate),
+    raw_calls_per_s: Math.round(rawRate),
+    ratio: Number(ratio.toFixed(3)),
+    cpu_ratio: Number(cpuRatio.toFixed(3)),
+    concurrency: C,
+    rounds: ROUNDS,
+    calls_per_round: CALLS,
+  }),
+);
 if (ratio < 0.85) process.exitCode = 1;

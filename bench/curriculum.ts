@@ -60,7 +60,13 @@ interface PerDifficulty {
 /** Held-out success per difficulty of the model in `modelDir` (the run's sampling settings, a fixed seed). */
 async function heldOut(modelDir: string): Promise<Record<string, PerDifficulty>> {
   const env = new Environment({ bundled: 'inprocess', reward: cfg.reward });
-  const policy = await OnnxPolicy.load(modelDir, { temperature: cfg.temperature, topK: cfg.top_k, topP: cfg.top_p, maxNewTokens: cfg.max_new_tokens, seed: 4242 });
+  const policy = await OnnxPolicy.load(modelDir, {
+    temperature: cfg.temperature,
+    topK: cfg.top_k,
+    topP: cfg.top_p,
+    maxNewTokens: cfg.max_new_tokens,
+    seed: 4242,
+  });
   try {
     const r = await rollout(env, policy, evalTasks, { group: samples, concurrency: cfg.concurrency, iteration: 'bench' });
     const out: Record<string, PerDifficulty> = {};
@@ -84,7 +90,12 @@ async function heldOut(modelDir: string): Promise<Record<string, PerDifficulty>>
  * highest difficulty with a window above `high` (0: none), and the success per difficulty in each
  * third of the run.
  */
-function trainingByRule(runDir: string, steps: number, window: number, high: number): { passed: number; first_pass_step: Record<string, number>; by_third: Record<string, (number | null)[]> } {
+function trainingByRule(
+  runDir: string,
+  steps: number,
+  window: number,
+  high: number,
+): { passed: number; first_pass_step: Record<string, number>; by_third: Record<string, (number | null)[]> } {
   const per = new Map<number, Map<number, { n: number; ok: number }>>();
   for (const t of readTrajectories(join(runDir, 'trajectories.jsonl'))) {
     const m = /@train\.(\d+)\./.exec(t.group_id);
@@ -136,7 +147,9 @@ interface Row {
 
 const pct = (x: number) => `${(100 * x).toFixed(1)}%`;
 const mastered = (h: Record<string, PerDifficulty>) => Math.max(0, ...[1, 2, 3, 4, 5].filter((d) => h[d]!.success > cfg.curriculum_high));
-console.log(`curriculum bench: ${base.preset} on ${base.suite} (difficulties 1-5), ${base.steps} steps of ${base.tasks_per_step} tasks x ${base.group}, seed ${base.seed}; held-out: ${perDifficulty} tasks per difficulty x ${samples} samples${Object.keys(extra).length ? `; ${JSON.stringify(extra)}` : ''}`);
+console.log(
+  `curriculum bench: ${base.preset} on ${base.suite} (difficulties 1-5), ${base.steps} steps of ${base.tasks_per_step} tasks x ${base.group}, seed ${base.seed}; held-out: ${perDifficulty} tasks per difficulty x ${samples} samples${Object.keys(extra).length ? `; ${JSON.stringify(extra)}` : ''}`,
+);
 const t0 = performance.now();
 const root = mkdtempSync(join(tmpdir(), 'mcp-gym-bench-curriculum-'));
 const coldStart = await heldOut(String(base.model));
@@ -157,9 +170,20 @@ for (const mode of ['adaptive', 'off'] as const) {
   for (const m of metrics) for (const [d, n] of Object.entries((m.difficulty_mix as Record<string, number>) ?? {})) mix[d] = (mix[d] ?? 0) + n;
   const h = await heldOut(join(runDir, 'model'));
   const training = trainingByRule(runDir, Number(base.steps), cfg.curriculum_window, cfg.curriculum_high);
-  const row: Row = { curriculum: mode, train_seconds: r.train_seconds, held_out: h, highest_level: mode === 'adaptive' ? Math.max(...levels, 0) : null, highest_mastered: mastered(h), trained_mix: mix, level_by_step: levels, training };
+  const row: Row = {
+    curriculum: mode,
+    train_seconds: r.train_seconds,
+    held_out: h,
+    highest_level: mode === 'adaptive' ? Math.max(...levels, 0) : null,
+    highest_mastered: mastered(h),
+    trained_mix: mix,
+    level_by_step: levels,
+    training,
+  };
   rows.push(row);
-  console.log(`curriculum ${mode}: trained ${r.train_seconds.toFixed(0)} s, tasks per difficulty ${JSON.stringify(mix)}${row.highest_level !== null ? `, highest level ${row.highest_level} (by step: ${levels.join('')})` : ''}`);
+  console.log(
+    `curriculum ${mode}: trained ${r.train_seconds.toFixed(0)} s, tasks per difficulty ${JSON.stringify(mix)}${row.highest_level !== null ? `, highest level ${row.highest_level} (by step: ${levels.join('')})` : ''}`,
+  );
 }
 const [subject, baseline] = rows as [Row, Row];
 console.log('');
@@ -167,14 +191,25 @@ console.log(`held-out success per difficulty (${perDifficulty} tasks x ${samples
 console.log('difficulty | cold start              | adaptive curriculum     | uniform (baseline)      | adaptive / uniform');
 for (const d of ['1', '2', '3', '4', '5']) {
   const cell = (x: PerDifficulty) => `${pct(x.success).padStart(6)} [${pct(x.ci95[0])}, ${pct(x.ci95[1])}]`.padEnd(23);
-  const ratio = baseline.held_out[d]!.success > 0 ? `${(subject.held_out[d]!.success / baseline.held_out[d]!.success).toFixed(2)}x` : subject.held_out[d]!.success > 0 ? 'inf' : '-';
+  const ratio =
+    baseline.held_out[d]!.success > 0
+      ? `${(subject.held_out[d]!.success / baseline.held_out[d]!.success).toFixed(2)}x`
+      : subject.held_out[d]!.success > 0
+        ? 'inf'
+        : '-';
   console.log(`${d.padEnd(10)} | ${cell(coldStart[d]!)} | ${cell(subject.held_out[d]!)} | ${cell(baseline.held_out[d]!)} | ${ratio}`);
 }
 const all = (h: Record<string, PerDifficulty>) => h.all!;
 const [sa, ba, ca] = [all(subject.held_out), all(baseline.held_out), all(coldStart)];
-console.log(`all        | ${pct(ca.success)} [${pct(ca.ci95[0])}, ${pct(ca.ci95[1])}] | ${pct(sa.success)} [${pct(sa.ci95[0])}, ${pct(sa.ci95[1])}] | ${pct(ba.success)} [${pct(ba.ci95[0])}, ${pct(ba.ci95[1])}] | ${ba.success > 0 ? (sa.success / ba.success).toFixed(2) : '-'}x`);
-console.log(`highest curriculum level reached: adaptive ${subject.highest_level}; highest difficulty with held-out success > ${cfg.curriculum_high}: adaptive ${subject.highest_mastered || 'none'}, uniform ${baseline.highest_mastered || 'none'}`);
-console.log(`highest difficulty whose training success passed ${cfg.curriculum_high} over ${cfg.curriculum_window} steps (the rule that promotes a level): adaptive ${subject.training.passed || 'none'}${subject.training.passed ? ` (first at step ${subject.training.first_pass_step[subject.training.passed]})` : ''}, uniform ${baseline.training.passed || 'none'}${baseline.training.passed ? ` (first at step ${baseline.training.first_pass_step[baseline.training.passed]})` : ''}`);
+console.log(
+  `all        | ${pct(ca.success)} [${pct(ca.ci95[0])}, ${pct(ca.ci95[1])}] | ${pct(sa.success)} [${pct(sa.ci95[0])}, ${pct(sa.ci95[1])}] | ${pct(ba.success)} [${pct(ba.ci95[0])}, ${pct(ba.ci95[1])}] | ${ba.success > 0 ? (sa.success / ba.success).toFixed(2) : '-'}x`,
+);
+console.log(
+  `highest curriculum level reached: adaptive ${subject.highest_level}; highest difficulty with held-out success > ${cfg.curriculum_high}: adaptive ${subject.highest_mastered || 'none'}, uniform ${baseline.highest_mastered || 'none'}`,
+);
+console.log(
+  `highest difficulty whose training success passed ${cfg.curriculum_high} over ${cfg.curriculum_window} steps (the rule that promotes a level): adaptive ${subject.training.passed || 'none'}${subject.training.passed ? ` (first at step ${subject.training.first_pass_step[subject.training.passed]})` : ''}, uniform ${baseline.training.passed || 'none'}${baseline.training.passed ? ` (first at step ${baseline.training.first_pass_step[baseline.training.passed]})` : ''}`,
+);
 console.log('training success per difficulty in each third of the run (adaptive | uniform):');
 for (const d of ['1', '2', '3', '4', '5']) {
   const thirds = (r: Row) => (r.training.by_third[d] ?? [null, null, null]).map((x) => (x === null ? '   -' : pct(x).padStart(6))).join(' ');
@@ -183,4 +218,13 @@ for (const d of ['1', '2', '3', '4', '5']) {
 console.log(`bench wall time: ${((performance.now() - t0) / 1000).toFixed(0)} s`);
 if (!values.keep) rmSync(root, { recursive: true, force: true });
 else console.log(`runs kept in ${root}`);
-console.log(JSON.stringify({ config: { ...base, model: undefined }, per_difficulty: perDifficulty, eval_samples: samples, cold_start: coldStart, runs: rows, overall: { adaptive: sa, uniform: ba, cold_start: ca } }));
+console.log(
+  JSON.stringify({
+    config: { ...base, model: undefined },
+    per_difficulty: perDifficulty,
+    eval_samples: samples,
+    cold_start: coldStart,
+    runs: rows,
+    overall: { adaptive: sa, uniform: ba, cold_start: ca },
+  }),
+);

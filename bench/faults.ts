@@ -64,7 +64,13 @@ interface Row {
 /** Held-out success of the model in `modelDir` (the run's sampling settings, a fixed seed), without and with the faults. */
 async function heldOut(modelDir: string): Promise<{ without: Figure; with: Figure }> {
   const env = new Environment({ bundled: 'inprocess', reward: cfg.reward });
-  const policy = await OnnxPolicy.load(modelDir, { temperature: cfg.temperature, topK: cfg.top_k, topP: cfg.top_p, maxNewTokens: cfg.max_new_tokens, seed: 4242 });
+  const policy = await OnnxPolicy.load(modelDir, {
+    temperature: cfg.temperature,
+    topK: cfg.top_k,
+    topP: cfg.top_p,
+    maxNewTokens: cfg.max_new_tokens,
+    seed: 4242,
+  });
   try {
     const figure = async (e: Environment): Promise<Figure> => {
       const r = await rollout(e, policy, evalTasks, { group: samples, concurrency: cfg.concurrency, iteration: 'bench' });
@@ -82,9 +88,16 @@ async function heldOut(modelDir: string): Promise<{ without: Figure; with: Figur
 
 const pct = (x: number) => `${(100 * x).toFixed(1)}%`;
 const cell = (f: Figure) => `${pct(f.success).padStart(6)} [${pct(f.ci95[0])}, ${pct(f.ci95[1])}]`.padEnd(24);
-const row = (policy: string, train_seconds: number | null, h: { without: Figure; with: Figure }): Row => ({ policy, train_seconds, ...h, retention: h.without.success > 0 ? h.with.success / h.without.success : null });
+const row = (policy: string, train_seconds: number | null, h: { without: Figure; with: Figure }): Row => ({
+  policy,
+  train_seconds,
+  ...h,
+  retention: h.without.success > 0 ? h.with.success / h.without.success : null,
+});
 
-console.log(`fault-injection bench: ${base.preset} on ${base.suite} (difficulty <= ${base.max_difficulty}), ${base.steps} steps of ${base.tasks_per_step} tasks x ${base.group}, seed ${base.seed}; faults ${faults}; held-out: ${evalTasks.length} tasks x ${samples} samples${Object.keys(extra).length ? `; ${JSON.stringify(extra)}` : ''}`);
+console.log(
+  `fault-injection bench: ${base.preset} on ${base.suite} (difficulty <= ${base.max_difficulty}), ${base.steps} steps of ${base.tasks_per_step} tasks x ${base.group}, seed ${base.seed}; faults ${faults}; held-out: ${evalTasks.length} tasks x ${samples} samples${Object.keys(extra).length ? `; ${JSON.stringify(extra)}` : ''}`,
+);
 const t0 = performance.now();
 const root = mkdtempSync(join(tmpdir(), 'mcp-gym-bench-faults-'));
 const rows: Row[] = [row('cold start', null, await heldOut(String(base.model)))];
@@ -99,10 +112,26 @@ console.log(`held-out success (${evalTasks.length} tasks x ${samples} samples; 9
 console.log(`${'policy'.padEnd(22)} | ${'without faults'.padEnd(24)} | ${'with faults'.padEnd(24)} | retention`);
 for (const r of rows) console.log(`${r.policy.padEnd(22)} | ${cell(r.without)} | ${cell(r.with)} | ${r.retention === null ? '-' : r.retention.toFixed(3)}`);
 const injected = rows[0]!.with.injected!;
-console.log(`faults injected into the cold start's held-out calls: ${Object.entries(injected).map(([k, v]) => `${k} ${v}`).join(', ') || 'none'}`);
+console.log(
+  `faults injected into the cold start's held-out calls: ${
+    Object.entries(injected)
+      .map(([k, v]) => `${k} ${v}`)
+      .join(', ') || 'none'
+  }`,
+);
 const [, subject, baseline] = rows as [Row, Row, Row];
-console.log(`with faults, trained with faults - trained without: ${((subject.with.success - baseline.with.success) * 100).toFixed(1)} points; without faults: ${((subject.without.success - baseline.without.success) * 100).toFixed(1)} points`);
+console.log(
+  `with faults, trained with faults - trained without: ${((subject.with.success - baseline.with.success) * 100).toFixed(1)} points; without faults: ${((subject.without.success - baseline.without.success) * 100).toFixed(1)} points`,
+);
 console.log(`total ${((performance.now() - t0) / 1000).toFixed(0)} s`);
 if (values.keep) console.log(`runs kept in ${root}`);
 else rmSync(root, { recursive: true, force: true });
-console.log(JSON.stringify({ bench: 'faults', faults, config: { steps: base.steps, tasks_per_step: base.tasks_per_step, group: base.group, seed: base.seed }, eval: { tasks: evalTasks.length, samples }, rows }));
+console.log(
+  JSON.stringify({
+    bench: 'faults',
+    faults,
+    config: { steps: base.steps, tasks_per_step: base.tasks_per_step, group: base.group, seed: base.seed },
+    eval: { tasks: evalTasks.length, samples },
+    rows,
+  }),
+);

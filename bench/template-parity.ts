@@ -28,6 +28,8 @@ for (const v of vs) {
   console.log(`| ${v.name} | ${mine.filter((r) => r.equal).length} / ${mine.length} | ${mine.filter((r) => r.ours.error && r.ref.error).length} | ${tokens} |`);
 }
 const bad = results.filter((r) => !r.equal);
-console.log(`\nmcp-gym ${timing.ours!.toFixed(1)} s, transformers ${timing.reference!.toFixed(1)} s (ratio ${(timing.reference! / timing.ours!).toFixed(2)}): ${results.length - bad.length} of ${results.length} equal`);
+console.log(
+  `\nmcp-gym ${timing.ours!.toFixed(1)} s, transformers ${timing.reference!.toFixed(1)} s (ratio ${(timing.reference! / timing.ours!).toFixed(2)}): ${results.length - bad.length} of ${results.length} equal`,
+);
 for (const r of bad.slice(0, 5)) console.log(`\n${r.case.id} (${r.case.conversation}):\n${r.diff}`);
 process.exit(bad.length ? 1 : 0);

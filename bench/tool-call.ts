@@ -40,7 +40,10 @@ async function measure(name: string, subject: Side, baseline: Side) {
   const ours: number[] = [];
   const raw: number[] = [];
   for (let done = 0; done < CALLS; done += BLOCK) {
-    for (const [side, out] of [[subject, ours], [baseline, raw]] as const) {
+    for (const [side, out] of [
+      [subject, ours],
+      [baseline, raw],
+    ] as const) {
       for (let i = 0; i < BLOCK; i++) {
         const t0 = performance.now();
         await side.call();

@@ -25,7 +25,10 @@ server.registerTool(
 server.registerTool(
   'list_notes',
   { description: 'List the notes, oldest first', inputSchema: z.object({}), outputSchema: z.object({ notes: z.array(z.string()) }) },
-  async () => ({ content: [{ type: 'text', text: notes.length ? notes.map((n, i) => `${i + 1}. ${n}`).join('\n') : '(no notes)' }], structuredContent: { notes: [...notes] } }),
+  async () => ({
+    content: [{ type: 'text', text: notes.length ? notes.map((n, i) => `${i + 1}. ${n}`).join('\n') : '(no notes)' }],
+    structuredContent: { notes: [...notes] },
+  }),
 );
 
 server.registerTool(

@@ -38,7 +38,48 @@ export function notesTask(id: string, split: 'train' | 'eval', texts: string[], 
   });
 }
 
-const WORDS = ['milk', 'bread', 'eggs', 'rice', 'tea', 'soap', 'call', 'mum', 'dad', 'pay', 'rent', 'book', 'dentist', 'water', 'plants', 'fix', 'bike', 'read', 'paper', 'buy', 'stamps', 'walk', 'dog', 'clean', 'desk', 'send', 'invoice', 'email', 'bank', 'gym', 'wash', 'car', 'bake', 'cake', 'plan', 'trip', 'pack', 'bags', 'mail', 'letter'];
+const WORDS = [
+  'milk',
+  'bread',
+  'eggs',
+  'rice',
+  'tea',
+  'soap',
+  'call',
+  'mum',
+  'dad',
+  'pay',
+  'rent',
+  'book',
+  'dentist',
+  'water',
+  'plants',
+  'fix',
+  'bike',
+  'read',
+  'paper',
+  'buy',
+  'stamps',
+  'walk',
+  'dog',
+  'clean',
+  'desk',
+  'send',
+  'invoice',
+  'email',
+  'bank',
+  'gym',
+  'wash',
+  'car',
+  'bake',
+  'cake',
+  'plan',
+  'trip',
+  'pack',
+  'bags',
+  'mail',
+  'letter',
+];
 
 /**
  * `train` and `evalCount` tasks of 1 to 3 notes of one or two words each, drawn with a seed; no note
@@ -46,7 +87,7 @@ const WORDS = ['milk', 'bread', 'eggs', 'rice', 'tea', 'soap', 'call', 'mum', 'd
  */
 export function notesTasks(train: number, evalCount: number, server: ServerSpec = notesServer(), seed = 7): Task[] {
   let x = seed >>> 0;
-  const rand = () => ((x = (Math.imul(x, 1664525) + 1013904223) >>> 0) / 2 ** 32);
+  const rand = () => (x = (Math.imul(x, 1664525) + 1013904223) >>> 0) / 2 ** 32;
   const word = () => WORDS[Math.floor(rand() * WORDS.length)]!;
   const note = () => (rand() < 0.5 ? word() : `${word()} ${word()}`);
   const seen = new Set<string>();

@@ -39,17 +39,29 @@ const before = await rollout(env, model, evalTasks, { group: 2 });
 await model.close();
 await env.close();
 const pct = (x: number) => `${(100 * x).toFixed(1)}%`;
-console.log(`expert: success ${pct(summarize(expert.trajectories, expert.seconds).success_rate)}; embedded model: ${pct(summarize(before.trajectories, before.seconds).success_rate)}`);
+console.log(
+  `expert: success ${pct(summarize(expert.trajectories, expert.seconds).success_rate)}; embedded model: ${pct(summarize(before.trajectories, before.seconds).success_rate)}`,
+);
 
 // 5. Train the embedded model on our tasks with our reward (the art preset's loss and settings).
 const runDir = join(mkdtempSync(join(tmpdir(), 'mcp-gym-notes-')), 'run');
 const result = await train({
-  config: { preset: 'art', steps: Number(process.env.STEPS ?? 2), tasks_per_step: 4, group: 4, eval_samples: 2, eval_every: 0, max_new_tokens: 64, concurrency: 16 },
+  config: {
+    preset: 'art',
+    steps: Number(process.env.STEPS ?? 2),
+    tasks_per_step: 4,
+    group: 4,
+    eval_samples: 2,
+    eval_every: 0,
+    max_new_tokens: 64,
+    concurrency: 16,
+  },
   reward: 'notes',
   trainTasks,
   evalTasks,
   runDir,
   onLog: (line) => console.log(line),
-  onStep: (m) => console.log(`step ${m.step}: reward ${Number(m.reward_mean).toFixed(3)}, success ${pct(Number(m.success_rate))}, groups kept ${m.groups_kept}`),
+  onStep: (m) =>
+    console.log(`step ${m.step}: reward ${Number(m.reward_mean).toFixed(3)}, success ${pct(Number(m.success_rate))}, groups kept ${m.groups_kept}`),
 });
 console.log(JSON.stringify({ before: result.before.success, after: result.after?.success ?? null, steps: result.steps, report: result.report }));

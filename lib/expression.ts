@@ -101,7 +101,18 @@ function errorAt(src: string, pos: number, headline: string, detail?: string): M
 }
 
 const SINGLE_OPS: Record<string, Op> = {
-  '+': '+', '-': '-', '\u2212': '-', '*': '*', '\u00d7': '*', '/': '/', '\u00f7': '/', '%': '%', '^': '^', '(': '(', ')': ')', ',': ',',
+  '+': '+',
+  '-': '-',
+  '\u2212': '-',
+  '*': '*',
+  '\u00d7': '*',
+  '/': '/',
+  '\u00f7': '/',
+  '%': '%',
+  '^': '^',
+  '(': '(',
+  ')': ')',
+  ',': ',',
 };
 
 function tokenize(src: string): Token[] {
@@ -185,7 +196,9 @@ const FUNCTIONS = {
   round: one((x) => x.round()),
   sqrt: one((x, fail) => {
     if (x.num < 0n) return fail('Square root of a negative number', `sqrt(${brief(x)}) is not a real number`);
-    return x.sqrt() ?? fail('Square root is not exact', `sqrt(${brief(x)}) is irrational; only roots of perfect squares (like sqrt(16) or sqrt(9/4)) are supported`);
+    return (
+      x.sqrt() ?? fail('Square root is not exact', `sqrt(${brief(x)}) is irrational; only roots of perfect squares (like sqrt(16) or sqrt(9/4)) are supported`)
+    );
   }),
   gcd: many((args, fail) => Rational.int(integersOf('gcd', args, fail).reduce((a, b) => gcd(a, b), 0n))),
   lcm: many((args, fail) =>
@@ -388,7 +401,10 @@ class Evaluator {
       }
       case 'call': {
         const args = node.args.map((a) => this.value(a));
-        return this.checked(node.pos, FUNCTIONS[node.name].apply(args, (headline, detail) => this.fail(node.pos, headline, detail)));
+        return this.checked(
+          node.pos,
+          FUNCTIONS[node.name].apply(args, (headline, detail) => this.fail(node.pos, headline, detail)),
+        );
       }
       case 'binary': {
         const chain: Extract<ExprNode, { type: 'binary' }>[] = [];
@@ -432,7 +448,7 @@ class Evaluator {
         if (!a.isInteger || !b.isInteger) this.fail(pos, "Modulo '%' needs integers", `got ${brief(a)} % ${brief(b)}`);
         if (b.isZero) this.fail(pos, 'Division by zero', 'modulo by 0');
         let r = a.num % b.num;
-        if (r !== 0n && (r < 0n) !== (b.num < 0n)) r += b.num; // the sign of the divisor, as in floored division
+        if (r !== 0n && r < 0n !== b.num < 0n) r += b.num; // the sign of the divisor, as in floored division
         return Rational.int(r);
       }
       case '^':
@@ -481,4 +497,3 @@ export function parseNumber(text: string, label = 'number'): Rational {
   if (d.isZero) throw new MathError(`Division by zero: ${label} is ${JSON.stringify(text)}`);
   return n.div(d);
 }
-

@@ -20,7 +20,19 @@ export type { RandomFn } from './random.ts';
 export { fnv1a, sha256Hex, stableJson } from './hash.ts';
 export { esc } from './html.ts';
 export { LOCAL_NAMES, tokenProblem, invalidOption, hostName, acceptedHostNames, tokenMatches } from './http-guard.ts';
-export { passAtK, passHatK, overTasks, rateOverTasks, taskRates, taskCounts, pairedDifference, summarizeEpisodes, wilson, wilsonInterval, t975 } from './evaluator.ts';
+export {
+  passAtK,
+  passHatK,
+  overTasks,
+  rateOverTasks,
+  taskRates,
+  taskCounts,
+  pairedDifference,
+  summarizeEpisodes,
+  wilson,
+  wilsonInterval,
+  t975,
+} from './evaluator.ts';
 export type { Estimate, RateEstimate, EpisodeSummary } from './evaluator.ts';
 export { EXIT, EXIT_MEANINGS, RunFailure, StartFailure, AllEpisodesFailed, NoLearningSignal, BelowThreshold, Interrupted } from './failures.ts';
 export { splitCommandLine, parseThreshold } from './command-line.ts';

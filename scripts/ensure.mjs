@@ -66,16 +66,22 @@ if (!sqliteLoads()) {
 const APT = ['python3-torch', 'libopenblas0-pthread', 'python3-onnx', 'python3-pytest', 'python3-jsonschema', 'python3-venv', 'chromium'];
 const python = process.env.MCP_GYM_PYTHON ?? '/usr/bin/python3';
 const pythonOk = () => spawnSync(python, ['-c', 'import torch, onnx, pytest, jsonschema'], { stdio: 'ignore' }).status === 0;
-const missingDebs = () => APT.filter((p) => spawnSync('dpkg-query', ['-W', '-f=${Status}', p], { encoding: 'utf8' }).stdout?.includes('install ok installed') !== true);
+const missingDebs = () =>
+  APT.filter((p) => spawnSync('dpkg-query', ['-W', '-f=${Status}', p], { encoding: 'utf8' }).stdout?.includes('install ok installed') !== true);
 if (!process.env.MCP_GYM_PYTHON && (!pythonOk() || missingDebs().length)) {
   const missing = missingDebs();
   if (process.getuid?.() !== 0) {
-    process.stderr.write(`The learner needs Debian packages that are missing: ${missing.join(' ')}.\nInstall them as root: apt-get install -y ${APT.join(' ')}\n`);
+    process.stderr.write(
+      `The learner needs Debian packages that are missing: ${missing.join(' ')}.\nInstall them as root: apt-get install -y ${APT.join(' ')}\n`,
+    );
     process.exit(1);
   }
   log(`apt-get install ${missing.join(' ')}`);
   execFileSync('apt-get', ['update', '-qq'], { stdio: ['ignore', 'inherit', 'inherit'] });
-  execFileSync('apt-get', ['install', '-y', '-qq', ...APT], { stdio: ['ignore', 'inherit', 'inherit'], env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive' } });
+  execFileSync('apt-get', ['install', '-y', '-qq', ...APT], {
+    stdio: ['ignore', 'inherit', 'inherit'],
+    env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive' },
+  });
   if (!pythonOk()) {
     process.stderr.write(`${python} still cannot import torch, onnx, pytest and jsonschema after installing ${APT.join(' ')}\n`);
     process.exit(1);

@@ -14,7 +14,10 @@ export const venvDir = (root) => join(root, '.venv');
 export const venvPython = (root) => join(venvDir(root), 'bin', 'python');
 
 function lockHash(root) {
-  return createHash('sha256').update(readFileSync(join(root, 'learner', 'requirements.lock'))).digest('hex').slice(0, 16);
+  return createHash('sha256')
+    .update(readFileSync(join(root, 'learner', 'requirements.lock')))
+    .digest('hex')
+    .slice(0, 16);
 }
 
 /** Why the venv must be (re)built, or undefined when it is up to date. */
@@ -33,9 +36,13 @@ export function ensureVenv({ root, log, basePython = '/usr/bin/python3' }) {
   const t0 = Date.now();
   rmSync(dir, { recursive: true, force: true });
   execFileSync(basePython, ['-m', 'venv', dir], { stdio: ['ignore', 'inherit', 'inherit'] });
-  execFileSync(venvPython(root), ['-m', 'pip', 'install', '--quiet', '--no-cache-dir', '--disable-pip-version-check', '-r', join(root, 'learner', 'requirements.lock')], {
-    stdio: ['ignore', 'inherit', 'inherit'],
-  });
+  execFileSync(
+    venvPython(root),
+    ['-m', 'pip', 'install', '--quiet', '--no-cache-dir', '--disable-pip-version-check', '-r', join(root, 'learner', 'requirements.lock')],
+    {
+      stdio: ['ignore', 'inherit', 'inherit'],
+    },
+  );
   const check = spawnSync(venvPython(root), ['-c', 'import torch, transformers, peft, safetensors, onnx, jsonschema, pytest, gguf'], { encoding: 'utf8' });
   if (check.status !== 0) throw new Error(`the learner venv ${dir} cannot import its packages: ${check.stderr.trim().split('\n').pop()}`);
   writeFileSync(join(dir, '.mcp-gym-lock'), lockHash(root) + '\n');

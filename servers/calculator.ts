@@ -36,7 +36,9 @@ const Result = z.object({
   numerator: z.string().describe('Numerator of the reduced fraction (carries the sign)'),
   denominator: z.string().describe('Denominator of the reduced fraction (positive; "1" for integers)'),
   is_integer: z.boolean(),
-  decimal: z.string().describe(`The value in decimal, exact when it terminates within ${DECIMAL_DIGITS} significant digits, otherwise rounded to ${DECIMAL_DIGITS}`),
+  decimal: z
+    .string()
+    .describe(`The value in decimal, exact when it terminates within ${DECIMAL_DIGITS} significant digits, otherwise rounded to ${DECIMAL_DIGITS}`),
 });
 
 type CalcResult = z.infer<typeof Result>;
@@ -60,7 +62,9 @@ function resultText(r: CalcResult): string {
 const Operand = (name: string) =>
   z
     .union([z.string().max(MAX_EXPRESSION_LENGTH, `${name} must be at most ${MAX_EXPRESSION_LENGTH} characters`), z.number()])
-    .describe(`A number as a string: an integer ("123", any size), a decimal ("-4.5") or a fraction ("3/7"). A JSON number is accepted too, but strings stay exact`);
+    .describe(
+      `A number as a string: an integer ("123", any size), a decimal ("-4.5") or a fraction ("3/7"). A JSON number is accepted too, but strings stay exact`,
+    );
 
 /** Text of an operand for the `expression` field, parenthesized where it would not read as one number. */
 function operandText(text: string): string {

@@ -144,7 +144,10 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 /** Builds one McpServer instance exposing `def`'s tools over `backend` (the SDK wants a factory). */
 export function buildMcpServer<S>(def: ServerDefinition<S>, backend: Backend<S>, options: BackendOptions = {}): McpServer {
   // Declares per-episode state (the `mcp-gym/episode` _meta key), so that clients sharing one connection among episodes know it is safe.
-  const server = new McpServer({ name: `mcp-gym-${def.name}`, version: def.version }, { instructions: def.description, capabilities: { experimental: { [EPISODE_META_KEY]: {} } } });
+  const server = new McpServer(
+    { name: `mcp-gym-${def.name}`, version: def.version },
+    { instructions: def.description, capabilities: { experimental: { [EPISODE_META_KEY]: {} } } },
+  );
   const delayMs = options.delayMs ?? 0;
   for (const tool of def.tools) {
     server.registerTool(

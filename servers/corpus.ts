@@ -46,7 +46,6 @@ export const FACT_NAMES: Readonly<Record<DocKind, readonly string[]>> = {
 
 export const CORPUS_SEED = 0x5eed_2024;
 
-
 const ONSETS = ['b', 'br', 'c', 'd', 'dr', 'f', 'g', 'gr', 'h', 'k', 'kr', 'l', 'm', 'n', 'p', 'r', 's', 'st', 't', 'th', 'v', 'z', 'sh', 'w', 'j', 'qu'];
 const VOWELS = ['a', 'e', 'i', 'o', 'u', 'a', 'e', 'i', 'o', 'a', 'ei', 'ou', 'ia', 'ae'];
 const CODAS = ['', '', '', 'n', 'r', 'l', 's', 'm', 'nd', 'rk', 'st', 'th', 'x', 'v'];
@@ -151,7 +150,20 @@ const OTHER_PROFESSIONS: Record<string, readonly string[]> = {
   sculptor: ['Colossus', 'Fountain', 'Monument'],
   entrepreneur: ['Arcade', 'Market Hall', 'Department Store'],
 };
-const INDUSTRIES = ['shipping', 'textile', 'optics', 'brewing', 'mining', 'software', 'railway', 'chemicals', 'publishing', 'aviation', 'clockmaking', 'insurance'];
+const INDUSTRIES = [
+  'shipping',
+  'textile',
+  'optics',
+  'brewing',
+  'mining',
+  'software',
+  'railway',
+  'chemicals',
+  'publishing',
+  'aviation',
+  'clockmaking',
+  'insurance',
+];
 const COMPANY_SUFFIXES = ['Works', 'Industries', 'Holdings', 'Labs', 'Foundry', 'Trading Company', 'Brothers', 'Mills', 'Instruments', 'Group'];
 
 /** A spelling variant of a city name: one vowel changed, or a letter added or dropped at the end. */
@@ -263,7 +275,14 @@ export function buildCorpus(seed: number = CORPUS_SEED): Doc[] {
     symbols.add(symbol);
     const discoverer = i < chemists.length ? chemists[i]! : rng.pick(chemists);
     const state = rng.chance(0.6) ? 'solid' : rng.chance(0.4) ? 'liquid' : 'gas';
-    const element: Element = { name, symbol, discovered: discoverer.born + rng.int(24, 58), discoverer, weight: Math.round((3 + rng.float() * 290) * 100) / 100, state };
+    const element: Element = {
+      name,
+      symbol,
+      discovered: discoverer.born + rng.int(24, 58),
+      discoverer,
+      weight: Math.round((3 + rng.float() * 290) * 100) / 100,
+      state,
+    };
     discoverer.discovered.push(element);
     elements.push(element);
   }
@@ -280,7 +299,8 @@ export function buildCorpus(seed: number = CORPUS_SEED): Doc[] {
     let name: string;
     do {
       const roll = rng.float();
-      const stem = roll < 0.5 ? founder.surname : roll < 0.6 ? rng.pick(cities.filter((c) => c !== headquarters && !c.name.includes(' '))).name : words.word(2, 2);
+      const stem =
+        roll < 0.5 ? founder.surname : roll < 0.6 ? rng.pick(cities.filter((c) => c !== headquarters && !c.name.includes(' '))).name : words.word(2, 2);
       name = `${stem} ${rng.pick(COMPANY_SUFFIXES)}`;
     } while (titles.has(name));
     titles.add(name);
@@ -308,7 +328,13 @@ export function buildCorpus(seed: number = CORPUS_SEED): Doc[] {
         : `The capital of ${c.name} is ${capital.name}. People there speak ${c.language} and pay in the ${c.currency}.`,
     ];
     if (more.length > 0) sentences.push(`Other cities of ${c.name} include ${listOf(more.slice(0, 3))}.`);
-    docs.push({ id: `country-${pad(i + 1)}`, title: c.name, kind: 'country', text: sentences.join(' '), facts: { established: c.established, capital: capital.name, currency: c.currency, language: c.language } });
+    docs.push({
+      id: `country-${pad(i + 1)}`,
+      title: c.name,
+      kind: 'country',
+      text: sentences.join(' '),
+      facts: { established: c.established, capital: capital.name, currency: c.currency, language: c.language },
+    });
   });
   for (const c of cityOrder) {
     const capital = c.country.capital === c;
@@ -324,7 +350,13 @@ export function buildCorpus(seed: number = CORPUS_SEED): Doc[] {
           `${c.name} is twinned with ${c.twin!.name}.`,
         ];
     if (capital) sentences.push(`It is the capital of ${c.country.name}.`);
-    docs.push({ id: c.id!, title: c.name, kind: 'city', text: sentences.join(' '), facts: { country: c.country.name, founded: c.founded, population: c.population, river: c.river, mayor: c.mayor!.name, twin: c.twin!.name } });
+    docs.push({
+      id: c.id!,
+      title: c.name,
+      kind: 'city',
+      text: sentences.join(' '),
+      facts: { country: c.country.name, founded: c.founded, population: c.population, river: c.river, mayor: c.mayor!.name, twin: c.twin!.name },
+    });
   }
   people.forEach((p, i) => {
     const sentences: string[] = [];
@@ -347,9 +379,17 @@ export function buildCorpus(seed: number = CORPUS_SEED): Doc[] {
     const sentences = [
       `${e.name} is a fictional chemical element with the symbol ${e.symbol}.`,
       `It was discovered in ${e.discovered} by ${e.discoverer.name}.`,
-      rng.chance(0.5) ? `Its atomic weight is ${e.weight}, and it is a ${e.state} at room temperature.` : `At room temperature ${e.name} is a ${e.state}; its atomic weight is ${e.weight}.`,
+      rng.chance(0.5)
+        ? `Its atomic weight is ${e.weight}, and it is a ${e.state} at room temperature.`
+        : `At room temperature ${e.name} is a ${e.state}; its atomic weight is ${e.weight}.`,
     ];
-    docs.push({ id: `element-${pad(i + 1)}`, title: e.name, kind: 'element', text: sentences.join(' '), facts: { symbol: e.symbol, discovered: e.discovered, discoverer: e.discoverer.name, weight: e.weight, state: e.state } });
+    docs.push({
+      id: `element-${pad(i + 1)}`,
+      title: e.name,
+      kind: 'element',
+      text: sentences.join(' '),
+      facts: { symbol: e.symbol, discovered: e.discovered, discoverer: e.discoverer.name, weight: e.weight, state: e.state },
+    });
   });
   companies.forEach((c, i) => {
     const article = /^[aeiou]/.test(c.industry) ? 'an' : 'a';
@@ -357,7 +397,13 @@ export function buildCorpus(seed: number = CORPUS_SEED): Doc[] {
       `${c.name} is ${article} ${c.industry} company founded in ${c.founded} by ${c.founder.name}.`,
       `It is headquartered in ${c.headquarters.name} and employs ${c.employees} people.`,
     ];
-    docs.push({ id: `company-${pad(i + 1)}`, title: c.name, kind: 'company', text: sentences.join(' '), facts: { industry: c.industry, founded: c.founded, founder: c.founder.name, headquarters: c.headquarters.name, employees: c.employees } });
+    docs.push({
+      id: `company-${pad(i + 1)}`,
+      title: c.name,
+      kind: 'company',
+      text: sentences.join(' '),
+      facts: { industry: c.industry, founded: c.founded, founder: c.founder.name, headquarters: c.headquarters.name, employees: c.employees },
+    });
   });
   return docs;
 }

@@ -49,7 +49,10 @@ export const tools = [
     description: `Write a text file (utf8), creating it and its parent directories as needed, or replacing its content (append=true adds to the end instead). A file holds at most ${fmt(MAX_FILE_BYTES)} bytes; a sandbox at most ${fmt(MAX_FILES)} files and ${fmt(MAX_EPISODE_BYTES)} bytes. created says whether the file is new.`,
     input: z.object({
       path: Path.describe('The file, relative to the sandbox root (e.g. "notes/a.txt")'),
-      content: z.string().max(MAX_FILE_BYTES, `content must be at most ${fmt(MAX_FILE_BYTES)} characters`).describe('The text to write'),
+      content: z
+        .string()
+        .max(MAX_FILE_BYTES, `content must be at most ${fmt(MAX_FILE_BYTES)} characters`)
+        .describe('The text to write'),
       append: z.boolean().default(false).describe('Add to the end of the file instead of replacing it'),
     }),
     output: z.object({ path: z.string(), size: z.number().int(), created: z.boolean() }),
@@ -66,7 +69,8 @@ export const tools = [
       const size = append ? oldSize + added : added;
       if (size > MAX_FILE_BYTES) throw new ToolError(`${show(path)} would be ${fmt(size)} bytes; a file holds at most ${fmt(MAX_FILE_BYTES)}`);
       if (created && state.files >= MAX_FILES) throw new ToolError(`Cannot create ${show(path)}: the sandbox already holds ${fmt(MAX_FILES)} files, the limit`);
-      if (state.bytes - oldSize + size > MAX_EPISODE_BYTES) throw new ToolError(`Cannot write ${show(path)}: the sandbox would hold more than ${fmt(MAX_EPISODE_BYTES)} bytes`);
+      if (state.bytes - oldSize + size > MAX_EPISODE_BYTES)
+        throw new ToolError(`Cannot write ${show(path)}: the sandbox would hold more than ${fmt(MAX_EPISODE_BYTES)} bytes`);
       if (created) makeParents(target, path);
       attempt(path, () => (append ? appendFileSync(target.abs, content, 'utf8') : writeFileSync(target.abs, content, 'utf8')));
       if (created) state.files += 1;
@@ -106,7 +110,8 @@ export const tools = [
   }),
   defineTool({
     name: 'move',
-    description: 'Move or rename a file or directory. `to` is the full new path (its parent directories are created); an existing file there is replaced only with overwrite=true, and an existing directory never.',
+    description:
+      'Move or rename a file or directory. `to` is the full new path (its parent directories are created); an existing file there is replaced only with overwrite=true, and an existing directory never.',
     input: z.object({
       from: Path.describe('The file or directory to move, relative to the sandbox root'),
       to: Path.describe('Its new path, relative to the sandbox root'),
@@ -127,7 +132,8 @@ export const tools = [
       const d = attempt(to, () => statOrNull(dst.abs, false));
       // The same entry under another name (a case-only rename on a case-insensitive file system) is no clash.
       if (d && !(d.dev === s.dev && d.ino === s.ino)) {
-        if (d.isDirectory()) throw new ToolError(`${show(to)} is an existing directory; give the full new path, e.g. '${to.replace(/\/+$/, '')}/${basename(src.rel)}'`);
+        if (d.isDirectory())
+          throw new ToolError(`${show(to)} is an existing directory; give the full new path, e.g. '${to.replace(/\/+$/, '')}/${basename(src.rel)}'`);
         if (!overwrite) throw new ToolError(`${show(to)} already exists (pass overwrite: true to replace it)`);
         attempt(to, () => rmSync(dst.abs, { force: true }));
         if (d.isFile()) forget(state, 1, d.size);
@@ -168,7 +174,11 @@ export const tools = [
     name: 'search',
     description: `Search the files under a directory (or one file): every line containing the query (regex=true: matching a JavaScript regular expression), with 1-based line numbers, and every file whose name matches, as line 0. Binary files are skipped. At most ${fmt(MAX_MATCHES)} matches; truncated=true says there may be more. A search stops after ${SEARCH_BUDGET_MS / 1000} s with what it found (truncated=true); one whose single match is still running after ${SEARCH_TIMEOUT_MS / 1000} s (a regular expression that backtracks catastrophically) fails.`,
     input: z.object({
-      query: z.string().min(1, 'query must not be empty').max(1000, 'query must be at most 1000 characters').describe('The text (or regular expression) to look for'),
+      query: z
+        .string()
+        .min(1, 'query must not be empty')
+        .max(1000, 'query must be at most 1000 characters')
+        .describe('The text (or regular expression) to look for'),
       path: Path.default('').describe('Search under this directory or in this file, relative to the sandbox root (default: everything)'),
       regex: z.boolean().default(false).describe('Treat the query as a JavaScript regular expression'),
     }),
@@ -210,7 +220,15 @@ export const tools = [
       // Reading and matching happen in a worker thread, under a deadline (see SearchWorkers).
       const spent = Date.now() - started;
       const reply = await state.searches.run(
-        { files, query, regex, maxMatches: MAX_MATCHES, maxMatchText: MAX_MATCH_TEXT, maxReadBytes: MAX_READ_BYTES, budgetMs: Math.max(0, SEARCH_BUDGET_MS - spent) },
+        {
+          files,
+          query,
+          regex,
+          maxMatches: MAX_MATCHES,
+          maxMatchText: MAX_MATCH_TEXT,
+          maxReadBytes: MAX_READ_BYTES,
+          budgetMs: Math.max(0, SEARCH_BUDGET_MS - spent),
+        },
         Math.max(SEARCH_TIMEOUT_MS - SEARCH_BUDGET_MS, SEARCH_TIMEOUT_MS - spent),
         signal,
       );

@@ -37,7 +37,7 @@ export const filesServer = defineServer<FilesState>({
   name: 'files',
   version: '0.1.0',
   description: 'A file system sandboxed in one directory; paths are relative to its root. Tools: read_file, write_file, list_dir, move, delete, search.',
-  isolation: 'each episode (the `mcp-gym/episode` key of a request\'s _meta) gets its own empty sandbox directory; a released episode\'s directory is deleted',
+  isolation: "each episode (the `mcp-gym/episode` key of a request's _meta) gets its own empty sandbox directory; a released episode's directory is deleted",
   tools: tools as never,
   examples: [
     { tool: 'write_file', arguments: { path: 'notes/todo.txt', content: 'buy milk\ncall Ada\n' } },

@@ -104,7 +104,10 @@ const tools = [
     description: 'Add an integer to the integer stored under a key (a missing key counts as 0) and return the new value.',
     input: z.object({
       key: Key,
-      by: z.union([z.number().int(), z.string().regex(/^-?\d+$/, 'by must be an integer')]).default(1).describe('The amount to add (an integer, or a string of digits for big numbers)'),
+      by: z
+        .union([z.number().int(), z.string().regex(/^-?\d+$/, 'by must be an integer')])
+        .default(1)
+        .describe('The amount to add (an integer, or a string of digits for big numbers)'),
     }),
     output: z.object({ key: z.string(), value: z.string() }),
     readOnly: false,
@@ -125,7 +128,7 @@ export const kvServer = defineServer<KvState>({
   name: 'kv',
   version: '0.1.0',
   description: 'A key-value store (SQLite). Tools: get, set, delete, list (by prefix), incr.',
-  isolation: 'each episode (the `mcp-gym/episode` key of a request\'s _meta) is its own namespace in the SQLite table; a released episode\'s rows are deleted',
+  isolation: "each episode (the `mcp-gym/episode` key of a request's _meta) is its own namespace in the SQLite table; a released episode's rows are deleted",
   tools: tools as never,
   examples: [
     { tool: 'set', arguments: { key: 'user:1', value: 'ada' } },

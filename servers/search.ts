@@ -13,10 +13,62 @@ import { defineServer, defineTool, ToolError, type Backend } from './common.ts';
 import { CORPUS, type Doc } from './corpus.ts';
 
 export const STOP_WORDS: ReadonlySet<string> = new Set([
-  'a', 'an', 'and', 'are', 'as', 'at', 'be', 'but', 'by', 'did', 'do', 'does', 'for', 'from', 'had', 'has', 'have',
-  'he', 'her', 'his', 'how', 'i', 'if', 'in', 'into', 'is', 'it', 'its', 'of', 'on', 'or', 's', 'she', 'so', 'than',
-  'that', 'the', 'their', 'them', 'then', 'there', 'these', 'they', 'this', 'to', 'was', 'were', 'what', 'when',
-  'where', 'which', 'who', 'whom', 'why', 'will', 'with',
+  'a',
+  'an',
+  'and',
+  'are',
+  'as',
+  'at',
+  'be',
+  'but',
+  'by',
+  'did',
+  'do',
+  'does',
+  'for',
+  'from',
+  'had',
+  'has',
+  'have',
+  'he',
+  'her',
+  'his',
+  'how',
+  'i',
+  'if',
+  'in',
+  'into',
+  'is',
+  'it',
+  'its',
+  'of',
+  'on',
+  'or',
+  's',
+  'she',
+  'so',
+  'than',
+  'that',
+  'the',
+  'their',
+  'them',
+  'then',
+  'there',
+  'these',
+  'they',
+  'this',
+  'to',
+  'was',
+  'were',
+  'what',
+  'when',
+  'where',
+  'which',
+  'who',
+  'whom',
+  'why',
+  'will',
+  'with',
 ]);
 
 /** The index terms of a text, in order (repeats kept). */
@@ -181,7 +233,11 @@ const tools = [
       'Search the encyclopedia (fictional countries, cities, people, chemical elements and companies) by keywords, ranked by BM25. ' +
       'Returns the best hits with their id, title, score and the sentence that best matches; use `open` with an id to read a whole document.',
     input: z.object({
-      query: z.string().min(1, 'query must not be empty').max(1000, 'query must be at most 1000 characters').describe('Keywords to search for, e.g. a name or "river founded"'),
+      query: z
+        .string()
+        .min(1, 'query must not be empty')
+        .max(1000, 'query must be at most 1000 characters')
+        .describe('Keywords to search for, e.g. a name or "river founded"'),
       k: z.number().int().min(1).max(MAX_K).default(5).describe(`How many hits to return (at most ${MAX_K})`),
     }),
     output: z.object({
@@ -192,7 +248,9 @@ const tools = [
     run: ({ query, k }, { index }: SearchState) => {
       const terms = index.queryTerms(query);
       if (terms.length === 0) {
-        throw new ToolError(`search: the query ${JSON.stringify(query.slice(0, 100))} has no searchable words (only stop words or punctuation); use names or other keywords`);
+        throw new ToolError(
+          `search: the query ${JSON.stringify(query.slice(0, 100))} has no searchable words (only stop words or punctuation); use names or other keywords`,
+        );
       }
       const hits = index
         .search(query, k)

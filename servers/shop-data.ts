@@ -76,18 +76,98 @@ CREATE INDEX orders_customer ON orders (customer_id);
 CREATE INDEX order_items_product ON order_items (product_id);
 `;
 
-
-const FIRST_NAMES = ['Ana', 'Ben', 'Chloe', 'David', 'Elena', 'Farid', 'Grace', 'Hugo', 'Ines', 'Jonas', 'Keiko', 'Liam', 'Maya', 'Noah', 'Olga', 'Pablo', 'Quinn', 'Rosa', 'Sven', 'Tara', 'Umar', 'Vera', 'Wei', 'Yara', 'Zoe'];
-const LAST_NAMES = ['Almeida', 'Becker', 'Costa', 'Dubois', 'Evans', 'Fischer', 'Garcia', 'Hansen', 'Ito', 'Jensen', 'Kowalski', 'Larsen', 'Moreau', 'Novak', "O'Brien", 'Petrov', 'Rossi', 'Silva', 'Tanaka', 'Weber'];
+const FIRST_NAMES = [
+  'Ana',
+  'Ben',
+  'Chloe',
+  'David',
+  'Elena',
+  'Farid',
+  'Grace',
+  'Hugo',
+  'Ines',
+  'Jonas',
+  'Keiko',
+  'Liam',
+  'Maya',
+  'Noah',
+  'Olga',
+  'Pablo',
+  'Quinn',
+  'Rosa',
+  'Sven',
+  'Tara',
+  'Umar',
+  'Vera',
+  'Wei',
+  'Yara',
+  'Zoe',
+];
+const LAST_NAMES = [
+  'Almeida',
+  'Becker',
+  'Costa',
+  'Dubois',
+  'Evans',
+  'Fischer',
+  'Garcia',
+  'Hansen',
+  'Ito',
+  'Jensen',
+  'Kowalski',
+  'Larsen',
+  'Moreau',
+  'Novak',
+  "O'Brien",
+  'Petrov',
+  'Rossi',
+  'Silva',
+  'Tanaka',
+  'Weber',
+];
 const CITIES = ['Lisbon', 'Porto', 'Madrid', 'Paris', 'Lyon', 'Berlin', 'Munich', 'Milan', 'Vienna', 'Dublin'];
 
 /** Five categories of eight products each, with the price range of the category in cents. */
 const CATALOG: { category: string; min: number; max: number; names: string[] }[] = [
-  { category: 'Books', min: 900, max: 4500, names: ['The Quiet Harbor', 'Atlas of Small Things', 'Practical SQL', 'A Year of Soups', 'The Last Lighthouse', 'Birds of the Coast', 'Learning to Draw', 'Stories for Long Trains'] },
-  { category: 'Electronics', min: 1500, max: 39900, names: ['Wireless Earbuds', 'USB-C Charger', 'Bluetooth Speaker', 'E-Reader', 'Smart Plug', 'Mechanical Keyboard', 'Webcam HD', 'Portable SSD'] },
-  { category: 'Garden', min: 500, max: 12000, names: ['Pruning Shears', 'Watering Can', 'Tomato Seeds', 'Garden Gloves', 'Raised Bed Kit', 'Compost Bin', 'Hose Reel', 'Bird Feeder'] },
-  { category: 'Kitchen', min: 700, max: 15000, names: ['Chef Knife', 'Cast Iron Pan', 'Pepper Mill', 'French Press', 'Cutting Board', 'Stand Mixer Bowl', 'Tea Kettle', 'Spice Rack'] },
-  { category: 'Toys', min: 600, max: 8000, names: ['Wooden Train Set', 'Puzzle 1000 Pieces', 'Kite', 'Building Blocks', 'Plush Bear', 'Board Game Classic', 'Yo-Yo', 'Marble Run'] },
+  {
+    category: 'Books',
+    min: 900,
+    max: 4500,
+    names: [
+      'The Quiet Harbor',
+      'Atlas of Small Things',
+      'Practical SQL',
+      'A Year of Soups',
+      'The Last Lighthouse',
+      'Birds of the Coast',
+      'Learning to Draw',
+      'Stories for Long Trains',
+    ],
+  },
+  {
+    category: 'Electronics',
+    min: 1500,
+    max: 39900,
+    names: ['Wireless Earbuds', 'USB-C Charger', 'Bluetooth Speaker', 'E-Reader', 'Smart Plug', 'Mechanical Keyboard', 'Webcam HD', 'Portable SSD'],
+  },
+  {
+    category: 'Garden',
+    min: 500,
+    max: 12000,
+    names: ['Pruning Shears', 'Watering Can', 'Tomato Seeds', 'Garden Gloves', 'Raised Bed Kit', 'Compost Bin', 'Hose Reel', 'Bird Feeder'],
+  },
+  {
+    category: 'Kitchen',
+    min: 700,
+    max: 15000,
+    names: ['Chef Knife', 'Cast Iron Pan', 'Pepper Mill', 'French Press', 'Cutting Board', 'Stand Mixer Bowl', 'Tea Kettle', 'Spice Rack'],
+  },
+  {
+    category: 'Toys',
+    min: 600,
+    max: 8000,
+    names: ['Wooden Train Set', 'Puzzle 1000 Pieces', 'Kite', 'Building Blocks', 'Plush Bear', 'Board Game Classic', 'Yo-Yo', 'Marble Run'],
+  },
 ];
 
 /** Order statuses and their weights. */

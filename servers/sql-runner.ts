@@ -260,7 +260,12 @@ export class QueryRunner {
     const limit = Math.max(1, this.slots.length - 1);
     if (long >= limit) {
       this.discard(slot);
-      this.settle(job, new ToolError(`the sql server is busy: ${long} long queries are running already (at most ${limit} at once, so that short queries keep a process); try again later`));
+      this.settle(
+        job,
+        new ToolError(
+          `the sql server is busy: ${long} long queries are running already (at most ${limit} at once, so that short queries keep a process); try again later`,
+        ),
+      );
       this.pump();
       return;
     }

@@ -15,7 +15,9 @@ export function describeTables(file: string): TableInfo[] {
   const db = new Database(file, { readonly: true, fileMustExist: true });
   try {
     db.pragma('query_only = ON');
-    const names = db.prepare<[], { name: string }>("SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite!_%' ESCAPE '!' ORDER BY rowid").all();
+    const names = db
+      .prepare<[], { name: string }>("SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite!_%' ESCAPE '!' ORDER BY rowid")
+      .all();
     return names.map(({ name }) => {
       const q = quoteIdent(name);
       const columns = db.pragma(`table_info(${q})`) as { name: string; type: string; pk: number }[];

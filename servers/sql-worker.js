@@ -66,7 +66,9 @@ async function main() {
     }
     if (connectionState() !== baseline) {
       // Unreachable unless servers/sql-screen.ts's screening misses a statement: never reuse this connection.
-      send({ id: msg.id, ok: false, kind: 'refused', message: `${REFUSED} a statement that changes the connection's settings`, exiting: true }, () => process.exit(1));
+      send({ id: msg.id, ok: false, kind: 'refused', message: `${REFUSED} a statement that changes the connection's settings`, exiting: true }, () =>
+        process.exit(1),
+      );
       return;
     }
     send(reply);

@@ -57,7 +57,8 @@ const Table = z.object({
 const tools = [
   defineTool({
     name: 'describe_schema',
-    description: 'Describe the tables of the shop database: columns (name, type, primary key, foreign key reference) and row counts. Give `table` to describe only that one.',
+    description:
+      'Describe the tables of the shop database: columns (name, type, primary key, foreign key reference) and row counts. Give `table` to describe only that one.',
     input: z.object({ table: z.string().min(1).max(200).optional().describe('Describe only this table') }),
     output: z.object({ tables: z.array(Table) }),
     readOnly: true,
@@ -121,11 +122,17 @@ export function createSqlServer(settings: SqlSettings = {}): ServerDefinition<Sq
     name: 'sql',
     version: '0.1.0',
     description: 'Read-only SQL (SQLite) over a small shop database: customers, products, orders, order_items. Tools: describe_schema, query.',
-    isolation: 'none needed: the shop database is read-only and every statement that could change it or the connection is refused, so every episode sees the same data',
+    isolation:
+      'none needed: the shop database is read-only and every statement that could change it or the connection is refused, so every episode sees the same data',
     tools: tools as never,
     examples: [
       { tool: 'describe_schema', arguments: { table: 'orders' } },
-      { tool: 'query', arguments: { sql: 'SELECT p.category, SUM(oi.quantity) AS units FROM order_items oi JOIN products p ON p.id = oi.product_id GROUP BY p.category ORDER BY units DESC' } },
+      {
+        tool: 'query',
+        arguments: {
+          sql: 'SELECT p.category, SUM(oi.quantity) AS units FROM order_items oi JOIN products p ON p.id = oi.product_id GROUP BY p.category ORDER BY units DESC',
+        },
+      },
     ],
     backend(options): Backend<SqlState> {
       const ownDir = options.dataDir === undefined;

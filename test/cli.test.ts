@@ -23,7 +23,22 @@ describe('mcp-gym command line', () => {
   });
 
   it('every command takes --help: its own, or its part of the list', async () => {
-    for (const command of ['serve', 'servers', 'suites', 'rollout', 'repair', 'sft', 'demo', 'eval', 'train', 'bench', 'tasks', 'view', 'pipeline', 'serve-policy']) {
+    for (const command of [
+      'serve',
+      'servers',
+      'suites',
+      'rollout',
+      'repair',
+      'sft',
+      'demo',
+      'eval',
+      'train',
+      'bench',
+      'tasks',
+      'view',
+      'pipeline',
+      'serve-policy',
+    ]) {
       const { code, stdout, stderr } = await run([command, '--help']);
       expect(stderr, command).toBe('');
       expect(code, command).toBe(0);

@@ -12,7 +12,12 @@ import { CLI_DOC, commandsOf, helpInvocations, helpOf, renderCliDoc } from '../s
 import { EXIT_MEANINGS } from '../lib/index.ts';
 import { ROOT } from './helpers.ts';
 
-const DOCS = ['README.md', ...readdirSync(join(ROOT, 'docs')).filter((f) => f.endsWith('.md')).map((f) => `docs/${f}`)];
+const DOCS = [
+  'README.md',
+  ...readdirSync(join(ROOT, 'docs'))
+    .filter((f) => f.endsWith('.md'))
+    .map((f) => `docs/${f}`),
+];
 
 /** The code of a markdown text: inline code spans and the lines of fenced blocks, with where each is. */
 function codeOf(file: string): { where: string; code: string }[] {
@@ -98,7 +103,9 @@ describe('docs', { timeout: 120_000 }, () => {
       readFileSync(join(ROOT, file), 'utf8')
         .split('\n')
         .forEach((line, i) => {
-          for (const m of line.matchAll(/(?<![\w/.-])((?:src|lib|servers|learner|test|bench|scripts|examples)\/[\w./-]*\.(?:json|jsonl|ts|mjs|js|py|md|sh))(?![\w/-])/g)) {
+          for (const m of line.matchAll(
+            /(?<![\w/.-])((?:src|lib|servers|learner|test|bench|scripts|examples)\/[\w./-]*\.(?:json|jsonl|ts|mjs|js|py|md|sh))(?![\w/-])/g,
+          )) {
             if (!existsSync(join(ROOT, m[1]!))) missing.push(`${file}:${i + 1}: ${m[1]}`);
           }
         });

@@ -17,7 +17,11 @@ export function cliStdioSpec(name: string, extra: string[] = []) {
 /** Runs the `mcp-gym` CLI (the built dist/) with `args`; never throws: the exit code and both outputs. */
 export async function runCli(args: string[], env?: Record<string, string>): Promise<{ code: number; stdout: string; stderr: string }> {
   try {
-    const { stdout, stderr } = await promisify(execFile)(process.execPath, [CLI, ...args], { cwd: ROOT, maxBuffer: 64 * 1024 * 1024, ...(env ? { env: { ...process.env, ...env } } : {}) });
+    const { stdout, stderr } = await promisify(execFile)(process.execPath, [CLI, ...args], {
+      cwd: ROOT,
+      maxBuffer: 64 * 1024 * 1024,
+      ...(env ? { env: { ...process.env, ...env } } : {}),
+    });
     return { code: 0, stdout, stderr };
   } catch (err) {
     const e = err as { code: number; stdout: string; stderr: string };
@@ -30,20 +34,16 @@ export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 /** A server with tools that sleep, report progress and echo: for timeouts, cancellation and progress. */
 export function testServer(): McpServer {
   const server = new McpServer({ name: 'test', version: '1.0.0' });
-  server.registerTool(
-    'sleep',
-    { description: 'Sleep for ms milliseconds', inputSchema: z.object({ ms: z.number().int().min(0) }) },
-    async ({ ms }, ctx) => {
-      await new Promise<void>((resolve) => {
-        const t = setTimeout(resolve, ms);
-        ctx.mcpReq.signal.addEventListener('abort', () => {
-          clearTimeout(t);
-          resolve();
-        });
+  server.registerTool('sleep', { description: 'Sleep for ms milliseconds', inputSchema: z.object({ ms: z.number().int().min(0) }) }, async ({ ms }, ctx) => {
+    await new Promise<void>((resolve) => {
+      const t = setTimeout(resolve, ms);
+      ctx.mcpReq.signal.addEventListener('abort', () => {
+        clearTimeout(t);
+        resolve();
       });
-      return { content: [{ type: 'text', text: `slept ${ms}` }] };
-    },
-  );
+    });
+    return { content: [{ type: 'text', text: `slept ${ms}` }] };
+  });
   server.registerTool(
     'progress',
     { description: 'Report progress steps', inputSchema: z.object({ steps: z.number().int().min(1).max(100) }) },

@@ -23,7 +23,19 @@ const SCANNED = ['lib', 'servers', 'src'];
  * The layers: a folder (every file under it) or a single file. `src/paths.ts` is a leaf (where the
  * package's files are; Node built-ins only) that any layer of src/ may use.
  */
-const LAYERS = ['lib', 'servers', 'src/tools', 'src/env', 'src/agents', 'src/trainers', 'src/bench', 'src/view', 'src/cli', 'src/index.ts', 'src/paths.ts'] as const;
+const LAYERS = [
+  'lib',
+  'servers',
+  'src/tools',
+  'src/env',
+  'src/agents',
+  'src/trainers',
+  'src/bench',
+  'src/view',
+  'src/cli',
+  'src/index.ts',
+  'src/paths.ts',
+] as const;
 type Layer = (typeof LAYERS)[number];
 
 /** What a file may import: layers (any file of them), or exact public files (`servers/index.ts`). */
@@ -215,7 +227,16 @@ function fileCycles(edges: readonly Edge[]): string[] {
       seen.add(to);
       at = to;
     }
-    out.push(`${[...path, start].join(' -> ')}${component.length > path.length ? ` (and ${component.length - path.length} more files in the same circle: ${component.filter((f) => !seen.has(f)).sort().join(', ')})` : ''}`);
+    out.push(
+      `${[...path, start].join(' -> ')}${
+        component.length > path.length
+          ? ` (and ${component.length - path.length} more files in the same circle: ${component
+              .filter((f) => !seen.has(f))
+              .sort()
+              .join(', ')})`
+          : ''
+      }`,
+    );
   };
   for (const v of [...graph.keys()].sort()) if (!index.has(v)) visit(v);
   return out.sort();
@@ -226,7 +247,11 @@ function fileCycles(edges: readonly Edge[]): string[] {
  * of the folders above it directly; any other folder that has an index.ts is reached through it.
  */
 function indexBypasses(files: Record<string, string>, edges: readonly Edge[]): string[] {
-  const withIndex = new Set(Object.keys(files).filter((f) => posix.basename(f) === 'index.ts').map((f) => posix.dirname(f)));
+  const withIndex = new Set(
+    Object.keys(files)
+      .filter((f) => posix.basename(f) === 'index.ts')
+      .map((f) => posix.dirname(f)),
+  );
   return edges
     .filter((e) => {
       const from = posix.dirname(e.from);
@@ -260,7 +285,7 @@ describe('layers', () => {
     expect(fileCycles(edges)).toEqual([]);
   });
 
-  it("imports into another folder go through its index.ts", () => {
+  it('imports into another folder go through its index.ts', () => {
     expect(indexBypasses(files, edges)).toEqual([]);
   });
 
@@ -303,18 +328,33 @@ describe('layers', () => {
       `servers/search.ts: import '../src/env/task.ts'`,
       `lib/random.ts: import '../servers/common.ts'`,
     ];
-    for (const prefix of expected) expect(found.some((p) => p.startsWith(prefix)), `${prefix}\n in\n${found.join('\n')}`).toBe(true);
+    for (const prefix of expected)
+      expect(
+        found.some((p) => p.startsWith(prefix)),
+        `${prefix}\n in\n${found.join('\n')}`,
+      ).toBe(true);
     expect(found.some((p) => p.startsWith('src/other.ts: this file is in no layer'))).toBe(true);
     expect(found.filter((p) => p.includes('in-a-comment') || p.startsWith('src/env/suites/ok.ts'))).toEqual([]);
     expect(found).toHaveLength(expected.length + 1);
     const cycles = layerCycles(edgesOf({ 'src/agents/onnx.ts': sample['src/agents/onnx.ts']!, 'src/trainers/loop.ts': sample['src/trainers/loop.ts']! }));
     expect(cycles).toHaveLength(1);
-    const circle = { 'src/env/task.ts': `import { r } from './fixtures.ts';`, 'src/env/fixtures.ts': `import type { Task } from './task.ts';`, 'src/env/other.ts': `import { x } from './task.ts';` };
+    const circle = {
+      'src/env/task.ts': `import { r } from './fixtures.ts';`,
+      'src/env/fixtures.ts': `import type { Task } from './task.ts';`,
+      'src/env/other.ts': `import { x } from './task.ts';`,
+    };
     expect(fileCycles(edgesOf(circle))).toEqual(['src/env/fixtures.ts -> src/env/task.ts -> src/env/fixtures.ts']);
     const three = { 'a/x.ts': `import './y.ts';`, 'a/y.ts': `import './z.ts';`, 'a/z.ts': `import type { X } from './x.ts';` };
     expect(fileCycles(edgesOf(three))).toEqual(['a/x.ts -> a/y.ts -> a/z.ts -> a/x.ts']);
-    const bypass = { 'src/agents/index.ts': '', 'src/cli/serve.ts': `import { s } from '../agents/serve-policy.ts';\nimport { t } from '../agents/index.ts';\nimport { p } from '../paths.ts';`, 'src/agents/hf/index.ts': '', 'src/agents/hf/x.ts': `import { m } from '../model-config.ts';` };
+    const bypass = {
+      'src/agents/index.ts': '',
+      'src/cli/serve.ts': `import { s } from '../agents/serve-policy.ts';\nimport { t } from '../agents/index.ts';\nimport { p } from '../paths.ts';`,
+      'src/agents/hf/index.ts': '',
+      'src/agents/hf/x.ts': `import { m } from '../model-config.ts';`,
+    };
     expect(indexBypasses(bypass, edgesOf(bypass))).toEqual([`src/cli/serve.ts: import '../agents/serve-policy.ts' bypasses src/agents/index.ts`]);
-    expect(cycles[0]).toMatch(/^src\/agents -> src\/trainers -> src\/agents \(src\/agents\/onnx\.ts imports '\.\.\/trainers\/index\.ts'; src\/trainers\/loop\.ts imports '\.\.\/agents\/index\.ts'\)$/);
+    expect(cycles[0]).toMatch(
+      /^src\/agents -> src\/trainers -> src\/agents \(src\/agents\/onnx\.ts imports '\.\.\/trainers\/index\.ts'; src\/trainers\/loop\.ts imports '\.\.\/agents\/index\.ts'\)$/,
+    );
   });
 });

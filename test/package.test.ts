@@ -119,10 +119,15 @@ interface RunResult {
 /** Runs a command; never throws (the caller checks `code`, and failures show the output). */
 function run(cmd: string, args: string[], opts: { cwd: string; env?: NodeJS.ProcessEnv; timeoutMs?: number }): Promise<RunResult> {
   return new Promise((resolve) => {
-    execFile(cmd, args, { cwd: opts.cwd, env: { ...process.env, ...opts.env }, timeout: opts.timeoutMs ?? TIMEOUT, maxBuffer: 64 << 20 }, (err, stdout, stderr) => {
-      const code = err ? (typeof err.code === 'number' ? err.code : 1) : 0;
-      resolve({ code, stdout, stderr: err && !stderr ? String(err.message) : stderr });
-    });
+    execFile(
+      cmd,
+      args,
+      { cwd: opts.cwd, env: { ...process.env, ...opts.env }, timeout: opts.timeoutMs ?? TIMEOUT, maxBuffer: 64 << 20 },
+      (err, stdout, stderr) => {
+        const code = err ? (typeof err.code === 'number' ? err.code : 1) : 0;
+        resolve({ code, stdout, stderr: err && !stderr ? String(err.message) : stderr });
+      },
+    );
   });
 }
 const npm = (args: string[], opts: Parameters<typeof run>[2]) => run(process.platform === 'win32' ? 'npm.cmd' : 'npm', args, opts);
@@ -223,7 +228,9 @@ describe('the packed package', () => {
     const packed = await npm(['pack', '--json', '--pack-destination', out], { cwd: src });
     if (packed.code !== 0) throw new Error(`npm pack failed: ${show(packed)}`);
     pack = (JSON.parse(packed.stdout.slice(packed.stdout.search(/^\[/m))) as PackResult[])[0]!; // after prepack's output
-    console.log(`tarball ${pack.filename}: ${(pack.size / 1e6).toFixed(2)} MB packed, ${(pack.unpackedSize / 1e6).toFixed(2)} MB unpacked, ${pack.entryCount} files`);
+    console.log(
+      `tarball ${pack.filename}: ${(pack.size / 1e6).toFixed(2)} MB packed, ${(pack.unpackedSize / 1e6).toFixed(2)} MB unpacked, ${pack.entryCount} files`,
+    );
 
     project = join(tmp, 'project');
     mkdirSync(project);
@@ -233,7 +240,9 @@ describe('the packed package', () => {
     const prebuilds = await localPrebuild(join(tmp, 'prebuilds'));
     const started = Date.now();
     installed = await npm(['install', '--offline', '--no-audit', '--no-fund', join(out, pack.filename)], { cwd: project, env: installEnv(prebuilds) });
-    console.log(`offline install: exit ${installed.code} in ${((Date.now() - started) / 1000).toFixed(1)} s (better-sqlite3 ${prebuilds ? 'from the local prebuild' : 'compiled'})`);
+    console.log(
+      `offline install: exit ${installed.code} in ${((Date.now() - started) / 1000).toFixed(1)} s (better-sqlite3 ${prebuilds ? 'from the local prebuild' : 'compiled'})`,
+    );
   }, TIMEOUT);
 
   afterAll(() => {
@@ -242,7 +251,20 @@ describe('the packed package', () => {
 
   it('holds the build, the learner and the model, and no tests, benchmarks or TypeScript sources', () => {
     const files = pack!.files.map((f) => f.path);
-    for (const f of ['package.json', 'README.md', 'bin/mcp-gym.js', 'dist/src/index.js', 'dist/src/index.d.ts', 'dist/src/cli/main.js', 'dist/src/env/code-runner-child.js', 'dist/servers/sql-worker.js', 'dist/servers/files-search-worker.js', 'learner/mcp_gym_learner/__main__.py', 'models/calc-tiny/model.onnx', 'models/calc-tiny/config.json'])
+    for (const f of [
+      'package.json',
+      'README.md',
+      'bin/mcp-gym.js',
+      'dist/src/index.js',
+      'dist/src/index.d.ts',
+      'dist/src/cli/main.js',
+      'dist/src/env/code-runner-child.js',
+      'dist/servers/sql-worker.js',
+      'dist/servers/files-search-worker.js',
+      'learner/mcp_gym_learner/__main__.py',
+      'models/calc-tiny/model.onnx',
+      'models/calc-tiny/config.json',
+    ])
       expect(files, f).toContain(f);
     expect(files.filter((f) => /^(test|bench|scripts|src|servers|lib|examples)\//.test(f))).toEqual([]);
     expect(files.filter((f) => /\.[cm]?ts$/.test(f) && !/\.d\.[cm]?ts$/.test(f))).toEqual([]);
@@ -255,43 +277,68 @@ describe('the packed package', () => {
     expect(existsSync(join(project, 'node_modules', 'better-sqlite3', 'build', 'Release', 'better_sqlite3.node'))).toBe(true);
   });
 
-  it('runs the scenario in plain JavaScript against the installed package', async () => {
-    expect(installed!.code, show(installed!)).toBe(0);
-    writeFileSync(join(project, 'notes-server.mjs'), NOTES_SERVER);
-    writeFileSync(join(project, 'scenario.mjs'), scenario({ projectDir: project }));
-    const r = await run(process.execPath, ['scenario.mjs'], { cwd: project });
-    console.log(r.stdout.trim());
-    expect(r.code, show(r)).toBe(0);
-    const line = r.stdout.trim().split('\n').at(-1) ?? '';
-    expect(line.startsWith('RESULT '), show(r)).toBe(true);
-    const result = JSON.parse(line.slice('RESULT '.length)) as {
-      cwd: boolean;
-      keys: string[];
-      subpaths: { random: string; kv: string; presets: string[] };
-      group: { id: string; size: number; solved: number; rewards: number[]; names: string[] };
-      train: { steps: number; rows: { step: number; reward: string; loss: number; sequences: number }[]; names: string[]; rlSteps: number; version: number; report: boolean };
-    };
-    expect(result.cwd).toBe(true);
-    for (const name of ['defineTask', 'loadTasks', 'Environment', 'rollout', 'gatherGroup', 'registerReward', 'train', 'collectGroups', 'buildTrainBatch', 'LearnerSession', 'OnnxPolicy', 'ToolClient']) expect(result.keys).toContain(name);
-    // The root holds the nouns (at most 40 names); the rest is behind a subpath per folder.
-    expect(result.keys.length).toBeLessThanOrEqual(40);
-    expect(result.subpaths).toEqual({ random: 'function', kv: 'kv', presets: expect.arrayContaining(['grpo', 'art', 'ppo']) });
-    // The group rollout: 4 expert episodes against the user's server, scored by the user's reward (1 + 0.1 x 2 turns).
-    expect(result.group).toMatchObject({ id: 'notes-milk@0', size: 4, solved: 4, names: ['mine'] });
-    for (const r of result.group.rewards) expect(r).toBeCloseTo(1.2, 9);
-    // Two learner steps with that reward: metrics per step, the learner's loss, the trained weights written back.
-    expect(result.train.steps).toBe(2);
-    expect(result.train.rows.map((m) => m.step)).toEqual([1, 2]);
-    for (const m of result.train.rows) {
-      expect(m.reward).toBe('mine');
-      expect(Number.isFinite(m.loss)).toBe(true);
-      expect(m.sequences).toBeGreaterThan(0);
-    }
-    expect(result.train.names).toEqual(['mine']);
-    expect(result.train.rlSteps).toBe(2);
-    expect(result.train.version).toBeGreaterThanOrEqual(2);
-    expect(result.train.report).toBe(true);
-  }, TIMEOUT);
+  it(
+    'runs the scenario in plain JavaScript against the installed package',
+    async () => {
+      expect(installed!.code, show(installed!)).toBe(0);
+      writeFileSync(join(project, 'notes-server.mjs'), NOTES_SERVER);
+      writeFileSync(join(project, 'scenario.mjs'), scenario({ projectDir: project }));
+      const r = await run(process.execPath, ['scenario.mjs'], { cwd: project });
+      console.log(r.stdout.trim());
+      expect(r.code, show(r)).toBe(0);
+      const line = r.stdout.trim().split('\n').at(-1) ?? '';
+      expect(line.startsWith('RESULT '), show(r)).toBe(true);
+      const result = JSON.parse(line.slice('RESULT '.length)) as {
+        cwd: boolean;
+        keys: string[];
+        subpaths: { random: string; kv: string; presets: string[] };
+        group: { id: string; size: number; solved: number; rewards: number[]; names: string[] };
+        train: {
+          steps: number;
+          rows: { step: number; reward: string; loss: number; sequences: number }[];
+          names: string[];
+          rlSteps: number;
+          version: number;
+          report: boolean;
+        };
+      };
+      expect(result.cwd).toBe(true);
+      for (const name of [
+        'defineTask',
+        'loadTasks',
+        'Environment',
+        'rollout',
+        'gatherGroup',
+        'registerReward',
+        'train',
+        'collectGroups',
+        'buildTrainBatch',
+        'LearnerSession',
+        'OnnxPolicy',
+        'ToolClient',
+      ])
+        expect(result.keys).toContain(name);
+      // The root holds the nouns (at most 40 names); the rest is behind a subpath per folder.
+      expect(result.keys.length).toBeLessThanOrEqual(40);
+      expect(result.subpaths).toEqual({ random: 'function', kv: 'kv', presets: expect.arrayContaining(['grpo', 'art', 'ppo']) });
+      // The group rollout: 4 expert episodes against the user's server, scored by the user's reward (1 + 0.1 x 2 turns).
+      expect(result.group).toMatchObject({ id: 'notes-milk@0', size: 4, solved: 4, names: ['mine'] });
+      for (const r of result.group.rewards) expect(r).toBeCloseTo(1.2, 9);
+      // Two learner steps with that reward: metrics per step, the learner's loss, the trained weights written back.
+      expect(result.train.steps).toBe(2);
+      expect(result.train.rows.map((m) => m.step)).toEqual([1, 2]);
+      for (const m of result.train.rows) {
+        expect(m.reward).toBe('mine');
+        expect(Number.isFinite(m.loss)).toBe(true);
+        expect(m.sequences).toBeGreaterThan(0);
+      }
+      expect(result.train.names).toEqual(['mine']);
+      expect(result.train.rlSteps).toBe(2);
+      expect(result.train.version).toBeGreaterThanOrEqual(2);
+      expect(result.train.report).toBe(true);
+    },
+    TIMEOUT,
+  );
 
   it('`npx mcp-gym --help` runs the installed command', async () => {
     expect(installed!.code, show(installed!)).toBe(0);

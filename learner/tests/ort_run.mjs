@@ -22,7 +22,11 @@ const graphPrefix = session.inputNames.includes('prefix_mask');
 let prefix = { n: 0, K: [], V: [] };
 
 function feeds(ids, pos, mask, Tn, cap, rows = B, pre = prefix) {
-  const f = { input_ids: i64(ids, [rows, Tn]), position_ids: i64(pos, [rows, Tn]), attention_mask: new ort.Tensor('float32', Float32Array.from(mask), [rows, cap + Tn]) };
+  const f = {
+    input_ids: i64(ids, [rows, Tn]),
+    position_ids: i64(pos, [rows, Tn]),
+    attention_mask: new ort.Tensor('float32', Float32Array.from(mask), [rows, cap + Tn]),
+  };
   for (let l = 0; l < L; l++) {
     f[`past_key_${l}`] = new ort.Tensor('float32', cap ? K[l] : new Float32Array(0), [rows, H, Dh, cap]);
     f[`past_value_${l}`] = new ort.Tensor('float32', cap ? V[l] : new Float32Array(0), [rows, H, cap, Dh]);
@@ -41,34 +45,63 @@ function feeds(ids, pos, mask, Tn, cap, rows = B, pre = prefix) {
 
 if (c.prefix_ids) {
   const n = c.prefix_ids.length;
-  const o = await session.run(feeds(c.prefix_ids, c.prefix_ids.map((_, t) => t), new Array(n).fill(1), n, 0, 1, { n: 0, K: [], V: [] }));
-  const nk = o.new_keys.data, nv = o.new_values.data;
+  const o = await session.run(
+    feeds(
+      c.prefix_ids,
+      c.prefix_ids.map((_, t) => t),
+      new Array(n).fill(1),
+      n,
+      0,
+      1,
+      { n: 0, K: [], V: [] },
+    ),
+  );
+  const nk = o.new_keys.data,
+    nv = o.new_values.data;
   prefix = { n, K: Array.from({ length: L }, () => new Float32Array(H * Dh * n)), V: Array.from({ length: L }, () => new Float32Array(H * n * Dh)) };
-  for (let l = 0; l < L; l++) for (let h = 0; h < H; h++) for (let t = 0; t < n; t++) for (let d = 0; d < Dh; d++) {
-    const src = ((l * H + h) * n + t) * Dh + d;
-    prefix.K[l][(h * Dh + d) * n + t] = nk[src];
-    prefix.V[l][(h * n + t) * Dh + d] = nv[src];
-  }
+  for (let l = 0; l < L; l++)
+    for (let h = 0; h < H; h++)
+      for (let t = 0; t < n; t++)
+        for (let d = 0; d < Dh; d++) {
+          const src = ((l * H + h) * n + t) * Dh + d;
+          prefix.K[l][(h * Dh + d) * n + t] = nk[src];
+          prefix.V[l][(h * n + t) * Dh + d] = nv[src];
+        }
 }
 function store(out, Tn, slot) {
-  const nk = out.new_keys.data, nv = out.new_values.data;
-  for (let l = 0; l < L; l++) for (let bh = 0; bh < B * H; bh++) for (let t = 0; t < Tn; t++) for (let d = 0; d < Dh; d++) {
-    const src = ((l * B * H + bh) * Tn + t) * Dh + d;
-    K[l][bh * Dh * C + d * C + slot + t] = nk[src];
-    V[l][bh * C * Dh + (slot + t) * Dh + d] = nv[src];
-  }
+  const nk = out.new_keys.data,
+    nv = out.new_values.data;
+  for (let l = 0; l < L; l++)
+    for (let bh = 0; bh < B * H; bh++)
+      for (let t = 0; t < Tn; t++)
+        for (let d = 0; d < Dh; d++) {
+          const src = ((l * B * H + bh) * Tn + t) * Dh + d;
+          K[l][bh * Dh * C + d * C + slot + t] = nk[src];
+          V[l][bh * C * Dh + (slot + t) * Dh + d] = nv[src];
+        }
 }
 
 let out = await session.run(feeds(c.input_ids, c.position_ids, c.attention_mask, T, 0));
 store(out, T, 0);
 for (let b = 0; b < B; b++) for (let t = 0; t < T; t++) slotMask[b * C + t] = c.attention_mask[b * T + t];
-const result = { prefix: prefix.n, inputs: session.inputNames, outputs: session.outputNames, prefill: Array.from(out.logits.data), steps: [], new_dims: [out.new_keys.dims], probs_error: 0 };
+const result = {
+  prefix: prefix.n,
+  inputs: session.inputNames,
+  outputs: session.outputNames,
+  prefill: Array.from(out.logits.data),
+  steps: [],
+  new_dims: [out.new_keys.dims],
+  probs_error: 0,
+};
 // A graph with a `probs` output (the Hugging Face exports): its largest distance from softmax(logits), over every run.
 function checkProbs(o) {
   if (!o.probs) return;
-  const lg = o.logits.data, pr = o.probs.data, Vv = lg.length / B;
+  const lg = o.logits.data,
+    pr = o.probs.data,
+    Vv = lg.length / B;
   for (let b = 0; b < B; b++) {
-    let max = -Infinity, sum = 0;
+    let max = -Infinity,
+      sum = 0;
     for (let i = 0; i < Vv; i++) max = Math.max(max, lg[b * Vv + i]);
     for (let i = 0; i < Vv; i++) sum += Math.exp(lg[b * Vv + i] - max);
     for (let i = 0; i < Vv; i++) result.probs_error = Math.max(result.probs_error, Math.abs(pr[b * Vv + i] - Math.exp(lg[b * Vv + i] - max) / sum));

@@ -104,7 +104,9 @@ export class AnthropicPolicy implements Policy, ChatModel {
     });
     this.limit = concurrencyLimit(options);
     if (options.temperature !== undefined || options.topP !== undefined) {
-      process.emitWarning(`anthropic: temperature and top_p are not sent: API version 2026-10-21 refuses them on every model`, { code: 'MCP_GYM_ANTHROPIC_SAMPLING' });
+      process.emitWarning(`anthropic: temperature and top_p are not sent: API version 2026-10-21 refuses them on every model`, {
+        code: 'MCP_GYM_ANTHROPIC_SAMPLING',
+      });
     }
   }
 
@@ -244,7 +246,9 @@ export function toAnthropicMessages(
       push('user', text(m.content));
     } else if (m.role === 'assistant') {
       const calls = m.tool_calls ?? [];
-      const uses = calls.map((c): Anthropic.Messages.ToolUseBlockParam => ({ type: 'tool_use', id: c.id, name: c.function.name, input: parseArguments(c.function.arguments) }));
+      const uses = calls.map(
+        (c): Anthropic.Messages.ToolUseBlockParam => ({ type: 'tool_use', id: c.id, name: c.function.name, input: parseArguments(c.function.arguments) }),
+      );
       const raw = calls.length ? rawTurn(assistantIndex, m) : undefined;
       let blocks: ContentBlockParam[];
       if (raw) {
@@ -275,7 +279,12 @@ export function toAnthropicMessages(
       for (; i < messages.length && messages[i]!.role === 'tool'; i++) {
         const t = messages[i]!;
         if (t.tool_call_id !== undefined && lastToolIds.has(t.tool_call_id)) {
-          results.push({ type: 'tool_result', tool_use_id: t.tool_call_id, ...(t.content ? { content: t.content } : {}), ...(t.is_error ? { is_error: true } : {}) });
+          results.push({
+            type: 'tool_result',
+            tool_use_id: t.tool_call_id,
+            ...(t.content ? { content: t.content } : {}),
+            ...(t.is_error ? { is_error: true } : {}),
+          });
         } else {
           notes.push(...text(t.content));
         }

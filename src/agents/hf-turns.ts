@@ -16,7 +16,18 @@
  * template's rendering of the whole conversation.
  */
 import type { Observation, PolicyAction, ProposedCall } from '../env/index.ts';
-import { ChatTemplateRenderer, HfSequence, HfTokenizer, parseToolCalls, resolveToolFormat, turnEndToken, type ChatMessage, type ToolFormat, type ToolFormatChoice, type ToolSpec } from './hf/index.ts';
+import {
+  ChatTemplateRenderer,
+  HfSequence,
+  HfTokenizer,
+  parseToolCalls,
+  resolveToolFormat,
+  turnEndToken,
+  type ChatMessage,
+  type ToolFormat,
+  type ToolFormatChoice,
+  type ToolSpec,
+} from './hf/index.ts';
 
 export interface HfTurnsOptions {
   /** More chat-template variables for every rendering (e.g. `enable_thinking: false` for Qwen3). */
@@ -36,15 +47,21 @@ export interface TurnPrompt {
 /** The environment's messages as chat-template messages. */
 export function toChatMessages(messages: Observation['messages']): ChatMessage[] {
   return messages.map((m): ChatMessage => {
-    if (m.role === 'tool') return { role: 'tool', content: m.content, ...(m.tool_call_id ? { tool_call_id: m.tool_call_id } : {}), ...(m.name ? { name: m.name } : {}) };
+    if (m.role === 'tool')
+      return { role: 'tool', content: m.content, ...(m.tool_call_id ? { tool_call_id: m.tool_call_id } : {}), ...(m.name ? { name: m.name } : {}) };
     if (m.role === 'assistant') return { role: 'assistant', content: m.content, ...(m.tool_calls?.length ? { tool_calls: m.tool_calls } : {}) };
     return { role: m.role, content: m.content };
   });
 }
 
 /** Tools as the chat template lists them (OpenAI's function format). */
-export function toToolSpecs(tools: { name: string; description?: string; inputSchema?: Record<string, unknown>; parameters?: Record<string, unknown> }[]): ToolSpec[] {
-  return tools.map((t) => ({ type: 'function', function: { name: t.name, ...(t.description ? { description: t.description } : {}), parameters: t.inputSchema ?? t.parameters ?? { type: 'object' } } }));
+export function toToolSpecs(
+  tools: { name: string; description?: string; inputSchema?: Record<string, unknown>; parameters?: Record<string, unknown> }[],
+): ToolSpec[] {
+  return tools.map((t) => ({
+    type: 'function',
+    function: { name: t.name, ...(t.description ? { description: t.description } : {}), parameters: t.inputSchema ?? t.parameters ?? { type: 'object' } },
+  }));
 }
 
 /**
@@ -54,7 +71,11 @@ export function toToolSpecs(tools: { name: string; description?: string; inputSc
  * pieces after it), so what SFT teaches is what sampling continues from. Undefined when the
  * template cannot render it.
  */
-export function hfDemoExample(turns: Pick<HfTurns, 'tokenizer' | 'renderer'>, messages: ChatMessage[], tools: ToolSpec[]): { ids: number[]; mask: number[] } | undefined {
+export function hfDemoExample(
+  turns: Pick<HfTurns, 'tokenizer' | 'renderer'>,
+  messages: ChatMessage[],
+  tools: ToolSpec[],
+): { ids: number[]; mask: number[] } | undefined {
   const seq = new HfSequence(turns.tokenizer, turns.renderer);
   let i = messages.findIndex((m) => m.role === 'assistant');
   if (i <= 0) return undefined;
@@ -94,7 +115,8 @@ export class HfTurns {
     /** How tools are rendered: the template's own format, or the Hermes format mcp-gym added or the checkpoint carries. */
     readonly toolFormat: ToolFormat = 'native',
   ) {
-    if (renderer.family === 'unknown') throw new Error('HfTurns: the chat template has no known tool-call format (Qwen/Hermes <tool_call> or Llama 3.x JSON calls)');
+    if (renderer.family === 'unknown')
+      throw new Error('HfTurns: the chat template has no known tool-call format (Qwen/Hermes <tool_call> or Llama 3.x JSON calls)');
   }
 
   /** The tokenizer and chat template of a checkpoint directory; a template without tools gets the Hermes format (options.toolFormat). */
@@ -142,9 +164,10 @@ export class HfTurns {
       ep.carry = [];
       return { env };
     }
-    const why = r.reason === 'prefix-mismatch'
-      ? `the chat template renders the earlier turns differently from what was sampled (at character ${r.at}: expected ${JSON.stringify(r.expected)}, the sequence has ${JSON.stringify(r.actual)}); the episode continues from the template's rendering`
-      : `the chat template cannot render the conversation (${r.error}); the episode continues from the rendering of its messages`;
+    const why =
+      r.reason === 'prefix-mismatch'
+        ? `the chat template renders the earlier turns differently from what was sampled (at character ${r.at}: expected ${JSON.stringify(r.expected)}, the sequence has ${JSON.stringify(r.actual)}); the episode continues from the template's rendering`
+        : `the chat template cannot render the conversation (${r.error}); the episode continues from the rendering of its messages`;
     return start(why);
   }
 
@@ -157,7 +180,13 @@ export class HfTurns {
     const text = this.tokenizer.decode(tokens);
     const parsed = parseToolCalls(text, this.renderer.family);
     const calls: ProposedCall[] = parsed.calls.map((c) => ({ name: c.name, arguments: c.arguments }));
-    return { text, content: parsed.content, ...(calls.length ? { toolCalls: calls } : {}), ...(parsed.error ? { parseError: parsed.error } : {}), ...(parsed.mode !== 'none' ? { callParse: parsed.mode } : {}) };
+    return {
+      text,
+      content: parsed.content,
+      ...(calls.length ? { toolCalls: calls } : {}),
+      ...(parsed.error ? { parseError: parsed.error } : {}),
+      ...(parsed.mode !== 'none' ? { callParse: parsed.mode } : {}),
+    };
   }
 
   /** The episode's whole token sequence so far. */

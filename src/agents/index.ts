@@ -49,7 +49,13 @@ export async function makePolicy(spec: string, options: MakePolicyOptions = {}):
   const { api, ...onnx } = options;
   if (kind === 'onnx' && arg) return OnnxPolicy.load(arg, onnx);
   // The seed reaches an OpenAI-compatible server as each turn's own (as in process: serve-policy then samples the in-process episodes).
-  if (kind === 'openai' || kind === 'anthropic') return makeChatModel(spec, { ...(onnx.temperature !== undefined ? { temperature: onnx.temperature } : {}), ...(onnx.topP !== undefined ? { topP: onnx.topP } : {}), ...(kind === 'openai' && onnx.seed !== undefined ? { seed: onnx.seed } : {}), ...api });
+  if (kind === 'openai' || kind === 'anthropic')
+    return makeChatModel(spec, {
+      ...(onnx.temperature !== undefined ? { temperature: onnx.temperature } : {}),
+      ...(onnx.topP !== undefined ? { topP: onnx.topP } : {}),
+      ...(kind === 'openai' && onnx.seed !== undefined ? { seed: onnx.seed } : {}),
+      ...api,
+    });
   throw new Error(`Unknown policy '${spec}'. Policies: ${POLICY_KINDS.join(', ')}`);
 }
 
@@ -68,7 +74,16 @@ export async function makeChatModel(spec: string, options: ApiPolicyOptions = {}
   throw new Error(`Unknown model provider in '${spec}': use openai:<model> or anthropic:<model>`);
 }
 /** Hugging Face checkpoints on the rollout side: tokenizer, the model's own chat template, tool calls, append-only sequences. */
-export { HfTokenizer, ChatTemplateRenderer, detectFamily, parseToolCalls, HfSequence, resolveToolFormat, writeChatTemplate, TOOL_FORMAT_CHOICES } from './hf/index.ts';
+export {
+  HfTokenizer,
+  ChatTemplateRenderer,
+  detectFamily,
+  parseToolCalls,
+  HfSequence,
+  resolveToolFormat,
+  writeChatTemplate,
+  TOOL_FORMAT_CHOICES,
+} from './hf/index.ts';
 export { HfTurns, hfDemoExample, toChatMessages, toToolSpecs } from './hf-turns.ts';
 export type { HfTurnsOptions, TurnPrompt } from './hf-turns.ts';
 export type { ContinueResult, TemplateFamily, ParsedToolCalls, ToolFormat, ToolFormatChoice } from './hf/index.ts';

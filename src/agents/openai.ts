@@ -92,7 +92,14 @@ function errorBodyMessage(text: string): string {
   try {
     const j = JSON.parse(text) as { message?: unknown; type?: unknown; error?: { message?: unknown; type?: unknown } | string; detail?: unknown };
     const e = typeof j.error === 'object' && j.error !== null ? j.error : j;
-    const message = typeof e.message === 'string' ? e.message : typeof j.error === 'string' ? j.error : typeof j.detail === 'string' ? j.detail : JSON.stringify(j.detail ?? j);
+    const message =
+      typeof e.message === 'string'
+        ? e.message
+        : typeof j.error === 'string'
+          ? j.error
+          : typeof j.detail === 'string'
+            ? j.detail
+            : JSON.stringify(j.detail ?? j);
     return typeof e.type === 'string' ? `${message} (${e.type})` : message;
   } catch {
     return text.trim() || '(no body)';
@@ -187,14 +194,20 @@ export class OpenAIPolicy implements Policy, ChatModel {
       // vLLM's and serve-policy's "maximum context length" 400) ends the episode as the embedded
       // policy ends it: an answer that scores as unsolved, not a failed episode.
       if (err instanceof ApiRequestError && err.status === 400 && (err.code === 'context_length_exceeded' || /maximum context length/i.test(err.message))) {
-        return { content: 'The conversation no longer fits my context.', stopReason: 'context_length', ...(version !== undefined ? { policyVersion: version } : {}) };
+        return {
+          content: 'The conversation no longer fits my context.',
+          stopReason: 'context_length',
+          ...(version !== undefined ? { policyVersion: version } : {}),
+        };
       }
       throw err;
     }
     const choice = response.choices[0];
     if (!choice) throw new Error(`openai ${this.model}: the response has no choices`);
     const message = choice.message;
-    const calls: ProposedCall[] = (message.tool_calls ?? []).flatMap((c) => (c.type === 'function' ? [{ id: c.id, name: c.function.name, arguments: c.function.arguments }] : []));
+    const calls: ProposedCall[] = (message.tool_calls ?? []).flatMap((c) =>
+      c.type === 'function' ? [{ id: c.id, name: c.function.name, arguments: c.function.arguments }] : [],
+    );
     const action: PolicyAction = {
       content: message.content ?? '',
       ...(calls.length ? { toolCalls: calls } : {}),
@@ -234,7 +247,9 @@ export class OpenAIPolicy implements Policy, ChatModel {
       },
       signal,
     );
-    const usage: TokenUsage | undefined = response.usage ? { prompt_tokens: response.usage.prompt_tokens, completion_tokens: response.usage.completion_tokens } : undefined;
+    const usage: TokenUsage | undefined = response.usage
+      ? { prompt_tokens: response.usage.prompt_tokens, completion_tokens: response.usage.completion_tokens }
+      : undefined;
     return { text: response.choices[0]?.message.content ?? '', ...(usage ? { usage } : {}) };
   }
 
@@ -326,7 +341,10 @@ export class OpenAIPolicy implements Policy, ChatModel {
   private async request(body: Record<string, unknown>, signal?: AbortSignal): Promise<OpenAI.Chat.Completions.ChatCompletion> {
     return this.limit(async () => {
       try {
-        const r = await this.client.chat.completions.create(body as unknown as OpenAI.Chat.Completions.ChatCompletionCreateParamsNonStreaming, signal ? { signal } : undefined);
+        const r = await this.client.chat.completions.create(
+          body as unknown as OpenAI.Chat.Completions.ChatCompletionCreateParamsNonStreaming,
+          signal ? { signal } : undefined,
+        );
         this.meter.record(r.usage ? { prompt_tokens: r.usage.prompt_tokens, completion_tokens: r.usage.completion_tokens } : undefined);
         return r;
       } catch (err) {

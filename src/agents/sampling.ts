@@ -40,7 +40,9 @@ export function processedLogprobs(logits: ArrayLike<number>, offset: number, voc
   const keep = new Uint8Array(vocab).fill(1);
   // top-k: remove what is below the k-th largest (the tokens tied with it stay).
   if (o.topK > 0 && o.topK < vocab) {
-    const kth = Float64Array.from(out.subarray(0, vocab)).sort().at(vocab - o.topK)!;
+    const kth = Float64Array.from(out.subarray(0, vocab))
+      .sort()
+      .at(vocab - o.topK)!;
     for (let i = 0; i < vocab; i++) if (out[i]! < kth) keep[i] = 0;
   }
   const lseOfKept = () => {
@@ -79,7 +81,14 @@ export function processedLogprobs(logits: ArrayLike<number>, offset: number, voc
  * Samples from processed logprobs; returns the token and its logprob. Greedy when temperature is 0.
  * `scratch` holds at least 2 x vocab numbers.
  */
-export function sampleToken(logits: ArrayLike<number>, offset: number, vocab: number, o: SamplingOptions, rng: RandomFn, scratch: Float64Array): { token: number; logprob: number } {
+export function sampleToken(
+  logits: ArrayLike<number>,
+  offset: number,
+  vocab: number,
+  o: SamplingOptions,
+  rng: RandomFn,
+  scratch: Float64Array,
+): { token: number; logprob: number } {
   if (o.temperature <= 0) {
     let best = 0;
     for (let i = 1; i < vocab; i++) if (logits[offset + i]! > logits[offset + best]!) best = i;

@@ -24,7 +24,10 @@ export class RandomPolicy implements Policy {
   readonly id = 'random';
   private readonly rng: RandomFn;
 
-  constructor(seed = 7, private readonly answerProbability = 0.3) {
+  constructor(
+    seed = 7,
+    private readonly answerProbability = 0.3,
+  ) {
     this.rng = seededRandom(seed);
   }
 

@@ -97,7 +97,10 @@ function parseCall(inner: string): ParsedCall | undefined {
  * tool calls with their arguments as sampled; `rendersBack` tells whether `assistantBody` of them
  * gives the tokens again (with the `<|end|>` that a cut-off turn gets).
  */
-export function parseCompletion(tokens: number[], template: Pick<ChatTemplate, 'assistantBody'>): { content: string; toolCalls: ParsedCall[]; rendersBack: boolean } {
+export function parseCompletion(
+  tokens: number[],
+  template: Pick<ChatTemplate, 'assistantBody'>,
+): { content: string; toolCalls: ParsedCall[]; rendersBack: boolean } {
   const p = new CompletionParser();
   for (const t of tokens) p.push(t);
   p.finish();
@@ -106,7 +109,6 @@ export function parseCompletion(tokens: number[], template: Pick<ChatTemplate, '
   const rendersBack = rendered.length === sampled.length && rendered.every((t, i) => t === sampled[i]);
   return { content: p.content, toolCalls: p.calls, rendersBack };
 }
-
 
 /** A completion read back: content, calls, and whether sending it back renders the same tokens again. */
 export interface ServedTurn {
@@ -150,7 +152,12 @@ export function gptDialect(template: ChatTemplate): Dialect {
 
 /** The messages of a request as the chat template wants them (tool calls keep their ids). */
 function chatMessages(messages: TemplateMessage[]): ChatMessage[] {
-  return toChatMessages(messages.map((m) => ({ ...m, ...(m.tool_calls ? { tool_calls: m.tool_calls.map((c, i) => ({ id: c.id ?? `call_${i}`, type: 'function' as const, function: c.function })) } : {}) })) as never);
+  return toChatMessages(
+    messages.map((m) => ({
+      ...m,
+      ...(m.tool_calls ? { tool_calls: m.tool_calls.map((c, i) => ({ id: c.id ?? `call_${i}`, type: 'function' as const, function: c.function })) } : {}),
+    })) as never,
+  );
 }
 
 /** A Hugging Face turn's text read as a message: the content before the first call, the calls with their arguments as written. */
@@ -166,7 +173,8 @@ export function hfDialect(turns: HfTurns): Dialect {
   const { tokenizer, renderer } = turns;
   const end = turnEndToken(renderer.family);
   const text: string[] = [];
-  const render = (c: Conversation, extra: ChatMessage[], gen: boolean) => renderer.render([...chatMessages(c.messages), ...extra], { ...(c.tools.length ? { tools: c.tools } : {}), addGenerationPrompt: gen });
+  const render = (c: Conversation, extra: ChatMessage[], gen: boolean) =>
+    renderer.render([...chatMessages(c.messages), ...extra], { ...(c.tools.length ? { tools: c.tools } : {}), addGenerationPrompt: gen });
   return {
     prompt: (c) => tokenizer.encode(render(c, [], true)),
     parse: (c, tokens) => {
@@ -177,7 +185,11 @@ export function hfDialect(turns: HfTurns): Dialect {
       // some templates render the last assistant turn otherwise: Qwen3 adds an empty think block.)
       let rendersBack = false;
       try {
-        const message: ChatMessage = { role: 'assistant', content, ...(toolCalls.length ? { tool_calls: toolCalls.map((f, i) => ({ id: `call_${i}`, type: 'function' as const, function: f })) } : {}) };
+        const message: ChatMessage = {
+          role: 'assistant',
+          content,
+          ...(toolCalls.length ? { tool_calls: toolCalls.map((f, i) => ({ id: `call_${i}`, type: 'function' as const, function: f })) } : {}),
+        };
         const sampled = end !== undefined && !raw.endsWith(end) ? raw + end : raw;
         rendersBack = render(c, [message, { role: 'user', content: '.' }], false).startsWith(render(c, [], true) + sampled);
       } catch {

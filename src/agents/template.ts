@@ -87,7 +87,14 @@ export class ChatTemplate {
     for (const m of messages) {
       if (m.role === 'system') continue;
       if (m.role === 'user') ids.push(T.user, ...bytes(m.content), T.end);
-      else if (m.role === 'assistant') ids.push(T.assistant, ...this.assistantBody(m.content, (m.tool_calls ?? []).map((c) => ({ name: c.function.name, arguments: c.function.arguments }))));
+      else if (m.role === 'assistant')
+        ids.push(
+          T.assistant,
+          ...this.assistantBody(
+            m.content,
+            (m.tool_calls ?? []).map((c) => ({ name: c.function.name, arguments: c.function.arguments })),
+          ),
+        );
       else ids.push(...this.toolResult(m.content));
     }
     ids.push(T.assistant);
@@ -140,7 +147,10 @@ export class ChatTemplate {
           ids.push(T.assistant);
           mask.push(0);
         }
-        const body = this.assistantBody(m.content, (m.tool_calls ?? []).map((c) => ({ name: c.function.name, arguments: c.function.arguments })));
+        const body = this.assistantBody(
+          m.content,
+          (m.tool_calls ?? []).map((c) => ({ name: c.function.name, arguments: c.function.arguments })),
+        );
         ids.push(...body);
         mask.push(...body.map(() => 1));
       }

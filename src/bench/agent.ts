@@ -142,7 +142,13 @@ export async function runAgentBench(policy: Policy, tasks: Task[], options: Agen
   if (!Number.isInteger(k) || k < 1) throw new Error(`k must be a positive integer, got ${k}`);
   const env = new Environment(options.env ?? {});
   try {
-    const r = await rollout(env, policy, tasks, { group: k, concurrency: options.concurrency ?? 8, signal: options.signal, onEpisode: options.onEpisode, maxFailures: k });
+    const r = await rollout(env, policy, tasks, {
+      group: k,
+      concurrency: options.concurrency ?? 8,
+      signal: options.signal,
+      onEpisode: options.onEpisode,
+      maxFailures: k,
+    });
     const byTask = new Map<string, Trajectory[]>();
     for (const t of r.trajectories) {
       const list = byTask.get(t.task_id) ?? [];
@@ -151,7 +157,10 @@ export async function runAgentBench(policy: Policy, tasks: Task[], options: Agen
     }
     const perTask = tasks.filter((t) => byTask.has(t.id)).map((t) => taskStats(t.id, byTask.get(t.id)!));
     const servers = new Map(tasks.map((t) => [t.id, Object.keys(t.servers)]));
-    return { ...agentReport(policy.id, k, perTask, r.seconds, failureCauses(r.trajectories)), feedback: toolFeedback(r.trajectories, { serversOf: (id) => servers.get(id) }) };
+    return {
+      ...agentReport(policy.id, k, perTask, r.seconds, failureCauses(r.trajectories)),
+      feedback: toolFeedback(r.trajectories, { serversOf: (id) => servers.get(id) }),
+    };
   } finally {
     await env.close();
   }

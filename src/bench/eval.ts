@@ -150,9 +150,19 @@ export function evalReport(policy: string, k: number, tasks: Task[], trajectorie
     const full = of.filter((r) => r.runs >= K);
     by_suite[name] = {
       tasks: of.length,
-      pass_at_1: overTasks(of.map((r) => r.pass_at[0] ?? 0), true, of.reduce((n, r) => n + r.runs, 0)),
-      pass_at_k: overTasks(full.map((r) => r.pass_at[K - 1]!), true),
-      pass_hat_k: overTasks(full.map((r) => r.pass_hat[K - 1]!), true),
+      pass_at_1: overTasks(
+        of.map((r) => r.pass_at[0] ?? 0),
+        true,
+        of.reduce((n, r) => n + r.runs, 0),
+      ),
+      pass_at_k: overTasks(
+        full.map((r) => r.pass_at[K - 1]!),
+        true,
+      ),
+      pass_hat_k: overTasks(
+        full.map((r) => r.pass_hat[K - 1]!),
+        true,
+      ),
       mean_reward: overTasks(of.map((r) => r.mean_reward)),
     };
   }
@@ -161,9 +171,19 @@ export function evalReport(policy: string, k: number, tasks: Task[], trajectorie
     k: K,
     tasks: rows.length,
     episodes: trajectories.length,
-    pass_at_1: overTasks(rows.map((r) => r.pass_at[0] ?? 0), true, sum((r) => r.runs)),
-    pass_at_k: overTasks(rows.filter((r) => r.runs >= K).map((r) => r.pass_at[K - 1]!), true),
-    pass_hat_k: overTasks(rows.filter((r) => r.runs >= K).map((r) => r.pass_hat[K - 1]!), true),
+    pass_at_1: overTasks(
+      rows.map((r) => r.pass_at[0] ?? 0),
+      true,
+      sum((r) => r.runs),
+    ),
+    pass_at_k: overTasks(
+      rows.filter((r) => r.runs >= K).map((r) => r.pass_at[K - 1]!),
+      true,
+    ),
+    pass_hat_k: overTasks(
+      rows.filter((r) => r.runs >= K).map((r) => r.pass_hat[K - 1]!),
+      true,
+    ),
     pass_at: passAt,
     pass_hat: passHat,
     mean_reward: overTasks(rows.map((r) => r.mean_reward)),
@@ -199,11 +219,16 @@ function surfaceHashes(trajectories: Trajectory[]): Record<string, string[]> {
       if (!seen.includes(hash)) seen.push(hash);
     }
   }
-  return Object.fromEntries(Object.keys(out).sort().map((k) => [k, out[k]!]));
+  return Object.fromEntries(
+    Object.keys(out)
+      .sort()
+      .map((k) => [k, out[k]!]),
+  );
 }
 
 const pct = (x: number) => `${(100 * x).toFixed(1)}%`;
-const ci = (e: Estimate, rate: boolean) => (rate ? `${pct(e.mean)} [${pct(e.ci95[0])}, ${pct(e.ci95[1])}]` : `${fmt(e.mean)} [${fmt(e.ci95[0])}, ${fmt(e.ci95[1])}]`);
+const ci = (e: Estimate, rate: boolean) =>
+  rate ? `${pct(e.mean)} [${pct(e.ci95[0])}, ${pct(e.ci95[1])}]` : `${fmt(e.mean)} [${fmt(e.ci95[0])}, ${fmt(e.ci95[1])}]`;
 
 /** The headline figures as rows of a two-column table. */
 export function evalRows(r: EvalReport): [string, string][] {
@@ -217,18 +242,41 @@ export function evalRows(r: EvalReport): [string, string][] {
     ...Object.entries(r.reward_parts).map(([k, v]) => [`  ${k}`, ci(v, false)] as [string, string]),
     ['turns per episode', ci(r.turns, false)],
     ['tool calls per episode', ci(r.tool_calls, false)],
-    ['tool errors', `${r.tool_errors.total} (${pct(r.tool_errors.rate)} of calls)${Object.keys(r.tool_errors.by_kind).length ? ': ' + Object.entries(r.tool_errors.by_kind).map(([k, v]) => `${k} ${v}`).join(', ') : ''}`],
-    ['tokens', `${r.tokens.prompt} prompt + ${r.tokens.completion} completion (billed); ${r.tokens.policy} sampled; per episode ${ci(r.tokens.per_episode, false)}`],
+    [
+      'tool errors',
+      `${r.tool_errors.total} (${pct(r.tool_errors.rate)} of calls)${
+        Object.keys(r.tool_errors.by_kind).length
+          ? ': ' +
+            Object.entries(r.tool_errors.by_kind)
+              .map(([k, v]) => `${k} ${v}`)
+              .join(', ')
+          : ''
+      }`,
+    ],
+    [
+      'tokens',
+      `${r.tokens.prompt} prompt + ${r.tokens.completion} completion (billed); ${r.tokens.policy} sampled; per episode ${ci(r.tokens.per_episode, false)}`,
+    ],
     ['failed episodes', String(r.failed_episodes)],
     ['task errors', String(r.task_errors)],
   ];
   const surfaces = Object.entries(r.tool_surface ?? {});
   if (surfaces.length) rows.push(['tool surface', surfaces.map(([alias, hashes]) => `${alias} ${hashes.map((h) => h.slice(0, 12)).join(' / ')}`).join(', ')]);
   if (r.token_drift_turns) rows.push(['token drift', `${r.token_drift_turns} turns re-tokenised by the server (not trainable)`]);
-  if (Object.keys(r.stop_reasons).length) rows.push(['stop reasons', Object.entries(r.stop_reasons).map(([k, v]) => `${k} ${v}`).join(', ')]);
+  if (Object.keys(r.stop_reasons).length)
+    rows.push([
+      'stop reasons',
+      Object.entries(r.stop_reasons)
+        .map(([k, v]) => `${k} ${v}`)
+        .join(', '),
+    ]);
   const suites = Object.entries(r.by_suite);
   if (suites.length > 1) {
-    for (const [name, x] of suites) rows.push([`${name} (${x.tasks} tasks)`, `pass@1 ${ci(x.pass_at_1, true)}, pass@${K} ${ci(x.pass_at_k, true)}, pass^${K} ${ci(x.pass_hat_k, true)}, reward ${ci(x.mean_reward, false)}`]);
+    for (const [name, x] of suites)
+      rows.push([
+        `${name} (${x.tasks} tasks)`,
+        `pass@1 ${ci(x.pass_at_1, true)}, pass@${K} ${ci(x.pass_at_k, true)}, pass^${K} ${ci(x.pass_hat_k, true)}, reward ${ci(x.mean_reward, false)}`,
+      ]);
   }
   return rows;
 }
@@ -257,7 +305,9 @@ export function trajectoryHtml(t: Trajectory): string {
     })
     .join('');
   const checks = t.checks.map((c) => [c.kind, c.score, c.weight, c.detail.slice(0, 300)] as (string | number)[]);
-  const parts = Object.entries(t.reward_parts).map(([k, v]) => `${k} ${fmt(v)}`).join(', ');
+  const parts = Object.entries(t.reward_parts)
+    .map(([k, v]) => `${k} ${fmt(v)}`)
+    .join(', ');
   const head = `${esc(t.id)}: ${t.finish === 'error' ? `<b>failed</b> (${esc((t.error ?? '').split('\n')[0]!.slice(0, 200))})` : t.success ? 'solved' : 'not solved'}, reward ${fmt(t.reward)}${parts ? ` (${esc(parts)})` : ''}, ${t.metrics.turns} turns, ${t.metrics.tool_calls} tool calls`;
   return `<details class="traj ${t.success ? 'ok' : 'fail'}"><summary>${head}</summary>${msgs}${checks.length ? table([['check', 'score', 'weight', 'detail'], ...checks]) : ''}${t.answer !== null ? `<p>answer: <code>${esc(t.answer.slice(0, 500))}</code></p>` : ''}</details>`;
 }
@@ -266,10 +316,33 @@ export function trajectoryHtml(t: Trajectory): string {
 export function renderEvalHtml(r: EvalReport, trajectories: Trajectory[], o: { title?: string; maxFailures?: number } = {}): string {
   const K = r.k;
   const title = o.title ?? `mcp-gym eval: ${r.policy}`;
-  const perTask: (string | number)[][] = [['task', 'suite', 'difficulty', 'runs', 'successes', 'pass@1', `pass@${K}`, `pass^${K}`, 'mean reward', 'turns', 'tool calls', 'tool errors', 'failed']];
-  for (const t of r.per_task) perTask.push([t.task, t.suite, t.difficulty, t.runs, t.successes, t.pass_at[0] ?? 0, t.pass_at[K - 1] ?? 0, t.pass_hat[K - 1] ?? 0, t.mean_reward, t.mean_turns, t.mean_tool_calls, t.tool_errors, t.failed_episodes + t.task_errors]);
-  const byTool: (string | number)[][] = [['tool', 'calls', 'errors'], ...Object.entries(r.tool_errors.by_tool).map(([k, v]) => [k, v.calls, v.errors] as (string | number)[])];
-  const causes: (string | number)[][] = [['episodes', 'kind', 'cause', 'example'], ...r.failures.map((f) => [f.episodes, f.kind, f.cause, f.example] as (string | number)[])];
+  const perTask: (string | number)[][] = [
+    ['task', 'suite', 'difficulty', 'runs', 'successes', 'pass@1', `pass@${K}`, `pass^${K}`, 'mean reward', 'turns', 'tool calls', 'tool errors', 'failed'],
+  ];
+  for (const t of r.per_task)
+    perTask.push([
+      t.task,
+      t.suite,
+      t.difficulty,
+      t.runs,
+      t.successes,
+      t.pass_at[0] ?? 0,
+      t.pass_at[K - 1] ?? 0,
+      t.pass_hat[K - 1] ?? 0,
+      t.mean_reward,
+      t.mean_turns,
+      t.mean_tool_calls,
+      t.tool_errors,
+      t.failed_episodes + t.task_errors,
+    ]);
+  const byTool: (string | number)[][] = [
+    ['tool', 'calls', 'errors'],
+    ...Object.entries(r.tool_errors.by_tool).map(([k, v]) => [k, v.calls, v.errors] as (string | number)[]),
+  ];
+  const causes: (string | number)[][] = [
+    ['episodes', 'kind', 'cause', 'example'],
+    ...r.failures.map((f) => [f.episodes, f.kind, f.cause, f.example] as (string | number)[]),
+  ];
   const unsolved = trajectories.filter((t) => !t.success).slice(0, o.maxFailures ?? 100);
   return `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>${esc(title)}</title>
@@ -284,7 +357,11 @@ table{border-collapse:collapse;margin:8px 0}th,td{padding:3px 10px;border-bottom
 <h1>${esc(title)}</h1>
 <p>Generated ${new Date().toISOString()}; ${r.tasks} tasks x ${K} samples; ${fmt(r.seconds)} s. Intervals are 95%, over tasks.</p>
 <section><h2>Summary</h2>${table(evalRows(r), false)}</section>
-<section><h2>pass@k and pass^k</h2>${table([['k', ...Object.keys(r.pass_at)], ['pass@k', ...Object.values(r.pass_at)], ['pass^k', ...Object.values(r.pass_hat)]])}</section>
+<section><h2>pass@k and pass^k</h2>${table([
+    ['k', ...Object.keys(r.pass_at)],
+    ['pass@k', ...Object.values(r.pass_at)],
+    ['pass^k', ...Object.values(r.pass_hat)],
+  ])}</section>
 <section><h2>Tasks</h2>${table(perTask)}</section>
 <section><h2>Tool calls by tool</h2>${table(byTool)}</section>
 ${r.feedback ? renderFeedbackHtml(r.feedback) : ''}

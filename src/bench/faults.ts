@@ -22,7 +22,13 @@ export interface FaultComparison {
 
 /** The two evaluations of the same tasks side by side. */
 export function faultComparison(without: EvalReport, withFaults: EvalReport, faulted: Trajectory[], faults: string, seed: number): FaultComparison {
-  const pick = (r: EvalReport) => ({ pass_at_1: r.pass_at_1, pass_at_k: r.pass_at_k, pass_hat_k: r.pass_hat_k, mean_reward: r.mean_reward, tool_error_rate: r.tool_errors.rate });
+  const pick = (r: EvalReport) => ({
+    pass_at_1: r.pass_at_1,
+    pass_at_k: r.pass_at_k,
+    pass_hat_k: r.pass_hat_k,
+    mean_reward: r.mean_reward,
+    tool_error_rate: r.tool_errors.rate,
+  });
   const after = new Map(withFaults.per_task.map((t) => [t.task, t.pass_at[0] ?? 0]));
   const drops = without.per_task.filter((t) => after.has(t.task)).map((t) => (t.pass_at[0] ?? 0) - after.get(t.task)!);
   return {
@@ -36,11 +42,15 @@ export function faultComparison(without: EvalReport, withFaults: EvalReport, fau
 }
 
 const pct = (x: number) => `${(100 * x).toFixed(1)}%`;
-const ci = (e: Estimate, rate: boolean) => (rate ? `${pct(e.mean)} [${pct(e.ci95[0])}, ${pct(e.ci95[1])}]` : `${fmt(e.mean)} [${fmt(e.ci95[0])}, ${fmt(e.ci95[1])}]`);
+const ci = (e: Estimate, rate: boolean) =>
+  rate ? `${pct(e.mean)} [${pct(e.ci95[0])}, ${pct(e.ci95[1])}]` : `${fmt(e.mean)} [${fmt(e.ci95[0])}, ${fmt(e.ci95[1])}]`;
 
 /** Rows of a three-column table: figure, without faults, with faults; then the retention and the drop. */
 export function faultRows(c: FaultComparison, k: number): string[][] {
-  const injected = Object.entries(c.with.injected).map(([kind, n]) => `${kind} ${n}`).join(', ') || 'none';
+  const injected =
+    Object.entries(c.with.injected)
+      .map(([kind, n]) => `${kind} ${n}`)
+      .join(', ') || 'none';
   return [
     ['', 'without faults', `with --faults ${c.faults}`],
     ['pass@1', ci(c.without.pass_at_1, true), ci(c.with.pass_at_1, true)],

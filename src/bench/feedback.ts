@@ -247,7 +247,11 @@ export function parseServerArgumentError(text: string): ArgumentIssue[] {
     if (v2) [path, message] = [v2[1]!, v2[2]!];
     else if (v1) [message, path] = [v1[1]!, v1[2]!];
     const typed = /expected (\w+), received (\w+)/.exec(message);
-    const problem = typed ? (typed[2] === 'undefined' ? 'required' : `expected ${typed[1]}, got ${typed[2]}`) : message.replace(/^Invalid input:\s*/, '').slice(0, 120);
+    const problem = typed
+      ? typed[2] === 'undefined'
+        ? 'required'
+        : `expected ${typed[1]}, got ${typed[2]}`
+      : message.replace(/^Invalid input:\s*/, '').slice(0, 120);
     issues.push({ path, problem });
   }
   return issues.slice(0, 20);
@@ -297,7 +301,25 @@ export function toolFeedback(trajectories: Trajectory[], options: FeedbackOption
   const acc = (server: string, tool: string): Acc => {
     const key = JSON.stringify([server, tool]);
     let a = tools.get(key);
-    if (!a) tools.set(key, (a = { server, tool, names: new Set(), calls: 0, episodes: new Set(), offered: new Set(), argument_errors: 0, fields: new Map(), accepted_invalid: 0, errors: 0, errors_by_kind: {}, empty: 0, ms: [] }));
+    if (!a)
+      tools.set(
+        key,
+        (a = {
+          server,
+          tool,
+          names: new Set(),
+          calls: 0,
+          episodes: new Set(),
+          offered: new Set(),
+          argument_errors: 0,
+          fields: new Map(),
+          accepted_invalid: 0,
+          errors: 0,
+          errors_by_kind: {},
+          empty: 0,
+          ms: [],
+        }),
+      );
     return a;
   };
   /** Which server and tool an offered name is: as recorded, as called elsewhere, a qualified name, or the task's only server. */
@@ -339,7 +361,12 @@ export function toolFeedback(trajectories: Trajectory[], options: FeedbackOption
         a.offered.add(ti);
         a.ms.push(s.ms);
         const schema = schemas.get(s.name);
-        const issues = typeof s.arguments === 'string' ? [{ path: '', problem: 'not a JSON object' }] : schema === undefined ? [] : validateArguments(schema, s.arguments ?? {});
+        const issues =
+          typeof s.arguments === 'string'
+            ? [{ path: '', problem: 'not a JSON object' }]
+            : schema === undefined
+              ? []
+              : validateArguments(schema, s.arguments ?? {});
         if (s.isError) {
           a.errors++;
           const kind = s.errorKind ?? 'unspecified';
@@ -347,7 +374,8 @@ export function toolFeedback(trajectories: Trajectory[], options: FeedbackOption
           if (s.errorKind === 'invalid_arguments' || issues.length) {
             a.argument_errors++;
             let found = issues.length ? issues : parseServerArgumentError(s.text);
-            if (!found.length) found = [{ path: '', problem: (s.text.split('\n')[0] ?? '').replace(/^.*Invalid arguments for tool [^:]*:\s*/, '').slice(0, 120) || 'rejected' }];
+            if (!found.length)
+              found = [{ path: '', problem: (s.text.split('\n')[0] ?? '').replace(/^.*Invalid arguments for tool [^:]*:\s*/, '').slice(0, 120) || 'rejected' }];
             const once = new Set<string>();
             for (const i of found) {
               const field = fieldKey(i.path);
@@ -431,9 +459,20 @@ export function feedbackSections(f: Feedback): { server: string; heading: string
         .sort((a, b) => b[1] - a[1])
         .map(([k, n]) => `${k} ${n}`)
         .join(', ');
-      rows.push([t.tool + (t.agent_name ? ` (as ${t.agent_name})` : ''), t.calls, `${t.episodes}/${t.offered} (${pct(t.episode_share)})`, t.argument_errors, t.errors ? `${t.errors} (${kinds})` : '0', t.empty, pct(t.time_share), t.mean_ms, t.p95_ms]);
+      rows.push([
+        t.tool + (t.agent_name ? ` (as ${t.agent_name})` : ''),
+        t.calls,
+        `${t.episodes}/${t.offered} (${pct(t.episode_share)})`,
+        t.argument_errors,
+        t.errors ? `${t.errors} (${kinds})` : '0',
+        t.empty,
+        pct(t.time_share),
+        t.mean_ms,
+        t.p95_ms,
+      ]);
       if (t.field_errors.length) notes.push(`${t.tool}: argument errors: ${t.field_errors.map((e) => `${e.field}: ${e.problem} (${e.calls})`).join('; ')}`);
-      if (t.accepted_invalid) notes.push(`${t.tool}: ${t.accepted_invalid} call${t.accepted_invalid === 1 ? '' : 's'} accepted although the arguments break its input schema`);
+      if (t.accepted_invalid)
+        notes.push(`${t.tool}: ${t.accepted_invalid} call${t.accepted_invalid === 1 ? '' : 's'} accepted although the arguments break its input schema`);
     }
     if (s.never_called.length) notes.push(`never called: ${s.never_called.join(', ')}`);
     const heading = `server ${s.server}: ${s.calls} call${s.calls === 1 ? '' : 's'} to ${s.tools.length} of ${s.tools.length + s.never_called.length} tools, ${pct(s.time_share)} of episode time`;

@@ -75,7 +75,8 @@ const REGEX_FLAG = /regex|regexp|pattern|^use_?re$|^is_?re$/i;
 /** Fields that may hold the text a pattern is matched against. */
 const SUBJECT_FIELD = /text|input|subject|content|body|string|^str$|value|data|source|message|haystack|line|document/i;
 /** Numbers that may size an output: counts, limits, lengths, repeats. */
-const COUNT_FIELD = /count|limit|length|^len$|size|max|num|repeat|times|^n$|^k$|top|depth|width|height|lines|head|tail|page|amount|total|steps|rows|items|results|chars|bytes|iterations/i;
+const COUNT_FIELD =
+  /count|limit|length|^len$|size|max|num|repeat|times|^n$|^k$|top|depth|width|height|lines|head|tail|page|amount|total|steps|rows|items|results|chars|bytes|iterations/i;
 
 const NUMBER_EDGES: readonly number[] = [
   0,
@@ -223,7 +224,14 @@ export function fuzzCases(tool: { name: string; inputSchema: Schema }, options: 
       const at = (v: unknown) => setAt(base, path, v);
       add('null', path, at(null));
       // Wrong types: a value of each JSON type the schema does not allow.
-      const samples: Record<string, unknown> = { string: 'not-the-right-type', number: 12345.678, integer: 42, boolean: true, array: ['x', 1], object: { x: 1 } };
+      const samples: Record<string, unknown> = {
+        string: 'not-the-right-type',
+        number: 12345.678,
+        integer: 42,
+        boolean: true,
+        array: ['x', 1],
+        object: { x: 1 },
+      };
       if (types.length > 0) {
         // (With no type, any value is allowed: nothing is a wrong type.)
         for (const [t, v] of Object.entries(samples)) {
@@ -249,7 +257,8 @@ export function fuzzCases(tool: { name: string; inputSchema: Schema }, options: 
           // defaults: a search scoped to a path may otherwise match nothing).
           const pattern = PATTERN_FIELD.test(k);
           const bare = pattern ? withoutOptional(base, prefix, props, required) : base;
-          for (const p of pattern ? REDOS_PATTERNS : [REDOS_PATTERNS[0]!, REDOS_PATTERNS[2]!]) add('redos', path, paired(setAt(bare, path, p.pattern), k, p.subject), pattern);
+          for (const p of pattern ? REDOS_PATTERNS : [REDOS_PATTERNS[0]!, REDOS_PATTERNS[2]!])
+            add('redos', path, paired(setAt(bare, path, p.pattern), k, p.subject), pattern);
           const subject = SUBJECT_FIELD.test(k);
           add('redos_subject', path, at(BACKTRACKING_SUBJECT), subject);
           if (subject) add('redos_subject', path, at(REDOS_PATTERNS[4]!.subject), true);
@@ -262,7 +271,12 @@ export function fuzzCases(tool: { name: string; inputSchema: Schema }, options: 
         for (const n of NUMBER_EDGES) add('number_edge', path, at(n));
         // Huge outputs within the bounds: the largest count, limit or length allowed.
         for (const n of hugeWithin(s, types.includes('integer') && !types.includes('number'))) add('huge_output', path, at(n), COUNT_FIELD.test(k));
-        for (const [key, step] of [['minimum', -1], ['exclusiveMinimum', -1], ['maximum', 1], ['exclusiveMaximum', 1]] as const) {
+        for (const [key, step] of [
+          ['minimum', -1],
+          ['exclusiveMinimum', -1],
+          ['maximum', 1],
+          ['exclusiveMaximum', 1],
+        ] as const) {
           const bound = s[key];
           if (typeof bound !== 'number') continue;
           add('number_edge', path, at(bound));

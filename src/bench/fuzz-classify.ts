@@ -72,10 +72,16 @@ export async function sendAndClassify(client: FuzzClient, name: string, args: Ar
   const resets = timing.progressResets !== false;
   const r = await client.call(
     { name, arguments: args },
-    { timeoutMs, onProgress: () => progress++, ...(resets ? { resetTimeoutOnProgress: true, maxTotalTimeoutMs: timing.maxTotalMs ?? Math.max(60_000, 10 * timeoutMs) } : {}) },
+    {
+      timeoutMs,
+      onProgress: () => progress++,
+      ...(resets ? { resetTimeoutOnProgress: true, maxTotalTimeoutMs: timing.maxTotalMs ?? Math.max(60_000, 10 * timeoutMs) } : {}),
+    },
   );
   const c = await classify(client, r, timeoutMs);
-  return progress > 0 ? { ...c, progress, detail: `${c.detail} (${progress} progress notification${progress === 1 ? '' : 's'}${resets ? '' : ', timeout not restarted'})` } : c;
+  return progress > 0
+    ? { ...c, progress, detail: `${c.detail} (${progress} progress notification${progress === 1 ? '' : 's'}${resets ? '' : ', timeout not restarted'})` }
+    : c;
 }
 
 /** How long a fuzz call may take: its timeout, restarted by progress notifications up to a total. */
@@ -121,7 +127,8 @@ async function classify(client: FuzzClient, r: ToolResult, timeoutMs: number): P
         if (pid !== undefined && !isAlive(pid)) return { outcome: 'crash', detail: text, restarted: true };
         return { outcome: 'protocol_error', detail: `${text} (the process is still alive)` };
       }
-      if (client.spec.transport === 'http' && !(await answers(client, Math.min(timeoutMs, 5000)))) return { outcome: 'crash', detail: `${text} (the server no longer answers)` };
+      if (client.spec.transport === 'http' && !(await answers(client, Math.min(timeoutMs, 5000))))
+        return { outcome: 'crash', detail: `${text} (the server no longer answers)` };
       return { outcome: 'protocol_error', detail: text };
     }
     default:

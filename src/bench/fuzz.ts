@@ -134,7 +134,11 @@ export interface ReplayResult {
 }
 
 /** Sends saved inputs again, one at a time, and tells which failures reproduce. */
-export async function replayFailures(client: FuzzClient, failures: FuzzFailure[], options: { timeoutMs?: number; toolTimeoutMs?: Record<string, number>; signal?: AbortSignal } & CallTiming = {}): Promise<{ results: ReplayResult[]; counts: OutcomeCounts; reproduced: number }> {
+export async function replayFailures(
+  client: FuzzClient,
+  failures: FuzzFailure[],
+  options: { timeoutMs?: number; toolTimeoutMs?: Record<string, number>; signal?: AbortSignal } & CallTiming = {},
+): Promise<{ results: ReplayResult[]; counts: OutcomeCounts; reproduced: number }> {
   const results: ReplayResult[] = [];
   const counts = zero();
   for (const f of failures) {

@@ -45,14 +45,29 @@ function failedChecks(t: Trajectory): string {
 }
 
 /** The gate's per-task outcomes from `bench --tasks`' per-task statistics. */
-export function gateFromStats(perTask: { task: string; runs: number; successes: number; failed_episodes: number; task_errors?: number; mean_episode_ms: number }[]): GateTask[] {
+export function gateFromStats(
+  perTask: { task: string; runs: number; successes: number; failed_episodes: number; task_errors?: number; mean_episode_ms: number }[],
+): GateTask[] {
   return perTask.map((s) => {
     const errors = s.failed_episodes + (s.task_errors ?? 0);
-    return { task: s.task, suite: s.task.split('-')[0]!, runs: s.runs, successes: s.successes, errors, seconds: (s.mean_episode_ms * s.runs) / 1000, ...(s.successes < s.runs ? { why: `${s.runs - s.successes} of ${s.runs} episodes did not succeed (${errors} failed to run); bench.json's agent.failures has the causes` } : {}) };
+    return {
+      task: s.task,
+      suite: s.task.split('-')[0]!,
+      runs: s.runs,
+      successes: s.successes,
+      errors,
+      seconds: (s.mean_episode_ms * s.runs) / 1000,
+      ...(s.successes < s.runs
+        ? { why: `${s.runs - s.successes} of ${s.runs} episodes did not succeed (${errors} failed to run); bench.json's agent.failures has the causes` }
+        : {}),
+    };
   });
 }
 
-const xml = (s: string) => s.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&apos;' })[c]!).replace(/[^\t\n\r\u{20}-\u{D7FF}\u{E000}-\u{FFFD}\u{10000}-\u{10FFFF}]/gu, ''); // characters XML 1.0 cannot hold
+const xml = (s: string) =>
+  s
+    .replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&apos;' })[c]!)
+    .replace(/[^\t\n\r\u{20}-\u{D7FF}\u{E000}-\u{FFFD}\u{10000}-\u{10FFFF}]/gu, ''); // characters XML 1.0 cannot hold
 const pct = (x: number) => `${(100 * x).toFixed(1)}%`;
 
 /** JUnit XML (the common Surefire/Jenkins shape): a testsuite per suite, a testcase per task. */
@@ -62,7 +77,10 @@ export function junitXml(name: string, tasks: GateTask[], threshold = 1): string
   const outcome = (t: GateTask) => (t.errors === t.runs ? 'error' : t.successes / t.runs < threshold ? 'failure' : 'pass');
   const count = (ts: GateTask[], o: string) => ts.filter((t) => outcome(t) === o).length;
   const secs = (ts: GateTask[]) => ts.reduce((s, t) => s + t.seconds, 0).toFixed(3);
-  const lines = ['<?xml version="1.0" encoding="UTF-8"?>', `<testsuites name="${xml(name)}" tests="${tasks.length}" failures="${count(tasks, 'failure')}" errors="${count(tasks, 'error')}" time="${secs(tasks)}">`];
+  const lines = [
+    '<?xml version="1.0" encoding="UTF-8"?>',
+    `<testsuites name="${xml(name)}" tests="${tasks.length}" failures="${count(tasks, 'failure')}" errors="${count(tasks, 'error')}" time="${secs(tasks)}">`,
+  ];
   for (const [suite, ts] of suites) {
     lines.push(`  <testsuite name="${xml(suite)}" tests="${ts.length}" failures="${count(ts, 'failure')}" errors="${count(ts, 'error')}" time="${secs(ts)}">`);
     for (const t of ts) {
@@ -72,7 +90,11 @@ export function junitXml(name: string, tasks: GateTask[], threshold = 1): string
       if (o === 'pass') lines.push(`  ${head}/>`);
       else {
         const tag = o === 'error' ? 'error' : 'failure';
-        lines.push(`  ${head}>`, `      <${tag} message="${xml(summary)}" type="${o === 'error' ? 'episode_error' : 'below_threshold'}">${xml(t.why ?? '')}</${tag}>`, '    </testcase>');
+        lines.push(
+          `  ${head}>`,
+          `      <${tag} message="${xml(summary)}" type="${o === 'error' ? 'episode_error' : 'below_threshold'}">${xml(t.why ?? '')}</${tag}>`,
+          '    </testcase>',
+        );
       }
     }
     lines.push('  </testsuite>');

@@ -40,7 +40,12 @@ export interface LevelResult {
 }
 
 /** One level: `concurrency` workers calling `name` in turn with each of `args` until done. */
-export async function runLevel(caller: Caller, name: string, args: readonly Args[], options: LevelOptions): Promise<{ result: LevelResult; store: LatencyStore }> {
+export async function runLevel(
+  caller: Caller,
+  name: string,
+  args: readonly Args[],
+  options: LevelOptions,
+): Promise<{ result: LevelResult; store: LatencyStore }> {
   const total = Math.max(0, Math.floor(options.calls));
   const store = new LatencyStore(total);
   const okStore = new LatencyStore(total);
@@ -144,7 +149,13 @@ export interface ToolLoad {
 export const DEFAULT_CONCURRENCY = [1, 4, 16, 64];
 
 /** Every level for one tool. */
-export async function loadTool(caller: Caller, name: string, args: readonly Args[], source: { source: 'examples' | 'schema'; valid: boolean }, options: LoadOptions = {}): Promise<ToolLoad> {
+export async function loadTool(
+  caller: Caller,
+  name: string,
+  args: readonly Args[],
+  source: { source: 'examples' | 'schema'; valid: boolean },
+  options: LoadOptions = {},
+): Promise<ToolLoad> {
   const levels = [...(options.concurrency ?? DEFAULT_CONCURRENCY)].sort((a, b) => a - b);
   const calls = options.calls ?? 500;
   const timeoutMs = options.timeoutMs ?? 10_000;

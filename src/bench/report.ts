@@ -65,7 +65,14 @@ export function textTable(rows: (string | number)[][]): string {
   const cells = rows.map((r) => r.map((c) => (typeof c === 'number' ? fmt(c) : c)));
   const numeric = rows[1]?.map((c) => typeof c === 'number') ?? [];
   const widths = cells[0]!.map((_, i) => Math.max(...cells.map((r) => (r[i] ?? '').length)));
-  return cells.map((r) => r.map((c, i) => (numeric[i] ? c.padStart(widths[i]!) : c.padEnd(widths[i]!))).join('  ').trimEnd()).join('\n');
+  return cells
+    .map((r) =>
+      r
+        .map((c, i) => (numeric[i] ? c.padStart(widths[i]!) : c.padEnd(widths[i]!)))
+        .join('  ')
+        .trimEnd(),
+    )
+    .join('\n');
 }
 
 /** The report for a terminal. */
@@ -85,7 +92,9 @@ export function renderText(r: BenchReport): string {
   }
   if (r.may_write?.length) out.push(`--allow-writes: called although they may write: ${r.may_write.map((s) => `${s.tool} (${s.reason})`).join(', ')}`);
   if (r.process) {
-    out.push(`server process: CPU ${fmt(r.process.cpu_ms)} ms in all, ${fmt(r.process.cpu_ms_window)} ms during the benchmark (${fmt(r.process.cpu_cores_window)} cores), peak memory ${fmt(r.process.peak_rss_mb)} MB (${r.process.processes} process${r.process.processes === 1 ? '' : 'es'})`);
+    out.push(
+      `server process: CPU ${fmt(r.process.cpu_ms)} ms in all, ${fmt(r.process.cpu_ms_window)} ms during the benchmark (${fmt(r.process.cpu_cores_window)} cores), peak memory ${fmt(r.process.peak_rss_mb)} MB (${r.process.processes} process${r.process.processes === 1 ? '' : 'es'})`,
+    );
   }
   const tools = Object.values(r.tools);
   if (tools.length) {
@@ -109,26 +118,39 @@ export function renderText(r: BenchReport): string {
     }
     out.push(textTable(rows));
     if (tools.some((t) => !t.args_valid)) out.push('* no generated arguments validated against the schema: pass --examples for this tool');
-    for (const t of tools) if (t.first_error) out.push(`${t.tool}: ${Object.entries(t.error_kinds).map(([k, v]) => `${v} ${k}`).join(', ')}; e.g. ${t.first_error.split('\n')[0]!.slice(0, 160)}${t.ok_p50_ms !== undefined && t.error_p50_ms !== undefined ? ` (p50 ${fmt(t.ok_p50_ms)} ms when it succeeds, ${fmt(t.error_p50_ms)} ms when it fails)` : t.ok_p50_ms === undefined ? ' (no call succeeded: every figure above is the error path)' : ''}`);
+    for (const t of tools)
+      if (t.first_error)
+        out.push(
+          `${t.tool}: ${Object.entries(t.error_kinds)
+            .map(([k, v]) => `${v} ${k}`)
+            .join(
+              ', ',
+            )}; e.g. ${t.first_error.split('\n')[0]!.slice(0, 160)}${t.ok_p50_ms !== undefined && t.error_p50_ms !== undefined ? ` (p50 ${fmt(t.ok_p50_ms)} ms when it succeeds, ${fmt(t.error_p50_ms)} ms when it fails)` : t.ok_p50_ms === undefined ? ' (no call succeeded: every figure above is the error path)' : ''}`,
+        );
   }
   if (r.fuzz) {
     const f = r.fuzz;
     out.push('');
-    out.push(`fuzz: seed ${f.seed}, up to ${f.cases_per_tool} cases per tool, timeout ${f.timeout_ms} ms; ${f.restarts} server restart${f.restarts === 1 ? '' : 's'}`);
+    out.push(
+      `fuzz: seed ${f.seed}, up to ${f.cases_per_tool} cases per tool, timeout ${f.timeout_ms} ms; ${f.restarts} server restart${f.restarts === 1 ? '' : 's'}`,
+    );
     const rows: (string | number)[][] = [['tool', 'cases', ...OUTCOME_ORDER.map((o) => OUTCOME_LABEL[o])]];
     for (const t of Object.values(f.tools)) rows.push([t.tool, t.cases, ...OUTCOME_ORDER.map((o) => t[o])]);
     rows.push(['all', f.totals.cases, ...OUTCOME_ORDER.map((o) => f.totals[o])]);
     out.push(textTable(rows));
-    for (const x of f.failures.slice(0, 20)) out.push(`  ${x.outcome}: ${x.tool} ${x.kind ?? ''} at ${x.path ?? '?'}: ${(x.detail ?? '').split('\n')[0]!.slice(0, 140)}`);
+    for (const x of f.failures.slice(0, 20))
+      out.push(`  ${x.outcome}: ${x.tool} ${x.kind ?? ''} at ${x.path ?? '?'}: ${(x.detail ?? '').split('\n')[0]!.slice(0, 140)}`);
     if (f.failures.length > 20) out.push(`  ... and ${f.failures.length - 20} more`);
-    if (f.failures_file) out.push(`${f.failures.length} failing input${f.failures.length === 1 ? '' : 's'} saved to ${f.failures_file} (replay: --replay ${f.failures_file})`);
+    if (f.failures_file)
+      out.push(`${f.failures.length} failing input${f.failures.length === 1 ? '' : 's'} saved to ${f.failures_file} (replay: --replay ${f.failures_file})`);
   }
   if (r.replay) {
     const p = r.replay;
     out.push('');
     out.push(`replay${p.file ? ` of ${p.file}` : ''}: ${p.results.length} inputs, ${p.reproduced} reproduced`);
     const rows: (string | number)[][] = [['tool', 'kind', 'path', 'recorded', 'now', 'reproduced']];
-    for (const x of p.results) rows.push([x.tool, x.kind ?? '', x.path ?? '', OUTCOME_LABEL[x.recorded] ?? x.recorded, OUTCOME_LABEL[x.outcome], x.reproduced ? 'yes' : 'no']);
+    for (const x of p.results)
+      rows.push([x.tool, x.kind ?? '', x.path ?? '', OUTCOME_LABEL[x.recorded] ?? x.recorded, OUTCOME_LABEL[x.outcome], x.reproduced ? 'yes' : 'no']);
     out.push(textTable(rows));
   }
   if (r.agent) {
@@ -136,15 +158,43 @@ export function renderText(r: BenchReport): string {
     const K = a.k;
     out.push('');
     out.push(`agent: policy ${a.policy}, ${a.tasks} tasks x ${K} runs = ${a.episodes} episodes in ${fmt(a.seconds)} s`);
-    const rows: (string | number)[][] = [['task', 'runs', 'success', 'pass@1', `pass@${K}`, `pass^${K}`, 'turns', 'tool calls', 'tool errors', 'episode ms', 'tool ms']];
+    const rows: (string | number)[][] = [
+      ['task', 'runs', 'success', 'pass@1', `pass@${K}`, `pass^${K}`, 'turns', 'tool calls', 'tool errors', 'episode ms', 'tool ms'],
+    ];
     const shown = a.per_task.slice(0, 40);
     for (const t of shown) {
-      rows.push([t.task, t.runs, t.success_rate, t.pass_at[0] ?? 0, t.pass_at[K - 1] ?? t.pass_at[t.pass_at.length - 1] ?? 0, t.pass_hat[K - 1] ?? 0, t.mean_turns, t.mean_tool_calls, t.tool_errors, t.mean_episode_ms, t.mean_tool_ms]);
+      rows.push([
+        t.task,
+        t.runs,
+        t.success_rate,
+        t.pass_at[0] ?? 0,
+        t.pass_at[K - 1] ?? t.pass_at[t.pass_at.length - 1] ?? 0,
+        t.pass_hat[K - 1] ?? 0,
+        t.mean_turns,
+        t.mean_tool_calls,
+        t.tool_errors,
+        t.mean_episode_ms,
+        t.mean_tool_ms,
+      ]);
     }
-    rows.push(['mean', a.episodes, a.success_rate, a.pass_at_k['1'] ?? 0, a.pass_at_k[String(K)] ?? 0, a.pass_hat_k[String(K)] ?? 0, a.mean_turns, a.mean_tool_calls, a.tool_errors, a.mean_episode_ms, a.mean_tool_ms]);
+    rows.push([
+      'mean',
+      a.episodes,
+      a.success_rate,
+      a.pass_at_k['1'] ?? 0,
+      a.pass_at_k[String(K)] ?? 0,
+      a.pass_hat_k[String(K)] ?? 0,
+      a.mean_turns,
+      a.mean_tool_calls,
+      a.tool_errors,
+      a.mean_episode_ms,
+      a.mean_tool_ms,
+    ]);
     out.push(textTable(rows));
     if (a.per_task.length > shown.length) out.push(`(${a.per_task.length - shown.length} more tasks in --json and --html)`);
-    out.push(`success rate ${pct(a.success_rate)} [${pct(a.success_ci95[0])}, ${pct(a.success_ci95[1])}], pass@1 ${fmt(a.pass_at_k['1'] ?? 0)}, pass@${K} ${fmt(a.pass_at_k[String(K)] ?? 0)}, pass^${K} ${fmt(a.pass_hat_k[String(K)] ?? 0)}, tool errors ${a.tool_errors} (${pct(a.tool_error_rate)} of calls), failed episodes ${a.failed_episodes}`);
+    out.push(
+      `success rate ${pct(a.success_rate)} [${pct(a.success_ci95[0])}, ${pct(a.success_ci95[1])}], pass@1 ${fmt(a.pass_at_k['1'] ?? 0)}, pass@${K} ${fmt(a.pass_at_k[String(K)] ?? 0)}, pass^${K} ${fmt(a.pass_hat_k[String(K)] ?? 0)}, tool errors ${a.tool_errors} (${pct(a.tool_error_rate)} of calls), failed episodes ${a.failed_episodes}`,
+    );
     if (a.feedback) out.push('', renderFeedbackText(a.feedback));
   }
   if (r.warnings.length) {
@@ -168,9 +218,13 @@ export function renderFeedbackText(f: Feedback): string {
 
 /** The same as an HTML section. */
 export function renderFeedbackHtml(f: Feedback): string {
-  const parts = [`<section><h2>Feedback for server authors</h2><p>${f.tool_calls} tool calls in ${f.episodes} episodes; time is the share of the episodes' ${esc(fmt(f.episode_ms))} ms.</p>`];
+  const parts = [
+    `<section><h2>Feedback for server authors</h2><p>${f.tool_calls} tool calls in ${f.episodes} episodes; time is the share of the episodes' ${esc(fmt(f.episode_ms))} ms.</p>`,
+  ];
   for (const s of feedbackSections(f)) {
-    parts.push(`<h3>${esc(s.heading)}</h3>${s.rows.length > 1 ? htmlTable(s.rows) : ''}${s.notes.length ? `<ul>${s.notes.map((n) => `<li>${esc(n)}</li>`).join('')}</ul>` : ''}`);
+    parts.push(
+      `<h3>${esc(s.heading)}</h3>${s.rows.length > 1 ? htmlTable(s.rows) : ''}${s.notes.length ? `<ul>${s.notes.map((n) => `<li>${esc(n)}</li>`).join('')}</ul>` : ''}`,
+    );
   }
   if (f.unknown_tools.length) parts.push(`<p>Tools called that no server offers: ${esc(f.unknown_tools.map((u) => `${u.name} (${u.calls})`).join(', '))}</p>`);
   parts.push('</section>');
@@ -254,17 +308,24 @@ export function histogramSvg(title: string, h: Histogram, marks: { label: string
     const x0 = x(h.edges[i]!);
     const x1 = x(h.edges[i + 1]!);
     const c = h.counts[i]!;
-    if (c > 0) parts.push(`<rect x="${x0.toFixed(1)}" y="${y(c).toFixed(1)}" width="${Math.max(1, x1 - x0 - 1).toFixed(1)}" height="${(T + ph - y(c)).toFixed(1)}" fill="#4269d0"><title>${fmt(h.edges[i]!)}–${fmt(h.edges[i + 1]!)} ms: ${c}</title></rect>`);
+    if (c > 0)
+      parts.push(
+        `<rect x="${x0.toFixed(1)}" y="${y(c).toFixed(1)}" width="${Math.max(1, x1 - x0 - 1).toFixed(1)}" height="${(T + ph - y(c)).toFixed(1)}" fill="#4269d0"><title>${fmt(h.edges[i]!)}–${fmt(h.edges[i + 1]!)} ms: ${c}</title></rect>`,
+      );
   }
   for (let d = Math.ceil(lo); d <= Math.floor(hi); d++) {
     const v = 10 ** d;
-    parts.push(`<line x1="${x(v).toFixed(1)}" y1="${T + ph}" x2="${x(v).toFixed(1)}" y2="${T + ph + 4}" class="ax"/><text x="${x(v).toFixed(1)}" y="${T + ph + 16}" text-anchor="middle">${v >= 1 ? v : v.toPrecision(1)}</text>`);
+    parts.push(
+      `<line x1="${x(v).toFixed(1)}" y1="${T + ph}" x2="${x(v).toFixed(1)}" y2="${T + ph + 4}" class="ax"/><text x="${x(v).toFixed(1)}" y="${T + ph + 16}" text-anchor="middle">${v >= 1 ? v : v.toPrecision(1)}</text>`,
+    );
   }
   parts.push(`<text x="${L + pw}" y="${H - 4}" text-anchor="end">ms (log scale)</text>`);
   parts.push(`<text x="${L - 4}" y="${T + 4}" text-anchor="end">${ymax}</text><text x="${L - 4}" y="${T + ph}" text-anchor="end">0</text>`);
   marks.forEach((m, i) => {
     const mx = x(m.ms).toFixed(1);
-    parts.push(`<line x1="${mx}" y1="${T}" x2="${mx}" y2="${T + ph}" stroke="${i ? '#ff725c' : '#3ca951'}" stroke-dasharray="4 3"/><text x="${(Number(mx) + 3).toFixed(1)}" y="${T + 10 + i * 12}" fill="${i ? '#ff725c' : '#3ca951'}">${esc(m.label)}</text>`);
+    parts.push(
+      `<line x1="${mx}" y1="${T}" x2="${mx}" y2="${T + ph}" stroke="${i ? '#ff725c' : '#3ca951'}" stroke-dasharray="4 3"/><text x="${(Number(mx) + 3).toFixed(1)}" y="${T + 10 + i * 12}" fill="${i ? '#ff725c' : '#3ca951'}">${esc(m.label)}</text>`,
+    );
   });
   parts.push('</svg>');
   return parts.join('');
@@ -280,7 +341,9 @@ export function throughputSvg(levels: number[], series: { name: string; values: 
   const B = 40;
   const pw = W - L - R;
   const ph = H - T - B;
-  const parts: string[] = [`<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 ${W} ${H}" width="${W}" height="${H}" role="img" aria-label="throughput against concurrency">`];
+  const parts: string[] = [
+    `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 ${W} ${H}" width="${W}" height="${H}" role="img" aria-label="throughput against concurrency">`,
+  ];
   parts.push(`<text x="${L}" y="18" class="t">Throughput (calls/s) against concurrency</text>`);
   const ymax = niceMax(Math.max(1, ...series.flatMap((s) => Object.values(s.values))));
   const x = (i: number) => L + (levels.length > 1 ? (i / (levels.length - 1)) * pw : pw / 2);
@@ -288,16 +351,25 @@ export function throughputSvg(levels: number[], series: { name: string; values: 
   parts.push(`<line x1="${L}" y1="${T + ph}" x2="${L + pw}" y2="${T + ph}" class="ax"/><line x1="${L}" y1="${T}" x2="${L}" y2="${T + ph}" class="ax"/>`);
   for (let g = 0; g <= 4; g++) {
     const v = (ymax * g) / 4;
-    parts.push(`<line x1="${L}" y1="${y(v).toFixed(1)}" x2="${L + pw}" y2="${y(v).toFixed(1)}" class="grid"/><text x="${L - 4}" y="${(y(v) + 4).toFixed(1)}" text-anchor="end">${fmt(v)}</text>`);
+    parts.push(
+      `<line x1="${L}" y1="${y(v).toFixed(1)}" x2="${L + pw}" y2="${y(v).toFixed(1)}" class="grid"/><text x="${L - 4}" y="${(y(v) + 4).toFixed(1)}" text-anchor="end">${fmt(v)}</text>`,
+    );
   }
   levels.forEach((c, i) => parts.push(`<text x="${x(i).toFixed(1)}" y="${T + ph + 16}" text-anchor="middle">${c}</text>`));
   parts.push(`<text x="${L + pw / 2}" y="${H - 4}" text-anchor="middle">concurrency</text>`);
   series.forEach((s, si) => {
     const color = PALETTE[si % PALETTE.length]!;
     const pts = levels.map((c, i) => [i, s.values[String(c)]] as const).filter(([, v]) => v !== undefined);
-    parts.push(`<polyline fill="none" stroke="${color}" stroke-width="2" points="${pts.map(([i, v]) => `${x(i).toFixed(1)},${y(v!).toFixed(1)}`).join(' ')}"/>`);
-    for (const [i, v] of pts) parts.push(`<circle cx="${x(i).toFixed(1)}" cy="${y(v!).toFixed(1)}" r="3" fill="${color}"><title>${esc(s.name)} at ${levels[i]}: ${fmt(v!)} calls/s</title></circle>`);
-    parts.push(`<rect x="${L + pw + 12}" y="${T + si * 16}" width="10" height="10" fill="${color}"/><text x="${L + pw + 26}" y="${T + si * 16 + 9}">${esc(s.name)}</text>`);
+    parts.push(
+      `<polyline fill="none" stroke="${color}" stroke-width="2" points="${pts.map(([i, v]) => `${x(i).toFixed(1)},${y(v!).toFixed(1)}`).join(' ')}"/>`,
+    );
+    for (const [i, v] of pts)
+      parts.push(
+        `<circle cx="${x(i).toFixed(1)}" cy="${y(v!).toFixed(1)}" r="3" fill="${color}"><title>${esc(s.name)} at ${levels[i]}: ${fmt(v!)} calls/s</title></circle>`,
+      );
+    parts.push(
+      `<rect x="${L + pw + 12}" y="${T + si * 16}" width="10" height="10" fill="${color}"/><text x="${L + pw + 26}" y="${T + si * 16 + 9}">${esc(s.name)}</text>`,
+    );
   });
   parts.push('</svg>');
   return parts.join('');
@@ -315,16 +387,25 @@ export function fuzzSvg(f: FuzzReport): string {
   const bar = 18;
   const H = T + rows.length * (bar + 6) + 12;
   const pw = W - L - R;
-  const parts: string[] = [`<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 ${W} ${H}" width="${W}" height="${H}" role="img" aria-label="fuzz outcomes by tool">`];
+  const parts: string[] = [
+    `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 ${W} ${H}" width="${W}" height="${H}" role="img" aria-label="fuzz outcomes by tool">`,
+  ];
   parts.push(`<text x="8" y="18" class="t">Fuzz outcomes by tool</text>`);
-  OUTCOME_ORDER.forEach((o, i) => parts.push(`<rect x="${L + i * 96}" y="26" width="10" height="10" fill="${OUTCOME_COLOR[o]}"/><text x="${L + i * 96 + 14}" y="35">${OUTCOME_LABEL[o]}</text>`));
+  OUTCOME_ORDER.forEach((o, i) =>
+    parts.push(
+      `<rect x="${L + i * 96}" y="26" width="10" height="10" fill="${OUTCOME_COLOR[o]}"/><text x="${L + i * 96 + 14}" y="35">${OUTCOME_LABEL[o]}</text>`,
+    ),
+  );
   rows.forEach((t, ri) => {
     const yy = T + ri * (bar + 6);
     parts.push(`<text x="${L - 6}" y="${yy + 13}" text-anchor="end">${esc(t.tool)}</text>`);
     let x0 = L;
     for (const o of OUTCOME_ORDER) {
       const w = t.cases ? (t[o] / t.cases) * pw : 0;
-      if (w > 0) parts.push(`<rect x="${x0.toFixed(1)}" y="${yy}" width="${w.toFixed(1)}" height="${bar}" fill="${OUTCOME_COLOR[o]}"><title>${esc(t.tool)}: ${t[o]} ${OUTCOME_LABEL[o]}</title></rect>`);
+      if (w > 0)
+        parts.push(
+          `<rect x="${x0.toFixed(1)}" y="${yy}" width="${w.toFixed(1)}" height="${bar}" fill="${OUTCOME_COLOR[o]}"><title>${esc(t.tool)}: ${t[o]} ${OUTCOME_LABEL[o]}</title></rect>`,
+        );
       x0 += w;
     }
   });
@@ -339,7 +420,10 @@ export function passSvg(a: AgentReport): string {
     { name: 'pass@k', values: Object.fromEntries(levels.map((k) => [String(k), a.pass_at_k[String(k)] ?? 0])) },
     { name: 'pass^k', values: Object.fromEntries(levels.map((k) => [String(k), a.pass_hat_k[String(k)] ?? 0])) },
   ]);
-  return svg.replace('Throughput (calls/s) against concurrency', 'pass@k and pass^k against k').replace('>concurrency</text>', '>k</text>').replace('throughput against concurrency', 'pass@k and pass^k');
+  return svg
+    .replace('Throughput (calls/s) against concurrency', 'pass@k and pass^k against k')
+    .replace('>concurrency</text>', '>k</text>')
+    .replace('throughput against concurrency', 'pass@k and pass^k');
 }
 
 function htmlTable(rows: (string | number)[][]): string {
@@ -366,13 +450,19 @@ export function renderHtml(r: BenchReport): string {
     ];
     if (r.may_write?.length) facts.push(['called with --allow-writes, may write', r.may_write.map((s) => s.tool).join(', ')]);
     if (r.process) {
-      facts.push(['server CPU ms (all / during the benchmark)', `${fmt(r.process.cpu_ms)} / ${fmt(r.process.cpu_ms_window)}`], ['server peak memory MB', r.process.peak_rss_mb]);
+      facts.push(
+        ['server CPU ms (all / during the benchmark)', `${fmt(r.process.cpu_ms)} / ${fmt(r.process.cpu_ms_window)}`],
+        ['server peak memory MB', r.process.peak_rss_mb],
+      );
     }
     sections.push(`<section><h2>Server</h2>${htmlTable(facts).replace(/<thead>.*?<\/thead>/, '')}</section>`);
     if (r.tool_surface) {
       const rows: (string | number)[][] = [['tool', 'hash', 'description', 'input schema', 'output schema']];
-      for (const [name, f] of Object.entries(r.tool_surface.tools)) rows.push([name, f.hash.slice(0, 16), f.description.slice(0, 16), f.input_schema.slice(0, 16), f.output_schema.slice(0, 16)]);
-      sections.push(`<section><h2>Tool surface</h2><p>SHA-256 of each tool's canonical JSON (first 16 hex digits; in full in <code>--json</code>). Server: <code>${esc(r.tool_surface.hash)}</code>.</p>${htmlTable(rows)}</section>`);
+      for (const [name, f] of Object.entries(r.tool_surface.tools))
+        rows.push([name, f.hash.slice(0, 16), f.description.slice(0, 16), f.input_schema.slice(0, 16), f.output_schema.slice(0, 16)]);
+      sections.push(
+        `<section><h2>Tool surface</h2><p>SHA-256 of each tool's canonical JSON (first 16 hex digits; in full in <code>--json</code>). Server: <code>${esc(r.tool_surface.hash)}</code>.</p>${htmlTable(rows)}</section>`,
+      );
     }
   }
   if (r.skipped?.length) {
@@ -383,13 +473,38 @@ export function renderHtml(r: BenchReport): string {
   const tools = Object.values(r.tools);
   if (tools.length) {
     const levels = r.concurrency;
-    const rows: (string | number)[][] = [['tool', 'calls', 'p50 ms', 'p95 ms', 'p99 ms', 'max ms', ...levels.map((c) => `calls/s at ${c}`), 'errors', 'timeouts']];
-    for (const t of tools) rows.push([t.tool, t.calls, t.p50_ms, t.p95_ms, t.p99_ms, t.max_ms, ...levels.map((c) => t.calls_per_s[String(c)] ?? 0), `${t.errors} (${pct(t.error_rate)})`, `${t.timeouts} (${pct(t.timeout_rate)})`]);
-    sections.push(`<section><h2>Load</h2><p>Latency at concurrency ${levels[0]}; up to ${r.calls_per_level} calls per tool and level.</p>${htmlTable(rows)}</section>`);
-    sections.push(`<section><h2>Throughput against concurrency</h2>${throughputSvg(levels, tools.map((t) => ({ name: t.tool, values: t.calls_per_s })))}</section>`);
+    const rows: (string | number)[][] = [
+      ['tool', 'calls', 'p50 ms', 'p95 ms', 'p99 ms', 'max ms', ...levels.map((c) => `calls/s at ${c}`), 'errors', 'timeouts'],
+    ];
+    for (const t of tools)
+      rows.push([
+        t.tool,
+        t.calls,
+        t.p50_ms,
+        t.p95_ms,
+        t.p99_ms,
+        t.max_ms,
+        ...levels.map((c) => t.calls_per_s[String(c)] ?? 0),
+        `${t.errors} (${pct(t.error_rate)})`,
+        `${t.timeouts} (${pct(t.timeout_rate)})`,
+      ]);
+    sections.push(
+      `<section><h2>Load</h2><p>Latency at concurrency ${levels[0]}; up to ${r.calls_per_level} calls per tool and level.</p>${htmlTable(rows)}</section>`,
+    );
+    sections.push(
+      `<section><h2>Throughput against concurrency</h2>${throughputSvg(
+        levels,
+        tools.map((t) => ({ name: t.tool, values: t.calls_per_s })),
+      )}</section>`,
+    );
     sections.push(
       `<section><h2>Latency histograms</h2><div class="charts">${tools
-        .map((t) => histogramSvg(`${t.tool}: ${t.levels[0]?.calls ?? 0} calls at concurrency ${levels[0]}`, t.histogram, [{ label: 'p50', ms: t.p50_ms }, { label: 'p99', ms: t.p99_ms }]))
+        .map((t) =>
+          histogramSvg(`${t.tool}: ${t.levels[0]?.calls ?? 0} calls at concurrency ${levels[0]}`, t.histogram, [
+            { label: 'p50', ms: t.p50_ms },
+            { label: 'p99', ms: t.p99_ms },
+          ]),
+        )
         .join('')}</div></section>`,
     );
   }
@@ -407,15 +522,43 @@ export function renderHtml(r: BenchReport): string {
   }
   if (r.replay) {
     const rows: (string | number)[][] = [['tool', 'kind', 'path', 'recorded', 'now', 'reproduced']];
-    for (const x of r.replay.results) rows.push([x.tool, x.kind ?? '', x.path ?? '', OUTCOME_LABEL[x.recorded] ?? x.recorded, OUTCOME_LABEL[x.outcome], x.reproduced ? 'yes' : 'no']);
+    for (const x of r.replay.results)
+      rows.push([x.tool, x.kind ?? '', x.path ?? '', OUTCOME_LABEL[x.recorded] ?? x.recorded, OUTCOME_LABEL[x.outcome], x.reproduced ? 'yes' : 'no']);
     sections.push(`<section><h2>Replay</h2><p>${r.replay.results.length} inputs, ${r.replay.reproduced} reproduced.</p>${htmlTable(rows)}</section>`);
   }
   if (r.agent) {
     const a = r.agent;
     const K = a.k;
-    const rows: (string | number)[][] = [['task', 'runs', 'success', 'pass@1', `pass@${K}`, `pass^${K}`, 'turns', 'tool calls', 'tool errors', 'episode ms', 'tool ms']];
-    for (const t of a.per_task) rows.push([t.task, t.runs, t.success_rate, t.pass_at[0] ?? 0, t.pass_at[K - 1] ?? 0, t.pass_hat[K - 1] ?? 0, t.mean_turns, t.mean_tool_calls, t.tool_errors, t.mean_episode_ms, t.mean_tool_ms]);
-    rows.push(['mean', a.episodes, a.success_rate, a.pass_at_k['1'] ?? 0, a.pass_at_k[String(K)] ?? 0, a.pass_hat_k[String(K)] ?? 0, a.mean_turns, a.mean_tool_calls, a.tool_errors, a.mean_episode_ms, a.mean_tool_ms]);
+    const rows: (string | number)[][] = [
+      ['task', 'runs', 'success', 'pass@1', `pass@${K}`, `pass^${K}`, 'turns', 'tool calls', 'tool errors', 'episode ms', 'tool ms'],
+    ];
+    for (const t of a.per_task)
+      rows.push([
+        t.task,
+        t.runs,
+        t.success_rate,
+        t.pass_at[0] ?? 0,
+        t.pass_at[K - 1] ?? 0,
+        t.pass_hat[K - 1] ?? 0,
+        t.mean_turns,
+        t.mean_tool_calls,
+        t.tool_errors,
+        t.mean_episode_ms,
+        t.mean_tool_ms,
+      ]);
+    rows.push([
+      'mean',
+      a.episodes,
+      a.success_rate,
+      a.pass_at_k['1'] ?? 0,
+      a.pass_at_k[String(K)] ?? 0,
+      a.pass_hat_k[String(K)] ?? 0,
+      a.mean_turns,
+      a.mean_tool_calls,
+      a.tool_errors,
+      a.mean_episode_ms,
+      a.mean_tool_ms,
+    ]);
     sections.push(`<section><h2>Agent success</h2><p>Policy ${esc(a.policy)}, ${a.tasks} tasks x ${K} runs.</p>${passSvg(a)}${htmlTable(rows)}</section>`);
     if (a.feedback) sections.push(renderFeedbackHtml(a.feedback));
   }

@@ -53,7 +53,8 @@ export interface BenchOptions {
 }
 
 function describeSpec(spec: ServerSpec): { transport: string; target: string } {
-  if (spec.transport === 'stdio') return { transport: 'stdio', target: [spec.command, ...(spec.args ?? [])].map((w) => (/[\s'"]/.test(w) ? JSON.stringify(w) : w)).join(' ') };
+  if (spec.transport === 'stdio')
+    return { transport: 'stdio', target: [spec.command, ...(spec.args ?? [])].map((w) => (/[\s'"]/.test(w) ? JSON.stringify(w) : w)).join(' ') };
   if (spec.transport === 'http') return { transport: 'http', target: spec.url };
   return { transport: 'inprocess', target: '(in-process server)' };
 }
@@ -67,7 +68,16 @@ export async function runBench(options: BenchOptions): Promise<BenchReport> {
   const seed = options.seed ?? 1;
   const timeoutMs = options.timeoutMs ?? 10_000;
   const allowWrites = options.allowWrites === true;
-  const report: BenchReport = { concurrency, calls_per_level: calls, tools: {}, excluded: [], skipped: [], allow_writes: allowWrites, warnings: [], seconds: 0 };
+  const report: BenchReport = {
+    concurrency,
+    calls_per_level: calls,
+    tools: {},
+    excluded: [],
+    skipped: [],
+    allow_writes: allowWrites,
+    warnings: [],
+    seconds: 0,
+  };
 
   if (options.server) {
     let spec = options.server;
@@ -88,7 +98,8 @@ export async function runBench(options: BenchOptions): Promise<BenchReport> {
       log(`connected in ${report.connect_ms.toFixed(1)} ms; ${listed.length} tools listed in ${report.list_tools_ms.toFixed(1)} ms`);
       const exclude = new Set(options.exclude ?? []);
       for (const name of exclude) if (!listed.some((t) => t.name === name)) report.warnings.push(`--exclude names '${name}', which the server does not list`);
-      for (const name of options.examples?.keys() ?? []) if (!listed.some((t) => t.name === name)) report.warnings.push(`the examples name '${name}', which the server does not list`);
+      for (const name of options.examples?.keys() ?? [])
+        if (!listed.some((t) => t.name === name)) report.warnings.push(`the examples name '${name}', which the server does not list`);
       report.excluded = listed.filter((t) => exclude.has(t.name)).map((t) => t.name);
       // Tools whose annotations say they may write: never called with generated arguments unless allowed.
       const writers = writingTools(listed.filter((t) => !exclude.has(t.name)));
@@ -96,11 +107,16 @@ export async function runBench(options: BenchOptions): Promise<BenchReport> {
       const tools: ToolInfo[] = listed.filter((t) => !exclude.has(t.name) && (allowWrites || !writer.has(t.name)));
       if (allowWrites) {
         report.may_write = writers;
-        log(`--allow-writes: calling ${tools.length} tool${tools.length === 1 ? '' : 's'} with generated arguments: ${tools.map((t) => t.name).join(', ') || '(none)'}`);
+        log(
+          `--allow-writes: calling ${tools.length} tool${tools.length === 1 ? '' : 's'} with generated arguments: ${tools.map((t) => t.name).join(', ') || '(none)'}`,
+        );
         if (writers.length) log(`  of which may change or delete data: ${writers.map((w) => `${w.tool} (${w.reason})`).join(', ')}`);
       } else {
         report.skipped = writers;
-        if (writers.length) log(`skipped ${writers.length} tool${writers.length === 1 ? '' : 's'} that may write (--allow-writes calls them): ${writers.map((w) => `${w.tool} (${w.reason})`).join(', ')}`);
+        if (writers.length)
+          log(
+            `skipped ${writers.length} tool${writers.length === 1 ? '' : 's'} that may write (--allow-writes calls them): ${writers.map((w) => `${w.tool} (${w.reason})`).join(', ')}`,
+          );
       }
 
       if (calls > 0 && !options.replay) {
@@ -108,18 +124,33 @@ export async function runBench(options: BenchOptions): Promise<BenchReport> {
           if (options.signal?.aborted) break;
           const examples = options.examples?.get(tool.name);
           const gen = examples ? undefined : generateArguments(tool.inputSchema, options.argsPerTool ?? 8, (seed ^ fnv1a(tool.name)) >>> 0);
-          if (gen && !gen.valid) report.warnings.push(`${tool.name}: no generated arguments validate against its schema (${gen.error ?? 'unknown'}); used unchecked ones`);
+          if (gen && !gen.valid)
+            report.warnings.push(`${tool.name}: no generated arguments validate against its schema (${gen.error ?? 'unknown'}); used unchecked ones`);
           log(`load ${tool.name}: ${concurrency.map((c) => `c=${c}`).join(' ')}`);
-          report.tools[tool.name] = await loadTool(client, tool.name, examples ?? gen!.args, { source: examples ? 'examples' : 'schema', valid: examples ? true : gen!.valid }, {
-            concurrency,
-            calls,
-            durationMs: options.durationMs,
-            timeoutMs,
-            signal: options.signal,
-            onLevel: (name: string, l: LevelResult) => log(`  ${name} c=${l.concurrency}: ${l.calls} calls, ${l.calls_per_s.toFixed(1)}/s, p50 ${l.latency.p50_ms.toFixed(3)} ms, ${l.errors} errors`),
-          });
+          report.tools[tool.name] = await loadTool(
+            client,
+            tool.name,
+            examples ?? gen!.args,
+            { source: examples ? 'examples' : 'schema', valid: examples ? true : gen!.valid },
+            {
+              concurrency,
+              calls,
+              durationMs: options.durationMs,
+              timeoutMs,
+              signal: options.signal,
+              onLevel: (name: string, l: LevelResult) =>
+                log(`  ${name} c=${l.concurrency}: ${l.calls} calls, ${l.calls_per_s.toFixed(1)}/s, p50 ${l.latency.p50_ms.toFixed(3)} ms, ${l.errors} errors`),
+            },
+          );
           const t = report.tools[tool.name]!;
-          if (t.calls > 0 && t.error_rate >= 0.5) report.warnings.push(`${tool.name}: ${(100 * t.error_rate).toFixed(0)}% of its calls failed (${Object.entries(t.error_kinds).map(([k, v]) => `${v} ${k}`).join(', ')}; e.g. ${(t.first_error ?? '').split('\n')[0]!.slice(0, 120)}): its figures measure the error path, not the operation; give --examples with inputs that succeed`);
+          if (t.calls > 0 && t.error_rate >= 0.5)
+            report.warnings.push(
+              `${tool.name}: ${(100 * t.error_rate).toFixed(0)}% of its calls failed (${Object.entries(t.error_kinds)
+                .map(([k, v]) => `${v} ${k}`)
+                .join(
+                  ', ',
+                )}; e.g. ${(t.first_error ?? '').split('\n')[0]!.slice(0, 120)}): its figures measure the error path, not the operation; give --examples with inputs that succeed`,
+            );
         }
       }
 
@@ -137,7 +168,12 @@ export async function runBench(options: BenchOptions): Promise<BenchReport> {
             if (r.outcome === 'crash' || r.outcome === 'hang') log(`  ${tool} #${i} ${c.kind} at ${c.path}: ${r.outcome}`);
           },
         });
-        report.fuzz = { ...f, timeout_ms: fuzzTimeout, ...(fo.toolTimeoutMs ? { tool_timeout_ms: fo.toolTimeoutMs } : {}), progress_resets: fo.progressResets !== false };
+        report.fuzz = {
+          ...f,
+          timeout_ms: fuzzTimeout,
+          ...(fo.toolTimeoutMs ? { tool_timeout_ms: fo.toolTimeoutMs } : {}),
+          progress_resets: fo.progressResets !== false,
+        };
         if (f.failures.length && options.saveFailuresTo) {
           saveFailures(options.saveFailuresTo, f.failures);
           report.fuzz.failures_file = options.saveFailuresTo;
@@ -151,9 +187,22 @@ export async function runBench(options: BenchOptions): Promise<BenchReport> {
         for (const f of options.replay.failures) if (!known.has(f.tool)) report.warnings.push(`replay: the server does not list '${f.tool}'`);
         const skipped = new Set(report.skipped?.map((s) => s.tool));
         const held = options.replay.failures.filter((f) => skipped.has(f.tool));
-        if (held.length) report.warnings.push(`replay: ${held.length} input${held.length === 1 ? '' : 's'} of tools that may write not sent (${[...new Set(held.map((f) => f.tool))].join(', ')}); --allow-writes sends them`);
+        if (held.length)
+          report.warnings.push(
+            `replay: ${held.length} input${held.length === 1 ? '' : 's'} of tools that may write not sent (${[...new Set(held.map((f) => f.tool))].join(', ')}); --allow-writes sends them`,
+          );
         const fo = typeof options.fuzz === 'object' ? options.fuzz : {};
-        const r = await replayFailures(client, options.replay.failures.filter((f) => !skipped.has(f.tool)), { timeoutMs: fuzzTimeout, signal: options.signal, ...(fo.toolTimeoutMs ? { toolTimeoutMs: fo.toolTimeoutMs } : {}), ...(fo.progressResets !== undefined ? { progressResets: fo.progressResets } : {}), ...(fo.maxTotalMs !== undefined ? { maxTotalMs: fo.maxTotalMs } : {}) });
+        const r = await replayFailures(
+          client,
+          options.replay.failures.filter((f) => !skipped.has(f.tool)),
+          {
+            timeoutMs: fuzzTimeout,
+            signal: options.signal,
+            ...(fo.toolTimeoutMs ? { toolTimeoutMs: fo.toolTimeoutMs } : {}),
+            ...(fo.progressResets !== undefined ? { progressResets: fo.progressResets } : {}),
+            ...(fo.maxTotalMs !== undefined ? { maxTotalMs: fo.maxTotalMs } : {}),
+          },
+        );
         report.replay = { file: options.replay.file, ...r };
       }
     } finally {

@@ -37,7 +37,8 @@ export function writingTools(tools: readonly { name: string; annotations?: Recor
   const out: SkippedTool[] = [];
   for (const t of tools) {
     const reason = writeRisk(t);
-    if (reason !== undefined) out.push({ tool: t.name, reason, annotations: { readOnlyHint: t.annotations?.readOnlyHint, destructiveHint: t.annotations?.destructiveHint } });
+    if (reason !== undefined)
+      out.push({ tool: t.name, reason, annotations: { readOnlyHint: t.annotations?.readOnlyHint, destructiveHint: t.annotations?.destructiveHint } });
   }
   return out;
 }

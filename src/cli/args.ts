@@ -68,9 +68,11 @@ export function apiOptionsFrom(v: Partial<Record<keyof typeof API_FLAGS, string 
   const s = (k: keyof typeof API_FLAGS) => (typeof v[k] === 'string' ? (v[k] as string) : undefined);
   const thinkingBudget = s('thinking-budget') === undefined ? undefined : intFlag(s('thinking-budget'), '--thinking-budget', 0);
   const thinking = s('thinking');
-  if (thinking !== undefined && thinking !== 'adaptive') throw new UsageError(`--thinking takes 'adaptive' (for a budget: --thinking-budget N), got '${thinking}'`);
+  if (thinking !== undefined && thinking !== 'adaptive')
+    throw new UsageError(`--thinking takes 'adaptive' (for a budget: --thinking-budget N), got '${thinking}'`);
   if (thinking !== undefined && thinkingBudget !== undefined) throw new UsageError('--thinking adaptive and --thinking-budget exclude each other');
-  if (thinkingBudget !== undefined && thinkingBudget < 1024) throw new UsageError(`--thinking-budget must be at least 1024 tokens (the API's minimum), got ${thinkingBudget}`);
+  if (thinkingBudget !== undefined && thinkingBudget < 1024)
+    throw new UsageError(`--thinking-budget must be at least 1024 tokens (the API's minimum), got ${thinkingBudget}`);
   const o: Record<string, unknown> = {
     baseURL: s('base-url'),
     apiKeyEnv: s('api-key-env'),
@@ -83,7 +85,8 @@ export function apiOptionsFrom(v: Partial<Record<keyof typeof API_FLAGS, string 
     effort: s('effort'),
     tokenIds: v['no-token-ids'] === true ? false : undefined,
   };
-  if (o.effort !== undefined && !['low', 'medium', 'high', 'xhigh', 'max'].includes(o.effort as string)) throw new UsageError(`--effort must be low, medium, high, xhigh or max, got '${String(o.effort)}'`);
+  if (o.effort !== undefined && !['low', 'medium', 'high', 'xhigh', 'max'].includes(o.effort as string))
+    throw new UsageError(`--effort must be low, medium, high, xhigh or max, got '${String(o.effort)}'`);
   if (o.baseURL !== undefined) {
     try {
       new URL(o.baseURL as string);
@@ -118,5 +121,10 @@ export function serverFromFlags(values: { stdio?: string; url?: string; token?: 
     if (i <= 0) throw new UsageError(`--header must be K:V, got '${h}'`);
     headers[h.slice(0, i).trim()] = h.slice(i + 1).trim();
   }
-  return { transport: 'http', url: values.url, ...(Object.keys(headers).length ? { headers } : {}), ...(values.token !== undefined ? { token: values.token } : {}) };
+  return {
+    transport: 'http',
+    url: values.url,
+    ...(Object.keys(headers).length ? { headers } : {}),
+    ...(values.token !== undefined ? { token: values.token } : {}),
+  };
 }

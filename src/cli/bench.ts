@@ -7,7 +7,18 @@ import { makePolicy } from '../agents/index.ts';
 import { allFailed, loadTasks, type Task } from '../env/index.ts';
 import { Interrupted, RunFailure } from '../../lib/index.ts';
 import { generateSuite, SUITE_NAMES } from '../env/suites/index.ts';
-import { checkThreshold, gateFromStats, parseExamples, writeJunit, readFailures, renderHtml, renderText, reportJson, runBench, type BenchOptions } from '../bench/index.ts';
+import {
+  checkThreshold,
+  gateFromStats,
+  parseExamples,
+  writeJunit,
+  readFailures,
+  renderHtml,
+  renderText,
+  reportJson,
+  runBench,
+  type BenchOptions,
+} from '../bench/index.ts';
 import { API_FLAGS, apiOptionsFrom, intFlag, serverFromFlags, thresholdFlag, UsageError } from './args.ts';
 
 export const BENCH_HELP = `Usage: mcp-gym bench (--stdio "<command line>" | --url URL) [options]
@@ -40,7 +51,11 @@ Output:   --json              also print the report as one JSON object, the last
 `;
 
 /** --tool-timeout NAME=MS (repeatable, or comma-separated), --max-call-ms, --no-progress-reset. */
-function fuzzTiming(values: { 'tool-timeout'?: string[]; 'max-call-ms'?: string; 'no-progress-reset'?: boolean }): { toolTimeoutMs?: Record<string, number>; maxTotalMs?: number; progressResets?: boolean } {
+function fuzzTiming(values: { 'tool-timeout'?: string[]; 'max-call-ms'?: string; 'no-progress-reset'?: boolean }): {
+  toolTimeoutMs?: Record<string, number>;
+  maxTotalMs?: number;
+  progressResets?: boolean;
+} {
   const out: { toolTimeoutMs?: Record<string, number>; maxTotalMs?: number; progressResets?: boolean } = {};
   for (const item of (values['tool-timeout'] ?? []).flatMap((v) => v.split(','))) {
     const m = /^\s*([^=\s]+)\s*=\s*(\d+)\s*$/.exec(item);
@@ -72,7 +87,8 @@ function intList(value: string, flag: string): number[] {
 /** node:util parseArgs's errors (an unknown option, a missing value) as usage errors. */
 function usageOf(err: unknown): unknown {
   const e = err as { code?: string; message?: string };
-  if (typeof e?.code === 'string' && e.code.startsWith('ERR_PARSE_ARGS')) return new UsageError(`${(e.message ?? String(err)).split('\n')[0]!.replace(/\.?$/, '.')} Run mcp-gym bench --help`);
+  if (typeof e?.code === 'string' && e.code.startsWith('ERR_PARSE_ARGS'))
+    return new UsageError(`${(e.message ?? String(err)).split('\n')[0]!.replace(/\.?$/, '.')} Run mcp-gym bench --help`);
   return err;
 }
 
@@ -144,7 +160,8 @@ export async function benchCommand(argv: string[]): Promise<void> {
   if (values.stdio === undefined && values.url === undefined && values.tasks === undefined) {
     throw new UsageError('bench needs a server (--stdio "<command line>" or --url <URL>) or --tasks <suite|file>. Run mcp-gym bench --help');
   }
-  if (values.replay !== undefined && values.stdio === undefined && values.url === undefined) throw new UsageError('--replay needs the server: --stdio or --url');
+  if (values.replay !== undefined && values.stdio === undefined && values.url === undefined)
+    throw new UsageError('--replay needs the server: --stdio or --url');
   if ((values.token !== undefined || values.header) && values.url === undefined) throw new UsageError('--token and --header go with --url');
 
   const server = serverFromFlags(values);
@@ -154,7 +171,10 @@ export async function benchCommand(argv: string[]): Promise<void> {
   if (timeoutMs < 1) throw new UsageError('--timeout-ms must be at least 1');
   const options: BenchOptions = {
     server,
-    exclude: values.exclude?.split(',').map((s) => s.trim()).filter(Boolean),
+    exclude: values.exclude
+      ?.split(',')
+      .map((s) => s.trim())
+      .filter(Boolean),
     allowWrites: values['allow-writes'],
     concurrency: values.concurrency === undefined ? undefined : intList(values.concurrency, '--concurrency'),
     calls: intFlag(values.calls, '--calls', 500),
@@ -168,16 +188,29 @@ export async function benchCommand(argv: string[]): Promise<void> {
     options.examples = parseExamples(readFileSync(values.examples, 'utf8'), values.examples);
   }
   if (values.fuzz) {
-    options.fuzz = { count: intFlag(values['fuzz-cases'], '--fuzz-cases', 100), seed, timeoutMs: values['timeout-ms'] === undefined ? undefined : timeoutMs, ...fuzzTiming(values) };
+    options.fuzz = {
+      count: intFlag(values['fuzz-cases'], '--fuzz-cases', 100),
+      seed,
+      timeoutMs: values['timeout-ms'] === undefined ? undefined : timeoutMs,
+      ...fuzzTiming(values),
+    };
     // With --out the failing inputs go with the report; else into runs/bench/.
-    options.saveFailuresTo = values['save-failures'] ?? (values.out !== undefined ? join(values.out, 'failures.jsonl') : join('runs', 'bench', `failures-${new Date().toISOString().replace(/[:.]/g, '-')}.jsonl`));
+    options.saveFailuresTo =
+      values['save-failures'] ??
+      (values.out !== undefined
+        ? join(values.out, 'failures.jsonl')
+        : join('runs', 'bench', `failures-${new Date().toISOString().replace(/[:.]/g, '-')}.jsonl`));
   } else if (values['fuzz-cases'] !== undefined || values['save-failures'] !== undefined) {
     throw new UsageError('--fuzz-cases and --save-failures go with --fuzz');
   }
   if (values.replay !== undefined) {
     if (!existsSync(values.replay)) throw new UsageError(`--replay: no file ${values.replay}`);
     options.replay = { file: values.replay, failures: readFailures(values.replay) };
-    options.fuzz = { ...(typeof options.fuzz === 'object' ? options.fuzz : {}), ...(values['timeout-ms'] !== undefined ? { timeoutMs } : {}), ...fuzzTiming(values) };
+    options.fuzz = {
+      ...(typeof options.fuzz === 'object' ? options.fuzz : {}),
+      ...(values['timeout-ms'] !== undefined ? { timeoutMs } : {}),
+      ...fuzzTiming(values),
+    };
   }
   let policy: Awaited<ReturnType<typeof makePolicy>> | undefined;
   const failUnder = thresholdFlag(values['fail-under']);
@@ -208,7 +241,14 @@ export async function benchCommand(argv: string[]): Promise<void> {
       // The failing inputs too (reportJson leaves them out of the printed line): the viewer shows them.
       const fuzz = report.fuzz && { ...(json.fuzz as Record<string, unknown>), failures: report.fuzz.failures };
       const file = join(values.out, 'bench.json');
-      writeFileSync(file, JSON.stringify({ kind: 'bench', started_at: startedAt, finished_at: new Date().toISOString(), interrupted: ac.signal.aborted, ...json, ...(fuzz ? { fuzz } : {}) }, null, 2) + '\n');
+      writeFileSync(
+        file,
+        JSON.stringify(
+          { kind: 'bench', started_at: startedAt, finished_at: new Date().toISOString(), interrupted: ac.signal.aborted, ...json, ...(fuzz ? { fuzz } : {}) },
+          null,
+          2,
+        ) + '\n',
+      );
       console.log(`\nbench.json: ${file}`);
     }
     if (values.html !== undefined) {

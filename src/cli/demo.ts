@@ -21,7 +21,9 @@ export async function demo(): Promise<void> {
         const r = await client.call({ name: ex.tool, arguments: ex.arguments }, { episode: 'demo' });
         if (r.isError) failures++;
         const text = resultText(r).replace(/\s+/g, ' ');
-        console.log(`   ${ex.tool}(${JSON.stringify(ex.arguments)}) -> ${r.isError ? 'ERROR ' : ''}${text.length > 160 ? text.slice(0, 157) + '...' : text}  [${r.ms.toFixed(2)} ms]`);
+        console.log(
+          `   ${ex.tool}(${JSON.stringify(ex.arguments)}) -> ${r.isError ? 'ERROR ' : ''}${text.length > 160 ? text.slice(0, 157) + '...' : text}  [${r.ms.toFixed(2)} ms]`,
+        );
       }
     } finally {
       await client.close();

@@ -14,7 +14,17 @@ import pLimit from 'p-limit';
 import { makeChatModel, makePolicy } from '../agents/index.ts';
 import { evalReport, evalRows, renderEvalHtml } from '../bench/index.ts';
 import { checkThreshold, gateTasks, renderFeedbackText, suiteName, writeJunit } from '../bench/index.ts';
-import { applyRuler, assertSomeEpisodeRan, JudgeError, rollout, TrajectoryWriter, type ChatModel, type RulerOptions, type Task, type Trajectory } from '../env/index.ts';
+import {
+  applyRuler,
+  assertSomeEpisodeRan,
+  JudgeError,
+  rollout,
+  TrajectoryWriter,
+  type ChatModel,
+  type RulerOptions,
+  type Task,
+  type Trajectory,
+} from '../env/index.ts';
 import { Interrupted, RunFailure } from '../../lib/index.ts';
 import { SUITE_NAMES } from '../env/suites/index.ts';
 import { compareSurfaceSets, driftWarning, readToolSurfaces, surfacesHash, type SurfacesDrift, type ToolSurfaces } from '../tools/index.ts';
@@ -95,7 +105,8 @@ export async function evalCommand(argv: string[]): Promise<void> {
   if (ruler && !values.judge) throw new UsageError('--ruler needs a judge: --judge openai:<model> (--judge-base-url URL) or anthropic:<model>');
   if (!ruler && values.judge) throw new UsageError('--judge without --ruler: say how it judges, --ruler listwise or --ruler pairwise');
   if (ruler && k < 2) throw new UsageError('--ruler compares the k episodes of a task: -k must be at least 2');
-  if (!values.suite && !values.tasks) throw new UsageError(`eval needs --suite <name>[,<name>...] (${SUITE_NAMES.join(', ')}, all) or --tasks <file.json|.jsonl>`);
+  if (!values.suite && !values.tasks)
+    throw new UsageError(`eval needs --suite <name>[,<name>...] (${SUITE_NAMES.join(', ')}, all) or --tasks <file.json|.jsonl>`);
   const counts = values['eval-tasks'] === undefined ? {} : { eval: intFlag(values['eval-tasks'], '--eval-tasks', 40) };
   let tasks: Task[];
   if (values.tasks) tasks = selectTasks(values, counts);
@@ -118,10 +129,17 @@ export async function evalCommand(argv: string[]): Promise<void> {
   let judge: (ChatModel & { close?(): Promise<void> }) | undefined;
   let policy;
   try {
-    if (ruler) judge = await makeChatModel(values.judge!, { baseURL: values['judge-base-url'], apiKeyEnv: values['judge-api-key-env'] }).catch((err: Error) => {
-      throw new Error(`--judge: ${err.message}`);
+    if (ruler)
+      judge = await makeChatModel(values.judge!, { baseURL: values['judge-base-url'], apiKeyEnv: values['judge-api-key-env'] }).catch((err: Error) => {
+        throw new Error(`--judge: ${err.message}`);
+      });
+    policy = await makePolicy(values.policy!, {
+      seed: values.seed === undefined ? 1 : intFlag(values.seed, '--seed', 0),
+      ...(temperature !== undefined ? { temperature } : {}),
+      ...(api.topP !== undefined ? { topP: api.topP as number } : {}),
+      api,
+      chatTemplate: { toolFormat: toolFormatFlag(values['tool-format']) },
     });
-    policy = await makePolicy(values.policy!, { seed: values.seed === undefined ? 1 : intFlag(values.seed, '--seed', 0), ...(temperature !== undefined ? { temperature } : {}), ...(api.topP !== undefined ? { topP: api.topP as number } : {}), api, chatTemplate: { toolFormat: toolFormatFlag(values['tool-format']) } });
   } catch (err) {
     if (err instanceof RunFailure) throw err; // a model that cannot start (exit 3), not bad input
     throw new UsageError((err as Error).message);
@@ -130,7 +148,19 @@ export async function evalCommand(argv: string[]): Promise<void> {
   // What the evaluation was made with (no key: only the name of its variable), checked on --resume.
   if (!existsSync(runFile) || !values.resume) {
     const { baseURL, apiKeyEnv, maxTokens, thinking } = api as { baseURL?: string; apiKeyEnv?: string; maxTokens?: number; thinking?: unknown };
-    writeFileSync(runFile, JSON.stringify({ ...settings, kind: 'eval', api: { base_url: baseURL ?? null, api_key_env: apiKeyEnv ?? null, max_tokens: maxTokens ?? null, thinking: thinking ?? null }, started_at: new Date().toISOString() }, null, 2) + '\n');
+    writeFileSync(
+      runFile,
+      JSON.stringify(
+        {
+          ...settings,
+          kind: 'eval',
+          api: { base_url: baseURL ?? null, api_key_env: apiKeyEnv ?? null, max_tokens: maxTokens ?? null, thinking: thinking ?? null },
+          started_at: new Date().toISOString(),
+        },
+        null,
+        2,
+      ) + '\n',
+    );
   }
   const env = cliEnvironment(values, reward, {}, tape);
   // --faults: the same environment with the faults, for a second run beside the first.
@@ -164,7 +194,10 @@ export async function evalCommand(argv: string[]): Promise<void> {
         cacheDir: join(outDir, 'judge-cache'),
         ...(values['ruler-votes'] !== undefined ? { votes: intFlag(values['ruler-votes'], '--ruler-votes', 3) } : {}),
         ...(values['ruler-rubric'] !== undefined ? { rubric: values['ruler-rubric'] } : {}),
-        weights: { ruler: numFlag(values['ruler-weight'], '--ruler-weight') ?? 1, verifier: numFlag(values['ruler-verifier-weight'], '--ruler-verifier-weight') ?? 0 },
+        weights: {
+          ruler: numFlag(values['ruler-weight'], '--ruler-weight') ?? 1,
+          verifier: numFlag(values['ruler-verifier-weight'], '--ruler-verifier-weight') ?? 0,
+        },
         signal: ac.signal,
       };
       judged = await judgeGroups(result.trajectories, judge, rulerOptions);
@@ -175,9 +208,31 @@ export async function evalCommand(argv: string[]): Promise<void> {
       renameSync(tmp, file);
     }
     const report = evalReport(policy.id, k, tasks, result.trajectories, result.seconds);
-    const faulted = faults && faultEnv && !ac.signal.aborted ? await faultedEval({ env: faultEnv, policy, tasks, k, concurrency, outDir, resume: values.resume === true, signal: ac.signal, faults, without: report }) : undefined;
+    const faulted =
+      faults && faultEnv && !ac.signal.aborted
+        ? await faultedEval({
+            env: faultEnv,
+            policy,
+            tasks,
+            k,
+            concurrency,
+            outDir,
+            resume: values.resume === true,
+            signal: ac.signal,
+            faults,
+            without: report,
+          })
+        : undefined;
     const usage = policy.usage?.();
-    const out = { ...report, tool_surfaces: surface, usage: usage ?? null, ...(judged ? { judge: { id: judge!.id, mode: ruler, ...judged, usage: (judge as { usage?: () => unknown }).usage?.() ?? null } } : {}), resumed: result.resumed, out: file, interrupted: ac.signal.aborted };
+    const out = {
+      ...report,
+      tool_surfaces: surface,
+      usage: usage ?? null,
+      ...(judged ? { judge: { id: judge!.id, mode: ruler, ...judged, usage: (judge as { usage?: () => unknown }).usage?.() ?? null } } : {}),
+      resumed: result.resumed,
+      out: file,
+      interrupted: ac.signal.aborted,
+    };
     if (faulted) Object.assign(out, { faults: { ...faulted.comparison, out: faulted.out, report: { ...faulted.report, per_task: undefined } } });
     writeFileSync(join(outDir, 'eval.json'), JSON.stringify(out, null, 2) + '\n');
     const html = renderEvalHtml(report, result.trajectories);
@@ -188,23 +243,41 @@ export async function evalCommand(argv: string[]): Promise<void> {
       writeFileSync(values.html, html);
     }
     console.log(`\n${report.tasks} tasks x ${k} = ${result.trajectories.length} episodes (${result.resumed} resumed) with policy '${policy.id}' -> ${file}`);
-    console.log(table([['', ''], ...evalRows(report)]).split('\n').slice(1).join('\n'));
+    console.log(
+      table([['', ''], ...evalRows(report)])
+        .split('\n')
+        .slice(1)
+        .join('\n'),
+    );
     if (faulted) printFaultComparison(faulted.comparison, k);
-    if (usage) console.log(`API usage: ${usage.requests} requests (${usage.failed_requests} refused or failed after retries), ${usage.prompt_tokens} prompt + ${usage.completion_tokens} completion tokens this invocation`);
-    if (judged) console.log(`RULER (${ruler}, judge ${judge!.id}): ${judged.groups} groups judged, ${judged.failures} failed (their episodes keep the verifier's reward)${judged.first_error ? `: ${judged.first_error}` : ''}; ${judged.calls} judge requests, ${judged.cached} answers from the cache`);
+    if (usage)
+      console.log(
+        `API usage: ${usage.requests} requests (${usage.failed_requests} refused or failed after retries), ${usage.prompt_tokens} prompt + ${usage.completion_tokens} completion tokens this invocation`,
+      );
+    if (judged)
+      console.log(
+        `RULER (${ruler}, judge ${judge!.id}): ${judged.groups} groups judged, ${judged.failures} failed (their episodes keep the verifier's reward)${judged.first_error ? `: ${judged.first_error}` : ''}; ${judged.calls} judge requests, ${judged.cached} answers from the cache`,
+      );
     if (report.failures.length) {
       console.log('\nFailed episodes by cause:');
-      for (const f of report.failures.slice(0, 10)) console.log(`  ${String(f.episodes).padStart(5)}  ${f.kind === 'task_error' ? 'task error: ' : ''}${f.cause}`);
+      for (const f of report.failures.slice(0, 10))
+        console.log(`  ${String(f.episodes).padStart(5)}  ${f.kind === 'task_error' ? 'task error: ' : ''}${f.cause}`);
     }
     console.log(`\n${renderFeedbackText(report.feedback)}`);
     console.log(`\nreport: ${htmlFile}${values.html ? ` and ${values.html}` : ''}; figures: ${join(outDir, 'eval.json')}`);
     if (values.json) console.log(JSON.stringify(out));
     if (values.junit) {
       const suiteOf = new Map(tasks.map((t) => [t.id, suiteName(t)]));
-      writeJunit(values.junit, `mcp-gym eval ${policy.id}`, gateTasks(result.trajectories, (id) => suiteOf.get(id) ?? 'tasks'), failUnder ?? 1);
+      writeJunit(
+        values.junit,
+        `mcp-gym eval ${policy.id}`,
+        gateTasks(result.trajectories, (id) => suiteOf.get(id) ?? 'tasks'),
+        failUnder ?? 1,
+      );
       console.log(`JUnit: ${values.junit}`);
     }
-    if (ac.signal.aborted) throw new Interrupted(`interrupted: the ${result.trajectories.length} finished episodes are saved in ${file}; continue with --resume`);
+    if (ac.signal.aborted)
+      throw new Interrupted(`interrupted: the ${result.trajectories.length} finished episodes are saved in ${file}; continue with --resume`);
     assertSomeEpisodeRan(result.trajectories, 'eval');
     checkThreshold('eval', report.pass_at_1.mean, report.pass_at_1.ci95, failUnder);
   } finally {
@@ -220,7 +293,11 @@ export async function evalCommand(argv: string[]): Promise<void> {
  * directory (`onnx:<dir>`) that recorded the surface it was trained with, a warning on stderr
  * naming the tools that changed and the servers it was not trained with.
  */
-async function evalToolSurface(env: ReturnType<typeof cliEnvironment>, tasks: Task[], policy: string): Promise<{ hash: string; servers: ToolSurfaces; drift?: SurfacesDrift }> {
+async function evalToolSurface(
+  env: ReturnType<typeof cliEnvironment>,
+  tasks: Task[],
+  policy: string,
+): Promise<{ hash: string; servers: ToolSurfaces; drift?: SurfacesDrift }> {
   const servers = await env.toolSurfaces(tasks);
   const out: { hash: string; servers: ToolSurfaces; drift?: SurfacesDrift } = { hash: surfacesHash(servers), servers };
   const dir = policy.startsWith('onnx:') ? policy.slice('onnx:'.length) : undefined;
@@ -239,7 +316,11 @@ async function evalToolSurface(env: ReturnType<typeof cliEnvironment>, tasks: Ta
 }
 
 /** Judges each task's episodes as a group (RULER), four groups at a time; a group the judge fails on keeps its rewards and is counted. */
-async function judgeGroups(trajectories: Trajectory[], judge: ChatModel, o: RulerOptions): Promise<{ groups: number; failures: number; calls: number; cached: number; first_error?: string }> {
+async function judgeGroups(
+  trajectories: Trajectory[],
+  judge: ChatModel,
+  o: RulerOptions,
+): Promise<{ groups: number; failures: number; calls: number; cached: number; first_error?: string }> {
   const byGroup = new Map<string, Trajectory[]>();
   for (const t of trajectories) byGroup.set(t.group_id, [...(byGroup.get(t.group_id) ?? []), t]);
   const r = { groups: 0, failures: 0, calls: 0, cached: 0 } as { groups: number; failures: number; calls: number; cached: number; first_error?: string };

@@ -51,8 +51,17 @@ export function flagsOf(schema: z.ZodObject): Flag[] {
       values = (inner as z.ZodEnum).options.map(String);
     } else kind = 'string';
     const num = d.type === 'number' ? (inner as z.ZodNumber) : undefined;
-    const bound = (b: number | null | undefined) => (b === null || b === undefined || !Number.isFinite(b) || Math.abs(b) >= Number.MAX_SAFE_INTEGER ? undefined : b);
-    return { field, flag: field.replace(/_/g, '-'), kind, values, default: def, help, ...(num ? { min: bound(num.minValue), max: bound(num.maxValue), schema: num } : {}) };
+    const bound = (b: number | null | undefined) =>
+      b === null || b === undefined || !Number.isFinite(b) || Math.abs(b) >= Number.MAX_SAFE_INTEGER ? undefined : b;
+    return {
+      field,
+      flag: field.replace(/_/g, '-'),
+      kind,
+      values,
+      default: def,
+      help,
+      ...(num ? { min: bound(num.minValue), max: bound(num.maxValue), schema: num } : {}),
+    };
   });
 }
 
@@ -73,7 +82,12 @@ export function flagValues(flags: Flag[], values: Record<string, unknown>): Reco
       out[f.field] = v;
     } else {
       const n = Number(v);
-      const bad = String(v).trim() === '' || !Number.isFinite(n) || (f.kind === 'int' && !Number.isInteger(n)) || (f.min !== undefined && n < f.min) || (f.max !== undefined && n > f.max);
+      const bad =
+        String(v).trim() === '' ||
+        !Number.isFinite(n) ||
+        (f.kind === 'int' && !Number.isInteger(n)) ||
+        (f.min !== undefined && n < f.min) ||
+        (f.max !== undefined && n > f.max);
       if (bad) throw new UsageError(`--${f.flag} must be ${numberKind(f)}, got '${v}'`);
       const checked = f.schema?.safeParse(n);
       if (checked && !checked.success) throw new UsageError(`--${f.flag}: ${checked.error.issues[0]?.message ?? 'out of range'}, got '${v}'`);
@@ -98,7 +112,8 @@ const shown = (v: unknown) => (typeof v === 'string' && v.includes('/') ? v.repl
 
 /** Help lines: `--flag <kind>  help (default X)`. */
 export function flagsHelp(flags: Flag[], indent = '  '): string {
-  const left = (f: Flag) => `--${f.flag}${f.kind === 'boolean' ? '' : f.kind === 'enum' ? ` ${f.values!.join('|')}` : ` <${f.kind === 'string' ? 'text' : f.kind}>`}`;
+  const left = (f: Flag) =>
+    `--${f.flag}${f.kind === 'boolean' ? '' : f.kind === 'enum' ? ` ${f.values!.join('|')}` : ` <${f.kind === 'string' ? 'text' : f.kind}>`}`;
   const width = Math.min(40, Math.max(...flags.map((f) => left(f).length)) + 2);
   return flags
     .map((f) => {

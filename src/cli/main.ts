@@ -146,12 +146,17 @@ async function serve(argv: string[]): Promise<void> {
   const envToken = process.env.MCP_GYM_TOKEN;
   if (values.token === undefined && envToken !== undefined) checkToken(envToken, 'MCP_GYM_TOKEN');
   const token = values.token ?? envToken;
-  const serving = await serveOverHttp(def, { ...backendOptions, port: int(values.port, '--port', 3000), host: values.host, token, allowedHosts }).catch((err: unknown) => {
-    // Options serveOverHttp refuses (a name that is not a host name) are usage errors.
-    if ((err as { code?: unknown }).code === 'ERR_INVALID_ARG_VALUE') throw new UsageError(err instanceof Error ? err.message : String(err));
-    throw err;
-  });
-  const notes = [...(token !== undefined ? ['bearer token required'] : []), ...(allowedHosts.length > 0 ? [`also accepting Host ${allowedHosts.join(', ')}`] : [])];
+  const serving = await serveOverHttp(def, { ...backendOptions, port: int(values.port, '--port', 3000), host: values.host, token, allowedHosts }).catch(
+    (err: unknown) => {
+      // Options serveOverHttp refuses (a name that is not a host name) are usage errors.
+      if ((err as { code?: unknown }).code === 'ERR_INVALID_ARG_VALUE') throw new UsageError(err instanceof Error ? err.message : String(err));
+      throw err;
+    },
+  );
+  const notes = [
+    ...(token !== undefined ? ['bearer token required'] : []),
+    ...(allowedHosts.length > 0 ? [`also accepting Host ${allowedHosts.join(', ')}`] : []),
+  ];
   process.stderr.write(`mcp-gym ${name} serving on ${serving.url}${notes.length > 0 ? ` (${notes.join('; ')})` : ''}\n`);
   const stop = () => void serving.close().then(() => process.exit(0));
   process.once('SIGINT', stop);
@@ -260,6 +265,13 @@ export async function main(argvIn: string[]): Promise<void> {
 export function exitCodeOf(err: unknown): number {
   if (err instanceof RunFailure) return err.exitCode;
   // Bad input: a flag, a task file, a fault spec, a recording, a pipeline config.
-  if (err instanceof UsageError || err instanceof TaskFileError || err instanceof FaultSpecError || err instanceof RecordingFileError || err instanceof R1ConfigError) return EXIT.usage;
+  if (
+    err instanceof UsageError ||
+    err instanceof TaskFileError ||
+    err instanceof FaultSpecError ||
+    err instanceof RecordingFileError ||
+    err instanceof R1ConfigError
+  )
+    return EXIT.usage;
   return EXIT.failed;
 }

@@ -19,7 +19,21 @@ export const MODEL_JOB = {
   eval_tasks: 64,
   k: 2,
   sft: { demos: 64, epochs: 5, batch: 16, lr: 1e-4, lora_rank: 0, warmup: 2, min_lr_ratio: 1 },
-  rl: { preset: 'art', steps: 18, tasks_per_step: 8, group: 8, lr: 2e-5, beta: 0, epochs: 1, minibatch_size: 0, warmup_steps: 0, eval_every: 0, max_staleness: 0, max_new_tokens: 160, drop_zero_variance: true },
+  rl: {
+    preset: 'art',
+    steps: 18,
+    tasks_per_step: 8,
+    group: 8,
+    lr: 2e-5,
+    beta: 0,
+    epochs: 1,
+    minibatch_size: 0,
+    warmup_steps: 0,
+    eval_every: 0,
+    max_staleness: 0,
+    max_new_tokens: 160,
+    drop_zero_variance: true,
+  },
 } as const;
 
 export const MODEL_JOB_HELP = `mcp-gym start --model M: a pretrained Hugging Face model from base to SFT to GRPO on the CPU
@@ -70,7 +84,12 @@ function progressLine(t0: number) {
 }
 
 const pct = (x: number) => `${(100 * x).toFixed(1)}%`;
-const line = (name: string, e: StageEval) => `${name.padEnd(5)} held-out success ${pct(e.success)} [${pct(e.ci95[0])}, ${pct(e.ci95[1])}] over ${e.tasks} tasks x ${Math.round(e.episodes / Math.max(1, e.tasks))}; pass^k ${Object.entries(e.pass_hat_k).map(([k, v]) => `${k}: ${pct(v)}`).join(', ')}; tool calls ${e.tool_call_parse.strict} strict, ${e.tool_call_parse.lenient} lenient, ${e.tool_call_parse.failed} failed`;
+const line = (name: string, e: StageEval) =>
+  `${name.padEnd(5)} held-out success ${pct(e.success)} [${pct(e.ci95[0])}, ${pct(e.ci95[1])}] over ${e.tasks} tasks x ${Math.round(e.episodes / Math.max(1, e.tasks))}; pass^k ${Object.entries(
+    e.pass_hat_k,
+  )
+    .map(([k, v]) => `${k}: ${pct(v)}`)
+    .join(', ')}; tool calls ${e.tool_call_parse.strict} strict, ${e.tool_call_parse.lenient} lenient, ${e.tool_call_parse.failed} failed`;
 
 export async function modelJobCommand(argv: string[]): Promise<void> {
   let values: Record<string, string | boolean | undefined>;
@@ -78,11 +97,28 @@ export async function modelJobCommand(argv: string[]): Promise<void> {
     values = parseArgs({
       args: argv,
       options: {
-        model: { type: 'string' }, run: { type: 'string' }, suite: { type: 'string' }, 'min-difficulty': { type: 'string' }, 'max-difficulty': { type: 'string' },
-        'eval-tasks': { type: 'string' }, k: { type: 'string', short: 'k' }, seed: { type: 'string' }, 'tool-format': { type: 'string' },
-        'sft-demos': { type: 'string' }, 'sft-epochs': { type: 'string' }, 'sft-lr': { type: 'string' }, 'sft-batch': { type: 'string' }, 'sft-lora-rank': { type: 'string' },
-        'sft-warmup': { type: 'string' }, 'sft-min-lr-ratio': { type: 'string' },
-        steps: { type: 'string' }, 'tasks-per-step': { type: 'string' }, group: { type: 'string' }, lr: { type: 'string' }, json: { type: 'boolean' }, help: { type: 'boolean', short: 'h' },
+        model: { type: 'string' },
+        run: { type: 'string' },
+        suite: { type: 'string' },
+        'min-difficulty': { type: 'string' },
+        'max-difficulty': { type: 'string' },
+        'eval-tasks': { type: 'string' },
+        k: { type: 'string', short: 'k' },
+        seed: { type: 'string' },
+        'tool-format': { type: 'string' },
+        'sft-demos': { type: 'string' },
+        'sft-epochs': { type: 'string' },
+        'sft-lr': { type: 'string' },
+        'sft-batch': { type: 'string' },
+        'sft-lora-rank': { type: 'string' },
+        'sft-warmup': { type: 'string' },
+        'sft-min-lr-ratio': { type: 'string' },
+        steps: { type: 'string' },
+        'tasks-per-step': { type: 'string' },
+        group: { type: 'string' },
+        lr: { type: 'string' },
+        json: { type: 'boolean' },
+        help: { type: 'boolean', short: 'h' },
       },
     }).values as Record<string, string | boolean | undefined>;
   } catch (err) {
@@ -137,17 +173,27 @@ export async function modelJobCommand(argv: string[]): Promise<void> {
     },
   };
   const dir = s('run') ?? join('runs', `model-${new Date().toISOString().replace(/[:.]/g, '-')}`);
-  console.log(`model job: ${spec} (${model}) on ${config.suite} difficulty ${min}-${max}: base eval, SFT (${config.sft.demos} demos x ${config.sft.epochs} epochs), GRPO (${config.rl.steps} steps of ${config.rl.tasks_per_step} x ${config.rl.group}); in ${dir}`);
+  console.log(
+    `model job: ${spec} (${model}) on ${config.suite} difficulty ${min}-${max}: base eval, SFT (${config.sft.demos} demos x ${config.sft.epochs} epochs), GRPO (${config.rl.steps} steps of ${config.rl.tasks_per_step} x ${config.rl.group}); in ${dir}`,
+  );
   const stop = stopOnSignals((name) => `${name}: stopping after the step in flight; run the same command to resume`);
   const ac = stop.ac;
   const progress = progressLine(t0);
   try {
-    const r = await runModelJob({ config, dir, signal: ac.signal, onLog: (l) => process.stderr.write(`${process.stderr.isTTY ? '\r' : ''}${l}\n`), onProgress: progress });
+    const r = await runModelJob({
+      config,
+      dir,
+      signal: ac.signal,
+      onLog: (l) => process.stderr.write(`${process.stderr.isTTY ? '\r' : ''}${l}\n`),
+      onProgress: progress,
+    });
     if (process.stderr.isTTY) process.stderr.write('\n');
     console.log(line('base', r.base));
     console.log(line('sft', r.sft));
     console.log(line('rl', r.rl));
-    console.log(`rl - sft: ${r.rl_minus_sft.points.toFixed(1)} points [${r.rl_minus_sft.ci95[0].toFixed(1)}, ${r.rl_minus_sft.ci95[1].toFixed(1)}] (paired over ${r.rl_minus_sft.tasks} tasks); minutes: sft ${(r.seconds.sft / 60).toFixed(1)}, rl ${(r.seconds.rl / 60).toFixed(1)}, eval ${(r.seconds.eval / 60).toFixed(1)}, total ${(r.seconds.total / 60).toFixed(1)}`);
+    console.log(
+      `rl - sft: ${r.rl_minus_sft.points.toFixed(1)} points [${r.rl_minus_sft.ci95[0].toFixed(1)}, ${r.rl_minus_sft.ci95[1].toFixed(1)}] (paired over ${r.rl_minus_sft.tasks} tasks); minutes: sft ${(r.seconds.sft / 60).toFixed(1)}, rl ${(r.seconds.rl / 60).toFixed(1)}, eval ${(r.seconds.eval / 60).toFixed(1)}, total ${(r.seconds.total / 60).toFixed(1)}`,
+    );
     const { tasks: _t, ...diff } = r.rl_minus_sft;
     console.log(JSON.stringify({ ...r, rl_minus_sft: diff }));
   } finally {

@@ -38,7 +38,12 @@ export async function pipelineCommand(argv: string[]): Promise<void> {
     return;
   }
   if (kind !== 'r1') throw new UsageError(`pipeline: unknown pipeline '${kind}'; pipelines: r1 (mcp-gym pipeline --help)`);
-  const options = { out: { type: 'string' as const }, json: { type: 'boolean' as const }, help: { type: 'boolean' as const, short: 'h' }, ...parseArgsOptions(R1_FLAGS) };
+  const options = {
+    out: { type: 'string' as const },
+    json: { type: 'boolean' as const },
+    help: { type: 'boolean' as const, short: 'h' },
+    ...parseArgsOptions(R1_FLAGS),
+  };
   let values: Record<string, unknown>;
   try {
     values = parseArgs({ args: rest, options, allowNegative: true }).values;
@@ -61,7 +66,8 @@ export async function pipelineCommand(argv: string[]): Promise<void> {
         out: values.out,
         signal: ac.signal,
         onLog: (l) => console.log(l),
-        onTrainStep: (stage, m) => console.log(`${stage}: step ${String(m.step)}: reward ${Number(m.reward_mean).toFixed(3)}, success ${(100 * Number(m.success_rate)).toFixed(0)}%`),
+        onTrainStep: (stage, m) =>
+          console.log(`${stage}: step ${String(m.step)}: reward ${Number(m.reward_mean).toFixed(3)}, success ${(100 * Number(m.success_rate)).toFixed(0)}%`),
       });
     } catch (err) {
       // The config's own errors (a field, a changed field on resume) are usage errors.

@@ -5,7 +5,17 @@ import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'no
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { makePolicy, TOOL_FORMAT_CHOICES, type ToolFormatChoice } from '../agents/index.ts';
-import { assertSomeEpisodeRan, Environment, exportOpenAI, loadTasks, repairJsonlLines, rollout, summarize, type RolloutSummary, type Task } from '../env/index.ts';
+import {
+  assertSomeEpisodeRan,
+  Environment,
+  exportOpenAI,
+  loadTasks,
+  repairJsonlLines,
+  rollout,
+  summarize,
+  type RolloutSummary,
+  type Task,
+} from '../env/index.ts';
 import { Interrupted, RunFailure } from '../../lib/index.ts';
 import { describeSuites, generateSuite, SUITE_NAMES } from '../env/suites/index.ts';
 import { ProgressBar, table } from './ui.ts';
@@ -19,17 +29,29 @@ export async function suitesCommand(): Promise<void> {
   const rows: (string | number)[][] = [['suite', 'train', 'eval', 'servers', 'families']];
   for (const s of describeSuites()) {
     const tasks = generateSuite(s.name);
-    rows.push([s.name, tasks.filter((t) => t.split === 'train').length, tasks.filter((t) => t.split === 'eval').length, s.servers.join('+'), s.families.join(', ')]);
+    rows.push([
+      s.name,
+      tasks.filter((t) => t.split === 'train').length,
+      tasks.filter((t) => t.split === 'eval').length,
+      s.servers.join('+'),
+      s.families.join(', '),
+    ]);
   }
   console.log(table(rows));
   console.log(`\n'all' runs every suite. Use: mcp-gym rollout --suite <name> --split eval --policy expert`);
 }
 
-export function selectTasks(values: { suite?: string; tasks?: string; split?: string; limit?: string; seed?: string; 'max-difficulty'?: string }, counts: { train?: number; eval?: number } = {}): Task[] {
-  if (!values.suite && !values.tasks) throw new UsageError(`rollout needs --suite <name> (one of ${SUITE_NAMES.join(', ')}, all) or --tasks <file.json|.jsonl>`);
+export function selectTasks(
+  values: { suite?: string; tasks?: string; split?: string; limit?: string; seed?: string; 'max-difficulty'?: string },
+  counts: { train?: number; eval?: number } = {},
+): Task[] {
+  if (!values.suite && !values.tasks)
+    throw new UsageError(`rollout needs --suite <name> (one of ${SUITE_NAMES.join(', ')}, all) or --tasks <file.json|.jsonl>`);
   const split = values.split ?? 'eval';
   if (!['train', 'eval', 'all'].includes(split)) throw new UsageError(`--split must be train, eval or all, got '${split}'`);
-  let tasks = values.tasks ? loadTasks(values.tasks) : generateSuite(values.suite!, { seed: values.seed === undefined ? undefined : intFlag(values.seed, '--seed', 0), ...counts });
+  let tasks = values.tasks
+    ? loadTasks(values.tasks)
+    : generateSuite(values.suite!, { seed: values.seed === undefined ? undefined : intFlag(values.seed, '--seed', 0), ...counts });
   if (split !== 'all') tasks = tasks.filter((t) => t.split === split);
   if (values['max-difficulty'] !== undefined) {
     const d = intFlag(values['max-difficulty'], '--max-difficulty', 5);
@@ -54,13 +76,20 @@ export function printSummary(s: RolloutSummary): void {
     ['task errors', s.task_errors],
     ['episodes per second', s.episodes_per_s],
   ];
-  console.log(table([['', ''], ...rows]).split('\n').slice(1).join('\n'));
+  console.log(
+    table([['', ''], ...rows])
+      .split('\n')
+      .slice(1)
+      .join('\n'),
+  );
   if (s.failures.length > 0) {
     const shown = s.failures.slice(0, 10);
     console.log(`\nFailed episodes by cause (mean reward and its parts leave them out):`);
-    for (const f of shown) console.log(`  ${String(f.episodes).padStart(5)}  ${f.kind === 'task_error' ? 'task error: ' : ''}${f.cause}\n         e.g. episode ${f.example}`);
+    for (const f of shown)
+      console.log(`  ${String(f.episodes).padStart(5)}  ${f.kind === 'task_error' ? 'task error: ' : ''}${f.cause}\n         e.g. episode ${f.example}`);
     if (s.failures.length > shown.length) console.log(`  ... and ${s.failures.length - shown.length} more causes (summary.json has them all)`);
-    if (s.task_errors > 0) console.log(`  A task error is the task's own bug (a setup call or a check that cannot run), not the agent's failure: fix the task.`);
+    if (s.task_errors > 0)
+      console.log(`  A task error is the task's own bug (a setup call or a check that cannot run), not the agent's failure: fix the task.`);
   }
   if (s.by_family && Object.keys(s.by_family).length > 1) {
     console.log('\n' + table([['family', 'episodes', 'success'], ...Object.entries(s.by_family).map(([k, v]) => [k, v.episodes, v.success_rate])]));
@@ -125,7 +154,19 @@ export function settingsMismatch(dir: string, was: Partial<RunSettings>, now: Ru
   return undefined;
 }
 
-type SettingValues = { policy?: string; suite?: string; tasks?: string; split?: string; limit?: string; 'max-difficulty'?: string; seed?: string; 'eval-tasks'?: string; temperature?: string; faults?: string; 'tool-format'?: string };
+type SettingValues = {
+  policy?: string;
+  suite?: string;
+  tasks?: string;
+  split?: string;
+  limit?: string;
+  'max-difficulty'?: string;
+  seed?: string;
+  'eval-tasks'?: string;
+  temperature?: string;
+  faults?: string;
+  'tool-format'?: string;
+};
 
 /** A run's settings from its flags (the task file by path and content hash). */
 export function runSettings(values: SettingValues, group: number, reward: string): RunSettings {
@@ -191,10 +232,15 @@ export const RUN_FLAGS = {
  * fetched: src/trainers/models.ts), exported to ONNX first when it has no current export. Sets
  * `values.policy`, so that the run's settings record it.
  */
-export async function applyModelFlag(values: { policy?: string; model?: string; 'tool-format'?: string }, argv: string[], log: (line: string) => void = (l) => process.stderr.write(`${l}\n`)): Promise<void> {
+export async function applyModelFlag(
+  values: { policy?: string; model?: string; 'tool-format'?: string },
+  argv: string[],
+  log: (line: string) => void = (l) => process.stderr.write(`${l}\n`),
+): Promise<void> {
   toolFormatFlag(values['tool-format']);
   if (values.model === undefined) return;
-  if (argv.some((a) => a === '--policy' || a.startsWith('--policy='))) throw new UsageError('give --model <dir> or --policy, not both (--model <dir> is --policy onnx:<dir>)');
+  if (argv.some((a) => a === '--policy' || a.startsWith('--policy=')))
+    throw new UsageError('give --model <dir> or --policy, not both (--model <dir> is --policy onnx:<dir>)');
   let spec = values.model;
   try {
     spec = await resolveModel(spec, log);
@@ -223,7 +269,13 @@ export function toolFormatFlag(v: string | undefined): ToolFormatChoice {
  * tool call's limit (`--timeout-ms`), the reward, and warnings on stderr (the first on a line of
  * its own, after the progress bar).
  */
-export function cliEnvironment(values: { stdio?: boolean; 'timeout-ms'?: string }, reward: string, serverOptions: { delayMs?: number } = {}, tape: ReturnType<typeof tapeOptions> = {}, faults?: FaultOptions): Environment {
+export function cliEnvironment(
+  values: { stdio?: boolean; 'timeout-ms'?: string },
+  reward: string,
+  serverOptions: { delayMs?: number } = {},
+  tape: ReturnType<typeof tapeOptions> = {},
+  faults?: FaultOptions,
+): Environment {
   let warned = false;
   return new Environment({
     ...tape,
@@ -271,7 +323,12 @@ export async function rolloutCommand(argv: string[]): Promise<void> {
   if (values.resume) checkResume(outDir, settings);
   let policy: Awaited<ReturnType<typeof makePolicy>>;
   try {
-    policy = await makePolicy(values.policy!, { temperature: values.temperature === undefined ? undefined : Number(values.temperature), seed: values.seed === undefined ? 1 : intFlag(values.seed, '--seed', 0), api, chatTemplate: { toolFormat: toolFormatFlag(values['tool-format']) } });
+    policy = await makePolicy(values.policy!, {
+      temperature: values.temperature === undefined ? undefined : Number(values.temperature),
+      seed: values.seed === undefined ? 1 : intFlag(values.seed, '--seed', 0),
+      api,
+      chatTemplate: { toolFormat: toolFormatFlag(values['tool-format']) },
+    });
   } catch (err) {
     if (err instanceof RunFailure) throw err; // a model that cannot start (exit 3), not bad input
     throw new UsageError((err as Error).message);
@@ -279,7 +336,13 @@ export async function rolloutCommand(argv: string[]): Promise<void> {
   mkdirSync(outDir, { recursive: true });
   // Recorded when the run starts, so that a resumed run can be checked against it.
   if (!existsSync(runFile) || !values.resume) writeFileSync(runFile, JSON.stringify({ ...settings, started_at: new Date().toISOString() }, null, 2) + '\n');
-  const env = cliEnvironment(values, reward, { delayMs: values['delay-ms'] === undefined ? undefined : intFlag(values['delay-ms'], '--delay-ms', 0) }, tape, faultOptions(values));
+  const env = cliEnvironment(
+    values,
+    reward,
+    { delayMs: values['delay-ms'] === undefined ? undefined : intFlag(values['delay-ms'], '--delay-ms', 0) },
+    tape,
+    faultOptions(values),
+  );
   const bar = new ProgressBar('rollout', tasks.length * group);
   let successes = 0;
   const stop = stopOnSignals((name) => `${name}: stopping; the finished episodes are kept`);
@@ -305,11 +368,21 @@ export async function rolloutCommand(argv: string[]): Promise<void> {
       const n = exportOpenAI(result.trajectories, values['export-openai'], { onlySuccessful: true });
       console.log(`exported ${n} successful trajectories in the OpenAI chat fine-tuning format to ${values['export-openai']}`);
     }
-    console.log(`\n${tasks.length} tasks x ${group} = ${result.trajectories.length} episodes (${result.resumed} resumed) with policy '${policy.id}' -> ${file}`);
+    console.log(
+      `\n${tasks.length} tasks x ${group} = ${result.trajectories.length} episodes (${result.resumed} resumed) with policy '${policy.id}' -> ${file}`,
+    );
     printSummary(summary);
-    if (values.faults !== undefined) console.log(`injected faults (--faults ${settings.faults}): ${Object.entries(faultCounts(result.trajectories)).map(([k, v]) => `${k} ${v}`).join(', ') || 'none'}`);
+    if (values.faults !== undefined)
+      console.log(
+        `injected faults (--faults ${settings.faults}): ${
+          Object.entries(faultCounts(result.trajectories))
+            .map(([k, v]) => `${k} ${v}`)
+            .join(', ') || 'none'
+        }`,
+      );
     if (values.json) console.log(JSON.stringify(summary));
-    if (ac.signal.aborted) throw new Interrupted(`interrupted: the ${result.trajectories.length} finished episodes are saved in ${file}; continue with --resume`);
+    if (ac.signal.aborted)
+      throw new Interrupted(`interrupted: the ${result.trajectories.length} finished episodes are saved in ${file}; continue with --resume`);
     assertSomeEpisodeRan(result.trajectories, 'rollout');
   } finally {
     stop.dispose();

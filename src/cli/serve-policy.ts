@@ -53,7 +53,8 @@ export async function servePolicyCommand(argv: string[]): Promise<void> {
   const allowedHosts = (values['allowed-host'] ?? []).flatMap((v) => v.split(',')).map((h) => h.trim());
   if (allowedHosts.includes('')) throw new UsageError('--allowed-host needs a host name: --allowed-host NAME (repeatable) or --allowed-host NAME1,NAME2');
   const maxBatch = intFlag(values['max-batch'], '--max-batch', 32);
-  if (values.batching !== 'static' && values.batching !== 'continuous') throw new UsageError(`--batching must be static or continuous, got '${values.batching}'`);
+  if (values.batching !== 'static' && values.batching !== 'continuous')
+    throw new UsageError(`--batching must be static or continuous, got '${values.batching}'`);
   if (maxBatch < 1) throw new UsageError(`--max-batch must be at least 1, got '${values['max-batch']}'`);
   const toolFormat = toolFormatFlag(values['tool-format']);
   const log = (line: string) => process.stderr.write(`${line}\n`);
@@ -83,7 +84,9 @@ export async function servePolicyCommand(argv: string[]): Promise<void> {
     throw new UsageError(`serve-policy: ${(err as Error).message}`);
   });
   const s = server.stats();
-  process.stderr.write(`mcp-gym serve-policy: model '${server.modelName}' (version ${s.version}, ${s.modelDir}) at ${server.url}${token !== undefined ? ' (bearer token required)' : ''}\n`);
+  process.stderr.write(
+    `mcp-gym serve-policy: model '${server.modelName}' (version ${s.version}, ${s.modelDir}) at ${server.url}${token !== undefined ? ' (bearer token required)' : ''}\n`,
+  );
   const stop = () => void server.close().then(() => process.exit(0));
   process.once('SIGINT', stop);
   process.once('SIGTERM', stop);

@@ -74,13 +74,16 @@ export async function tasksCommand(argv: string[]): Promise<void> {
   const given = [values.stdio, values.url, values.server].filter((v) => v !== undefined).length;
   if (given !== 1) throw new UsageError('tasks generate needs exactly one server: --stdio "<command line>", --url URL or --server NAME');
   if ((values.token !== undefined || values.header) && values.url === undefined) throw new UsageError('--token and --header go with --url');
-  if (values.server !== undefined && !SERVER_NAMES.includes(values.server)) throw new UsageError(`--server must be a bundled server (${SERVER_NAMES.join(', ')}), got '${values.server}'`);
+  if (values.server !== undefined && !SERVER_NAMES.includes(values.server))
+    throw new UsageError(`--server must be a bundled server (${SERVER_NAMES.join(', ')}), got '${values.server}'`);
   if (!values.generator) throw new UsageError('tasks generate needs --generator openai:<model> or anthropic:<model>');
-  if (!/^(openai|anthropic):./.test(values.generator)) throw new UsageError(`--generator must be openai:<model> or anthropic:<model> (a model that writes text), got '${values.generator}'`);
+  if (!/^(openai|anthropic):./.test(values.generator))
+    throw new UsageError(`--generator must be openai:<model> or anthropic:<model> (a model that writes text), got '${values.generator}'`);
   if (!values.out) throw new UsageError('tasks generate needs --out <tasks.jsonl>');
   if (existsSync(values.out) && !values.force) throw new UsageError(`--out: ${values.out} exists; give --force to overwrite it`);
   const alias = values.alias ?? values.server ?? 'server';
-  if (!/^[a-z][a-z0-9_-]{0,31}$/.test(alias)) throw new UsageError(`--alias must be 1-32 lower-case letters, digits, _ or -, starting with a letter, got '${alias}'`);
+  if (!/^[a-z][a-z0-9_-]{0,31}$/.test(alias))
+    throw new UsageError(`--alias must be 1-32 lower-case letters, digits, _ or -, starting with a letter, got '${alias}'`);
   const ref: ServerRef = values.server ?? serverFromFlags(values)!;
   const n = intFlag(values.n, '-n', 10);
   if (n < 1) throw new UsageError('-n must be at least 1');
@@ -123,11 +126,26 @@ export async function tasksCommand(argv: string[]): Promise<void> {
     if (!written) writeFileSync(values.out, '');
     writeFileSync(rejectionsFile, r.rejections.map((x) => JSON.stringify(x)).join('\n') + (r.rejections.length ? '\n' : ''));
     const counts = REJECTION_REASONS.map((k) => `${k} ${r.rejected[k]}`).join(', ');
-    console.log(`tasks generate: kept ${r.tasks.length} of ${r.candidates} candidates from ${r.requests} requests (${r.tasks.length < n ? `${n} wanted` : 'all wanted'})`);
+    console.log(
+      `tasks generate: kept ${r.tasks.length} of ${r.candidates} candidates from ${r.requests} requests (${r.tasks.length < n ? `${n} wanted` : 'all wanted'})`,
+    );
     console.log(`rejected: ${counts}`);
-    console.log(`tasks: ${values.out} (${r.tasks.filter((t) => t.split === 'train').length} train, ${r.tasks.filter((t) => t.split === 'eval').length} eval); rejections: ${rejectionsFile}`);
+    console.log(
+      `tasks: ${values.out} (${r.tasks.filter((t) => t.split === 'train').length} train, ${r.tasks.filter((t) => t.split === 'eval').length} eval); rejections: ${rejectionsFile}`,
+    );
     if (ac.signal.aborted) console.log('Interrupted: the file holds the tasks verified so far.');
-    if (values.json) console.log(JSON.stringify({ kept: r.tasks.length, candidates: r.candidates, requests: r.requests, rejected: r.rejected, out: values.out, rejections: rejectionsFile, usage: generator.usage?.() }));
+    if (values.json)
+      console.log(
+        JSON.stringify({
+          kept: r.tasks.length,
+          candidates: r.candidates,
+          requests: r.requests,
+          rejected: r.rejected,
+          out: values.out,
+          rejections: rejectionsFile,
+          usage: generator.usage?.(),
+        }),
+      );
   } finally {
     stop.dispose();
     await env.close();

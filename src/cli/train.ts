@@ -2,7 +2,19 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { CONFIG_GROUPS, GROUP_OF, isHfModelDir, isModelName, recordedConfig, resolveConfig, train, TrainConfigSchema, type EvalResult, type TrainConfigInput, type TrainResult } from '../trainers/index.ts';
+import {
+  CONFIG_GROUPS,
+  GROUP_OF,
+  isHfModelDir,
+  isModelName,
+  recordedConfig,
+  resolveConfig,
+  train,
+  TrainConfigSchema,
+  type EvalResult,
+  type TrainConfigInput,
+  type TrainResult,
+} from '../trainers/index.ts';
 import { Interrupted } from '../../lib/index.ts';
 import { stopOnSignals } from './signals.ts';
 import { modelJobCommand } from './model-job.ts';
@@ -62,7 +74,15 @@ export const MAIN_JOB: Partial<TrainConfigInput> = {
 };
 
 function parseTrainArgs(argv: string[], defaults: Partial<TrainConfigInput>) {
-  const options = { config: { type: 'string' as const }, run: { type: 'string' as const }, resume: { type: 'boolean' as const }, json: { type: 'boolean' as const }, help: { type: 'boolean' as const, short: 'h' }, ...TAPE_FLAGS, ...parseArgsOptions(TRAIN_FLAGS) };
+  const options = {
+    config: { type: 'string' as const },
+    run: { type: 'string' as const },
+    resume: { type: 'boolean' as const },
+    json: { type: 'boolean' as const },
+    help: { type: 'boolean' as const, short: 'h' },
+    ...TAPE_FLAGS,
+    ...parseArgsOptions(TRAIN_FLAGS),
+  };
   let values: Record<string, unknown>;
   try {
     values = parseArgs({ args: argv, options, allowNegative: true }).values;
@@ -84,14 +104,21 @@ export async function runTraining(argv: string[], defaults: Partial<TrainConfigI
     // what may change (e.g. --steps to extend it), and train() refuses the rest, naming it.
     const recorded = values.resume && values.run ? recordedConfig(values.run as string) : undefined;
     if (recorded) for (const [k, v] of Object.entries(flagValues(TRAIN_FLAGS, values as Record<string, unknown>))) recorded[k] = v;
-    config = recorded ? resolveConfig(recorded as Partial<TrainConfigInput>) : resolveConfig(overrides as Partial<TrainConfigInput>, values.config as string | undefined);
+    config = recorded
+      ? resolveConfig(recorded as Partial<TrainConfigInput>)
+      : resolveConfig(overrides as Partial<TrainConfigInput>, values.config as string | undefined);
   } catch (err) {
     throw new UsageError((err as Error).message);
   }
-  if (config.steps < 1) throw new UsageError(`--steps must be a positive integer, got ${config.steps}${values.config ? ` (from ${String(values.config)} or the flags)` : ''}: to evaluate a model without training it, use mcp-gym eval --model DIR`);
+  if (config.steps < 1)
+    throw new UsageError(
+      `--steps must be a positive integer, got ${config.steps}${values.config ? ` (from ${String(values.config)} or the flags)` : ''}: to evaluate a model without training it, use mcp-gym eval --model DIR`,
+    );
   const tape = tapeOptions({ record: values.record as string | undefined, replay: values.replay as string | undefined }, values.resume === true);
   const runDir = (values.run as string | undefined) ?? join('runs', `${config.preset}-${new Date().toISOString().replace(/[:.]/g, '-')}`);
-  console.log(`${title}: preset ${config.preset}, ${config.tasks ? `tasks ${config.tasks}${config.eval_tasks ? ` (held out: ${config.eval_tasks})` : ''}` : `suite ${config.suite}`} (difficulty <= ${config.max_difficulty}), ${config.steps} steps of ${config.tasks_per_step} tasks x ${config.group} rollouts, from ${config.model}; run in ${runDir}`);
+  console.log(
+    `${title}: preset ${config.preset}, ${config.tasks ? `tasks ${config.tasks}${config.eval_tasks ? ` (held out: ${config.eval_tasks})` : ''}` : `suite ${config.suite}`} (difficulty <= ${config.max_difficulty}), ${config.steps} steps of ${config.tasks_per_step} tasks x ${config.group} rollouts, from ${config.model}; run in ${runDir}`,
+  );
   const stop = stopOnSignals((name) => `${name}: stopping after the step in flight, which is checkpointed`);
   const ac = stop.ac;
   const bar = new ProgressBar('train', config.steps);
@@ -108,7 +135,10 @@ export async function runTraining(argv: string[], defaults: Partial<TrainConfigI
       onStep: (m) => {
         const s = Number(m.step);
         const sec = (performance.now() - t0) / 1000;
-        bar.update(s, `reward ${Number(m.reward_mean).toFixed(3)} success ${(100 * Number(m.success_rate)).toFixed(0)}%${m.eval_success !== undefined ? ` eval ${(100 * Number(m.eval_success)).toFixed(0)}%` : ''} ${(s / Math.max(sec, 1e-9)).toFixed(3)} steps/s`);
+        bar.update(
+          s,
+          `reward ${Number(m.reward_mean).toFixed(3)} success ${(100 * Number(m.success_rate)).toFixed(0)}%${m.eval_success !== undefined ? ` eval ${(100 * Number(m.eval_success)).toFixed(0)}%` : ''} ${(s / Math.max(sec, 1e-9)).toFixed(3)} steps/s`,
+        );
       },
     });
     bar.done();
@@ -118,7 +148,9 @@ export async function runTraining(argv: string[], defaults: Partial<TrainConfigI
     const hat = (e: EvalResult) => (K !== '1' && e.pass_hat_k?.[K] !== undefined ? `, pass^${K} ${pct(e.pass_hat_k[K])}` : '');
     const line = (e: EvalResult) => `${pct(e.success)} ${ci(e.ci95)} (${e.episodes} episodes${e.tasks !== undefined ? ` of ${e.tasks} tasks` : ''})${hat(e)}`;
     console.log(`held-out success before: ${line(result.before)}`);
-    console.log(`held-out success after:  ${result.after ? line(result.after) : `none: the run stopped at step ${result.steps} of ${config.steps} before its end, and no final evaluation ran`}`);
+    console.log(
+      `held-out success after:  ${result.after ? line(result.after) : `none: the run stopped at step ${result.steps} of ${config.steps} before its end, and no final evaluation ran`}`,
+    );
     console.log(`report: ${result.report}`);
     const fig = (e: EvalResult) => ({ success: e.success, ci95: e.ci95, ...(e.pass_hat_k ? { pass_hat_k: e.pass_hat_k } : {}) });
     console.log(
@@ -130,7 +162,10 @@ export async function runTraining(argv: string[], defaults: Partial<TrainConfigI
         ...(result.stopped ? { stopped_at_step: result.steps } : {}),
       }),
     );
-    if (result.stopped) throw new Interrupted(`${stop.received ?? 'interrupted'}: the run stopped at step ${result.steps} of ${config.steps}, checkpointed; continue it with: mcp-gym train --resume --run ${runDir}`);
+    if (result.stopped)
+      throw new Interrupted(
+        `${stop.received ?? 'interrupted'}: the run stopped at step ${result.steps} of ${config.steps}, checkpointed; continue it with: mcp-gym train --resume --run ${runDir}`,
+      );
     return result;
   } finally {
     stop.dispose();

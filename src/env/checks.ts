@@ -43,7 +43,13 @@ export function extractAnswer(text: string): string {
   const tagged = [...text.matchAll(/<answer>([\s\S]*?)<\/answer>/g)].pop();
   if (tagged) return tagged[1]!.trim();
   const zh = text.lastIndexOf('答案是');
-  if (zh >= 0) return text.slice(zh + 3).replace(/^[\s:：]+/, '').split(/[\n。]/)[0]!.replace(/[.，,;；]+$/, '').trim();
+  if (zh >= 0)
+    return text
+      .slice(zh + 3)
+      .replace(/^[\s:：]+/, '')
+      .split(/[\n。]/)[0]!
+      .replace(/[.，,;；]+$/, '')
+      .trim();
   return text.trim();
 }
 
@@ -126,16 +132,17 @@ export function isSubset(expected: unknown, actual: unknown): boolean {
 }
 
 const show = (v: unknown) => {
-  const s = typeof v === 'string' ? JSON.stringify(v) : JSON.stringify(v) ?? String(v);
+  const s = typeof v === 'string' ? JSON.stringify(v) : (JSON.stringify(v) ?? String(v));
   return s.length > 120 ? s.slice(0, 117) + '...' : s;
 };
 
 /** Compares a value with a matcher; `fromAnswer` means the value is an agent's free-text answer. */
 export function match(matcher: Matcher, value: unknown, fromAnswer = false): { ok: boolean; detail: string } {
-  const asText = typeof value === 'string' ? value : JSON.stringify(value) ?? '';
+  const asText = typeof value === 'string' ? value : (JSON.stringify(value) ?? '');
   switch (matcher.kind) {
     case 'equals': {
-      const ok = deepEqual(value, matcher.value) || (typeof value === 'string' && typeof matcher.value !== 'string' && deepEqual(tryJson(value), matcher.value));
+      const ok =
+        deepEqual(value, matcher.value) || (typeof value === 'string' && typeof matcher.value !== 'string' && deepEqual(tryJson(value), matcher.value));
       return { ok, detail: ok ? 'equal' : `expected ${show(matcher.value)}, got ${show(value)}` };
     }
     case 'contains': {
@@ -153,7 +160,11 @@ export function match(matcher: Matcher, value: unknown, fromAnswer = false): { o
       return { ok, detail: ok ? 'subset matches' : `expected to contain ${show(matcher.value)}, got ${show(value)}` };
     }
     case 'exact': {
-      const norm = (s: string) => (matcher.ignore_case ? s.toLowerCase() : s).replace(/\s+/g, ' ').trim().replace(/[.。]$/, '');
+      const norm = (s: string) =>
+        (matcher.ignore_case ? s.toLowerCase() : s)
+          .replace(/\s+/g, ' ')
+          .trim()
+          .replace(/[.。]$/, '');
       const ok = norm(asText) === norm(matcher.value);
       return { ok, detail: ok ? 'exact match' : `expected ${show(matcher.value)}, got ${show(value)}` };
     }
@@ -309,7 +320,12 @@ async function runCheck(check: Check, record: EpisodeRecord, callState: StateCal
       const r = await callState(check.call);
       if (r.isError) {
         const error = stateCallFault(r.errorKind);
-        return { ...base, score: 0, detail: `state call ${check.call.server}.${check.call.tool} failed: ${resultText(r).slice(0, 200)}`, ...(error ? { error } : {}) };
+        return {
+          ...base,
+          score: 0,
+          detail: `state call ${check.call.server}.${check.call.tool} failed: ${resultText(r).slice(0, 200)}`,
+          ...(error ? { error } : {}),
+        };
       }
       const root = r.structured !== undefined ? r.structured : tryJson(resultText(r));
       const m = match(check.expect, valueAt(root, check.path));
@@ -326,10 +342,16 @@ async function runCheck(check: Check, record: EpisodeRecord, callState: StateCal
           c.server === check.server &&
           c.tool === check.tool &&
           (!check.succeeded || !c.isError) &&
-          Object.entries(check.arguments).every(([k, v]) => c.arguments !== null && typeof c.arguments === 'object' && deepEqual((c.arguments as Record<string, unknown>)[k], v)),
+          Object.entries(check.arguments).every(
+            ([k, v]) => c.arguments !== null && typeof c.arguments === 'object' && deepEqual((c.arguments as Record<string, unknown>)[k], v),
+          ),
       );
       const named = Object.keys(check.arguments);
-      return { ...base, score: found ? 1 : 0, detail: `${found ? 'made' : 'missing'}: ${check.server}.${check.tool}${named.length ? ` with ${show(check.arguments)}` : ''}` };
+      return {
+        ...base,
+        score: found ? 1 : 0,
+        detail: `${found ? 'made' : 'missing'}: ${check.server}.${check.tool}${named.length ? ` with ${show(check.arguments)}` : ''}`,
+      };
     }
     case 'code': {
       if (record.answer === null) return { ...base, score: 0, detail: 'no final answer' };

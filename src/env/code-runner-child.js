@@ -202,7 +202,10 @@ function harness(key, name, maxChars) {
   const toTag = Object.prototype.toString;
   const { stringify, parse } = JSON;
   const PromiseCtor = Promise;
-  const { resolve: promiseResolve, prototype: { then: promiseThen } } = Promise;
+  const {
+    resolve: promiseResolve,
+    prototype: { then: promiseThen },
+  } = Promise;
   const StringCtor = String;
   const freeze = Object.freeze;
   const NOT_JSON = freeze({});

@@ -61,7 +61,24 @@ export function lockDownNetwork() {
   seal(https.Agent.prototype, 'createConnection');
   seal(dgram, 'createSocket');
   for (const name of ['bind', 'connect', 'send', 'sendto']) seal(dgram.Socket.prototype, name);
-  const resolvers = ['lookup', 'lookupService', 'resolve', 'resolve4', 'resolve6', 'resolveAny', 'resolveCaa', 'resolveCname', 'resolveMx', 'resolveNaptr', 'resolveNs', 'resolvePtr', 'resolveSoa', 'resolveSrv', 'resolveTxt', 'reverse'];
+  const resolvers = [
+    'lookup',
+    'lookupService',
+    'resolve',
+    'resolve4',
+    'resolve6',
+    'resolveAny',
+    'resolveCaa',
+    'resolveCname',
+    'resolveMx',
+    'resolveNaptr',
+    'resolveNs',
+    'resolvePtr',
+    'resolveSoa',
+    'resolveSrv',
+    'resolveTxt',
+    'reverse',
+  ];
   for (const name of resolvers) {
     seal(dns, name);
     seal(dns.promises, name);

@@ -89,9 +89,11 @@ const CHILD_FILE = realpathSync(fileURLToPath(new URL('./code-runner-child.js', 
 export const LOCKDOWN_FILE = realpathSync(fileURLToPath(new URL('./code-runner-lockdown.js', import.meta.url)));
 
 const RESERVED = new Set(
-  ('await break case catch class const continue debugger default delete do else enum eval export extends false finally for function if ' +
+  (
+    'await break case catch class const continue debugger default delete do else enum eval export extends false finally for function if ' +
     'implements import in instanceof interface let new null package private protected public return static super switch this throw true try ' +
-    'typeof var void while with yield arguments undefined NaN Infinity').split(' '),
+    'typeof var void while with yield arguments undefined NaN Infinity'
+  ).split(' '),
 );
 
 /**
@@ -207,7 +209,8 @@ function checkOptions(options: CodeRunOptions): { timeoutMs: number; memoryMb: n
     throw new RangeError(`tests must hold 1 to ${MAX_TESTS} cases; got ${Array.isArray(tests) ? tests.length : typeof tests}`);
   }
   const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
-  if (!Number.isInteger(timeoutMs) || timeoutMs < 1 || timeoutMs > MAX_TIMEOUT_MS) throw new RangeError(`timeoutMs must be an integer from 1 to ${MAX_TIMEOUT_MS}`);
+  if (!Number.isInteger(timeoutMs) || timeoutMs < 1 || timeoutMs > MAX_TIMEOUT_MS)
+    throw new RangeError(`timeoutMs must be an integer from 1 to ${MAX_TIMEOUT_MS}`);
   const memoryMb = options.memoryMb ?? DEFAULT_MEMORY_MB;
   if (!Number.isInteger(memoryMb) || memoryMb < 16 || memoryMb > 16_384) throw new RangeError('memoryMb must be an integer from 16 to 16384');
   const inputs = tests.map((t, i) => {
@@ -259,7 +262,8 @@ function parseReply(stdout: string, tests: number): ChildReply | undefined {
   if (error !== undefined && typeof error !== 'string') return undefined;
   if (timedOut !== undefined && typeof timedOut !== 'boolean') return undefined;
   const ok = results.every(
-    (r: unknown) => typeof r === 'object' && r !== null && (typeof (r as { json?: unknown }).json === 'string' || typeof (r as { error?: unknown }).error === 'string'),
+    (r: unknown) =>
+      typeof r === 'object' && r !== null && (typeof (r as { json?: unknown }).json === 'string' || typeof (r as { error?: unknown }).error === 'string'),
   );
   return ok ? (value as ChildReply) : undefined;
 }

@@ -9,7 +9,16 @@
  */
 import { bundledServer, EPISODE_META_KEY, serverFactory, type Backend } from '../../servers/index.ts';
 import { CLI_PATH } from '../paths.ts';
-import { ToolClient, toolSurface, type ConnectOptions, type ResourceInfo, type ServerSpec, type ServerSurface, type ToolInfo, type ToolSurfaces } from '../tools/index.ts';
+import {
+  ToolClient,
+  toolSurface,
+  type ConnectOptions,
+  type ResourceInfo,
+  type ServerSpec,
+  type ServerSurface,
+  type ToolInfo,
+  type ToolSurfaces,
+} from '../tools/index.ts';
 import { Episode, type Connected, type EpisodeHost, type EpisodeOptions } from './episode.ts';
 import type { FaultOptions } from './faults.ts';
 import { openTape, type ToolRecording, type ToolTape } from './recording.ts';

@@ -122,8 +122,11 @@ export class Episode {
 
   private callOn(alias: string, tool: string, args: Record<string, unknown>): Promise<ToolResult> {
     const s = this.servers.get(alias);
-    if (!s && !(this.tape.replaying && Object.hasOwn(this.task.servers, alias))) return Promise.resolve({ content: [{ type: 'text', text: `No server '${alias}' in this task` }], isError: true, ms: 0, errorKind: 'unknown_tool' });
-    return this.tape.call(alias, tool, args, () => s!.client.call({ name: tool, arguments: args }, { timeoutMs: this.host.timeoutMs, episode: this.id, signal: this.options.signal }));
+    if (!s && !(this.tape.replaying && Object.hasOwn(this.task.servers, alias)))
+      return Promise.resolve({ content: [{ type: 'text', text: `No server '${alias}' in this task` }], isError: true, ms: 0, errorKind: 'unknown_tool' });
+    return this.tape.call(alias, tool, args, () =>
+      s!.client.call({ name: tool, arguments: args }, { timeoutMs: this.host.timeoutMs, episode: this.id, signal: this.options.signal }),
+    );
   }
 
   private stateCall = (c: TaskCall): Promise<ToolResult> => this.callOn(c.server, c.tool, c.arguments as Record<string, unknown>);
@@ -190,7 +193,10 @@ export class Episode {
     const versionBefore = policy.version; // the weights this turn is sampled with, unless the action says
     let action: PolicyAction;
     try {
-      action = await policy.act({ task: this.task, messages: [...this.messages], tools: this.tools, turn, newMessages: this.newMessages, episodeId: this.id, episodeKey: this.key }, options.signal);
+      action = await policy.act(
+        { task: this.task, messages: [...this.messages], tools: this.tools, turn, newMessages: this.newMessages, episodeId: this.id, episodeKey: this.key },
+        options.signal,
+      );
     } catch (err) {
       throw new PolicyError(`the policy failed: ${(err as Error).message}`);
     }
@@ -213,7 +219,13 @@ export class Episode {
       role: 'assistant',
       content: action.content,
       ...(withIds.length
-        ? { tool_calls: withIds.map((c) => ({ id: c.id, type: 'function' as const, function: { name: c.name, arguments: typeof c.arguments === 'string' ? c.arguments : JSON.stringify(c.arguments) } })) }
+        ? {
+            tool_calls: withIds.map((c) => ({
+              id: c.id,
+              type: 'function' as const,
+              function: { name: c.name, arguments: typeof c.arguments === 'string' ? c.arguments : JSON.stringify(c.arguments) },
+            })),
+          }
         : {}),
     });
     if (action.parseError) this.tell({ role: 'tool', tool_call_id: `invalid_${turn}`, name: 'error', content: `Error: ${action.parseError}` });
@@ -240,16 +252,30 @@ export class Episode {
         args = parsed as Record<string, unknown>;
       } catch (err) {
         args = undefined;
-        result = { content: [{ type: 'text', text: `Invalid arguments for tool '${c.name}': not a JSON object (${(err as Error).message})` }], isError: true, ms: 0, errorKind: 'invalid_arguments' };
+        result = {
+          content: [{ type: 'text', text: `Invalid arguments for tool '${c.name}': not a JSON object (${(err as Error).message})` }],
+          isError: true,
+          ms: 0,
+          errorKind: 'invalid_arguments',
+        };
       }
     } else {
       args = c.arguments;
     }
     if (!target) {
-      result = { content: [{ type: 'text', text: `Unknown tool '${c.name}'. Available tools: ${this.tools.map((t) => t.name).join(', ')}` }], isError: true, ms: 0, errorKind: 'unknown_tool' };
+      result = {
+        content: [{ type: 'text', text: `Unknown tool '${c.name}'. Available tools: ${this.tools.map((t) => t.name).join(', ')}` }],
+        isError: true,
+        ms: 0,
+        errorKind: 'unknown_tool',
+      };
     } else if (args !== undefined) {
       const a = args;
-      if (this.faults) ({ result, fault } = await this.faults.call(target, a, () => this.callOn(target.server, target.tool, a), { timeoutMs: this.host.timeoutMs, signal: this.options.signal }));
+      if (this.faults)
+        ({ result, fault } = await this.faults.call(target, a, () => this.callOn(target.server, target.tool, a), {
+          timeoutMs: this.host.timeoutMs,
+          signal: this.options.signal,
+        }));
       else result = await this.callOn(target.server, target.tool, args);
     }
     const r = result!;
@@ -279,7 +305,16 @@ export class Episode {
   fail(err: unknown): void {
     this.finish = 'error';
     this.taskError = err instanceof TaskError;
-    this.errorKind = err instanceof StartError ? 'server_start' : err instanceof TaskError ? 'task' : err instanceof PolicyError ? 'policy' : err instanceof ServerError ? 'server' : 'other';
+    this.errorKind =
+      err instanceof StartError
+        ? 'server_start'
+        : err instanceof TaskError
+          ? 'task'
+          : err instanceof PolicyError
+            ? 'policy'
+            : err instanceof ServerError
+              ? 'server'
+              : 'other';
     this.error = err instanceof EpisodeError ? err.message : `the episode failed: ${(err as Error).message}`;
   }
 
@@ -298,7 +333,9 @@ export class Episode {
         this.finish = 'error';
         this.taskError = c.error === 'task';
         this.errorKind = this.taskError ? 'task' : 'server';
-        this.error = this.taskError ? `checks[${broken}] (${c.kind}) cannot run: ${c.detail}` : `a tool server failed during the checks: checks[${broken}] (${c.kind}): ${c.detail}`;
+        this.error = this.taskError
+          ? `checks[${broken}] (${c.kind}) cannot run: ${c.detail}`
+          : `a tool server failed during the checks: checks[${broken}] (${c.kind}): ${c.detail}`;
       }
     }
     // A replay that lacks a call fails the episode with that call, wherever it was made (setup, turn, check).
@@ -314,7 +351,14 @@ export class Episode {
   async score(): Promise<void> {
     if (this.finish !== 'error') {
       try {
-        this.scored = await this.host.reward.fn({ task: this.task, turns: this.turns, answer: this.answer, checks: this.checks, solved: solved(this.checks), weights: this.host.rewards });
+        this.scored = await this.host.reward.fn({
+          task: this.task,
+          turns: this.turns,
+          answer: this.answer,
+          checks: this.checks,
+          solved: solved(this.checks),
+          weights: this.host.rewards,
+        });
         if (!Number.isFinite(this.scored?.reward)) throw new Error(`it returned the reward ${String(this.scored?.reward)} (a finite number is needed)`);
       } catch (err) {
         this.finish = 'error';
@@ -350,7 +394,14 @@ export class Episode {
       difficulty: task.difficulty,
       ...(task.family ? { family: task.family } : {}),
       policy: { id: policy.id, ...(policy.version !== undefined ? { version: policy.version } : {}) },
-      tools: this.tools.map((t) => ({ name: t.name, description: t.description, parameters: t.inputSchema, server: t.server, tool: t.tool, ...(t.distractor ? { distractor: true } : {}) })),
+      tools: this.tools.map((t) => ({
+        name: t.name,
+        description: t.description,
+        parameters: t.inputSchema,
+        server: t.server,
+        tool: t.tool,
+        ...(t.distractor ? { distractor: true } : {}),
+      })),
       ...(this.surface ? { tool_surface: this.surface } : {}),
       messages: this.messages,
       turns,

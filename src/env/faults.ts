@@ -67,7 +67,8 @@ function probability(name: string, text: string): number {
   const t = text.trim();
   const pct = t.endsWith('%');
   const n = Number(pct ? t.slice(0, -1) : t);
-  if (t === '' || t === '%' || !Number.isFinite(n)) throw new FaultSpecError(`${name}: '${text}' is not a probability (a number from 0 to 1, e.g. ${name}=0.05)`);
+  if (t === '' || t === '%' || !Number.isFinite(n))
+    throw new FaultSpecError(`${name}: '${text}' is not a probability (a number from 0 to 1, e.g. ${name}=0.05)`);
   const p = pct ? n / 100 : n;
   if (p < 0 || p > 1) throw new FaultSpecError(`${name}: ${text} is not a probability: it must be in [0, 1]`);
   return p;
@@ -96,10 +97,16 @@ export function parseFaults(text: string): FaultSpec {
     const eq = item.indexOf('=');
     const name = (eq < 0 ? item : item.slice(0, eq)).trim();
     const value = eq < 0 ? undefined : item.slice(eq + 1).trim();
-    if (!(FAULT_NAMES as readonly string[]).includes(name)) throw new FaultSpecError(`unknown fault '${name}'; the faults are ${FAULT_NAMES.join(', ')} (e.g. --faults ${EXAMPLE})`);
+    if (!(FAULT_NAMES as readonly string[]).includes(name))
+      throw new FaultSpecError(`unknown fault '${name}'; the faults are ${FAULT_NAMES.join(', ')} (e.g. --faults ${EXAMPLE})`);
     if (seen.has(name)) throw new FaultSpecError(`'${name}' is given twice`);
     seen.add(name);
-    const form = name === 'slow' ? 'slow=<duration>@<probability>, e.g. slow=200ms@0.1' : name === 'distractors' ? 'distractors=<count>, e.g. distractors=5' : `${name}=<probability>, e.g. ${name}=0.05`;
+    const form =
+      name === 'slow'
+        ? 'slow=<duration>@<probability>, e.g. slow=200ms@0.1'
+        : name === 'distractors'
+          ? 'distractors=<count>, e.g. distractors=5'
+          : `${name}=<probability>, e.g. ${name}=0.05`;
     if (value === undefined || value === '') throw new FaultSpecError(`'${name}' needs a value: ${form}`);
     if (name === 'slow') {
       const at = value.split('@');
@@ -114,7 +121,8 @@ export function parseFaults(text: string): FaultSpec {
     }
   }
   const sum = spec.timeout + spec.error + spec.malformed;
-  if (sum > 1 + 1e-12) throw new FaultSpecError(`timeout + error + malformed add up to ${+sum.toFixed(6)}: a call fails in at most one way, so their sum must be at most 1`);
+  if (sum > 1 + 1e-12)
+    throw new FaultSpecError(`timeout + error + malformed add up to ${+sum.toFixed(6)}: a call fails in at most one way, so their sum must be at most 1`);
   return spec;
 }
 
@@ -166,7 +174,10 @@ const DISTRACTORS: DistractorKind[] = [
   {
     name: (_t, s) => `${s}_debug`,
     describe: (_d, t, s) => `Debug helper of the ${s} server: runs a request like ${t} with diagnostics.`,
-    answer: (_t, _r, args) => ({ text: `debug: request received (${JSON.stringify(args ?? {}).length} bytes of arguments); tracing is disabled, no result computed.`, isError: false }),
+    answer: (_t, _r, args) => ({
+      text: `debug: request received (${JSON.stringify(args ?? {}).length} bytes of arguments); tracing is disabled, no result computed.`,
+      isError: false,
+    }),
   },
   {
     name: (t) => `${t}_batch`,
@@ -176,7 +187,10 @@ const DISTRACTORS: DistractorKind[] = [
   {
     name: (t) => `experimental_${t}`,
     describe: (d) => `[Experimental] ${d}`,
-    answer: (t) => ({ text: JSON.stringify({ status: 'queued', job_id: `${t}-${(fnv1a(t) % 100000).toString().padStart(5, '0')}`, result: null }), isError: false }),
+    answer: (t) => ({
+      text: JSON.stringify({ status: 'queued', job_id: `${t}-${(fnv1a(t) % 100000).toString().padStart(5, '0')}`, result: null }),
+      isError: false,
+    }),
   },
   {
     name: (t) => `${t}_cached`,
@@ -213,7 +227,10 @@ export class EpisodeFaults {
   private readonly distractors = new Map<string, Distractor>();
   private readonly outputSchemas = new Map<string, Record<string, unknown>>();
 
-  constructor(options: FaultOptions, readonly episodeKey: string) {
+  constructor(
+    options: FaultOptions,
+    readonly episodeKey: string,
+  ) {
     this.spec = typeof options.spec === 'string' ? parseFaults(options.spec) : options.spec;
     this.seed = options.seed ?? 0;
   }
@@ -236,11 +253,29 @@ export class EpisodeFaults {
     for (const t of tools) {
       for (const kind of DISTRACTORS) {
         const name = kind.name(t.name, t.server);
-        candidates.push({ real: t.name, kind, tool: { name, description: kind.describe(t.description, t.name, t.server), inputSchema: t.inputSchema, server: t.server, tool: name, distractor: true } });
+        candidates.push({
+          real: t.name,
+          kind,
+          tool: {
+            name,
+            description: kind.describe(t.description, t.name, t.server),
+            inputSchema: t.inputSchema,
+            server: t.server,
+            tool: name,
+            distractor: true,
+          },
+        });
       }
     }
     // The same tools for the same seed and servers: an order drawn from a hash of both.
-    const rng = mulberry32(fnv1a(`${this.seed}\u0000distractors\u0000${tools.map((t) => `${t.server}.${t.name}`).sort().join(',')}`));
+    const rng = mulberry32(
+      fnv1a(
+        `${this.seed}\u0000distractors\u0000${tools
+          .map((t) => `${t.server}.${t.name}`)
+          .sort()
+          .join(',')}`,
+      ),
+    );
     for (let i = candidates.length - 1; i > 0; i--) {
       const j = Math.floor(rng() * (i + 1));
       [candidates[i], candidates[j]] = [candidates[j]!, candidates[i]!];
@@ -250,7 +285,11 @@ export class EpisodeFaults {
       for (const t of tools) {
         const name = `${t.name}_v${v}`;
         const kind: DistractorKind = { ...DISTRACTORS[0]!, name: () => name };
-        candidates.push({ real: t.name, kind, tool: { name, description: `${t.description} (v${v} of ${t.name}.)`, inputSchema: t.inputSchema, server: t.server, tool: name, distractor: true } });
+        candidates.push({
+          real: t.name,
+          kind,
+          tool: { name, description: `${t.description} (v${v} of ${t.name}.)`, inputSchema: t.inputSchema, server: t.server, tool: name, distractor: true },
+        });
       }
     }
     const out = [...tools];
@@ -273,22 +312,33 @@ export class EpisodeFaults {
    * One agent call through the faults: `real` makes the true call. `timeoutMs` is the call's limit
    * (named in an injected timeout's text; a slow delay that reaches it is a timeout).
    */
-  async call(target: AgentTool, args: Record<string, unknown>, real: () => Promise<ToolResult>, o: { timeoutMs: number; signal?: AbortSignal }): Promise<FaultedCall> {
+  async call(
+    target: AgentTool,
+    args: Record<string, unknown>,
+    real: () => Promise<ToolResult>,
+    o: { timeoutMs: number; signal?: AbortSignal },
+  ): Promise<FaultedCall> {
     const index = this.calls++;
     const distractor = this.distractors.get(target.name);
     if (distractor) {
       const a = distractor.kind.answer(target.name, distractor.real, args);
-      return { result: { content: [{ type: 'text', text: a.text }], isError: a.isError, ms: 0, ...(a.isError ? { errorKind: 'tool' as const } : {}) }, fault: 'distractor' };
+      return {
+        result: { content: [{ type: 'text', text: a.text }], isError: a.isError, ms: 0, ...(a.isError ? { errorKind: 'tool' as const } : {}) },
+        fault: 'distractor',
+      };
     }
     const s = this.spec;
     const u = this.draw(index, 'fail');
-    const failure: FaultMark | undefined = u < s.timeout ? 'timeout' : u < s.timeout + s.error ? 'error' : u < s.timeout + s.error + s.malformed ? 'malformed' : undefined;
+    const failure: FaultMark | undefined =
+      u < s.timeout ? 'timeout' : u < s.timeout + s.error ? 'error' : u < s.timeout + s.error + s.malformed ? 'malformed' : undefined;
     const delay = s.slow && s.slow.ms > 0 && this.draw(index, 'slow') < s.slow.p ? s.slow.ms : 0;
-    if (failure === 'timeout') return { result: errorResult('timeout', `The call to tool '${target.tool}' timed out after ${o.timeoutMs} ms`, 0), fault: 'timeout' };
+    if (failure === 'timeout')
+      return { result: errorResult('timeout', `The call to tool '${target.tool}' timed out after ${o.timeoutMs} ms`, 0), fault: 'timeout' };
     if (delay > 0) {
       const waited = await sleep(Math.min(delay, o.timeoutMs), o.signal);
       if (!waited) return { result: errorResult('aborted', `The call to tool '${target.tool}' was cancelled`, delay) };
-      if (delay >= o.timeoutMs) return { result: errorResult('timeout', `The call to tool '${target.tool}' timed out after ${o.timeoutMs} ms`, o.timeoutMs), fault: 'timeout' };
+      if (delay >= o.timeoutMs)
+        return { result: errorResult('timeout', `The call to tool '${target.tool}' timed out after ${o.timeoutMs} ms`, o.timeoutMs), fault: 'timeout' };
     }
     if (failure === 'error') {
       const text = ERROR_TEXTS[Math.floor(this.draw(index, 'error-text') * ERROR_TEXTS.length)]!;
@@ -297,7 +347,10 @@ export class EpisodeFaults {
     const r = await real();
     const result = delay > 0 ? { ...r, ms: r.ms + delay } : r;
     if (failure === 'malformed' && !r.isError) {
-      return { result: this.malform(result, target, mulberry32(fnv1a(`${this.seed}\u0000${this.episodeKey}\u0000${index}\u0000malformed`))), fault: 'malformed' };
+      return {
+        result: this.malform(result, target, mulberry32(fnv1a(`${this.seed}\u0000${this.episodeKey}\u0000${index}\u0000malformed`))),
+        fault: 'malformed',
+      };
     }
     return delay > 0 ? { result, fault: 'slow' } : { result };
   }

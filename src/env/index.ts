@@ -1,24 +1,122 @@
 /** Tasks, the multi-turn environment, rollouts, trajectories and rewards. */
-export { TaskSchema, CheckSchema, MatcherSchema, ServerRefSchema, TaskCallSchema, TaskFileError, defineTask, parseTasks, loadTasks, openingMessages } from './task.ts';
+export {
+  TaskSchema,
+  CheckSchema,
+  MatcherSchema,
+  ServerRefSchema,
+  TaskCallSchema,
+  TaskFileError,
+  defineTask,
+  parseTasks,
+  loadTasks,
+  openingMessages,
+} from './task.ts';
 export type { Task, TaskInput, Check, Matcher, ServerRef, TaskCall } from './task.ts';
 export { ChatMessageSchema, TrajectorySchema, TurnSchema, ToolStepSchema } from './types.ts';
-export type { ChatMessage, Observation, Policy, PolicyAction, ProposedCall, AgentTool, Trajectory, Turn, ToolStep, CheckResult, ErrorKind, TokenUsage, ApiUsage, ChatModel, ChatRequest, ChatResult } from './types.ts';
-export { runChecks, extractAnswer, hasAnswerFormat, match, checkScore, solved, parseExact, isSubset, valueAt, codeOf, schemaAllowsPath, taskProblem, stateCallFault } from './checks.ts';
+export type {
+  ChatMessage,
+  Observation,
+  Policy,
+  PolicyAction,
+  ProposedCall,
+  AgentTool,
+  Trajectory,
+  Turn,
+  ToolStep,
+  CheckResult,
+  ErrorKind,
+  TokenUsage,
+  ApiUsage,
+  ChatModel,
+  ChatRequest,
+  ChatResult,
+} from './types.ts';
+export {
+  runChecks,
+  extractAnswer,
+  hasAnswerFormat,
+  match,
+  checkScore,
+  solved,
+  parseExact,
+  isSubset,
+  valueAt,
+  codeOf,
+  schemaAllowsPath,
+  taskProblem,
+  stateCallFault,
+} from './checks.ts';
 export type { EpisodeRecord } from './checks.ts';
-export { RewardConfigSchema, DEFAULT_REWARDS, meanRewardParts, composerWeightsSchema, registerRewardPart, rewardPartNames, COMPOSER_PARTS, scoreEpisode, scoreParts, stepReward, efficiency, relevantTools, isUseful, registerReward, rewardNames, resolveReward, artReward, rlvrReward, composerReward, verifierReward } from './rewards.ts';
+export {
+  RewardConfigSchema,
+  DEFAULT_REWARDS,
+  meanRewardParts,
+  composerWeightsSchema,
+  registerRewardPart,
+  rewardPartNames,
+  COMPOSER_PARTS,
+  scoreEpisode,
+  scoreParts,
+  stepReward,
+  efficiency,
+  relevantTools,
+  isUseful,
+  registerReward,
+  rewardNames,
+  resolveReward,
+  artReward,
+  rlvrReward,
+  composerReward,
+  verifierReward,
+} from './rewards.ts';
 export type { RewardConfig, RewardConfigInput, ScoredEpisode, Episode, RewardFn, RewardResult, RewardPartFn } from './rewards.ts';
 export { Environment, declaresEpisodeIsolation } from './environment.ts';
 export type { EnvironmentOptions } from './environment.ts';
 export { agentTools } from './episode.ts';
 export type { EpisodeOptions } from './episode.ts';
-export { ToolRecorder, ToolRecording, ReplayMissError, RecordingFileError, RecordingLineSchema, openTape, LIVE_TAPE, RECORDING_FORMAT, RECORDING_VERSION } from './recording.ts';
+export {
+  ToolRecorder,
+  ToolRecording,
+  ReplayMissError,
+  RecordingFileError,
+  RecordingLineSchema,
+  openTape,
+  LIVE_TAPE,
+  RECORDING_FORMAT,
+  RECORDING_VERSION,
+} from './recording.ts';
 export type { RecordingLine, EpisodeTape, ToolTape } from './recording.ts';
 export { rollout, gatherGroup, groupId, summarize, failureCauses, assertSomeEpisodeRan, allFailed, resumeMismatch } from './rollout.ts';
 export type { RolloutOptions, RolloutResult, RolloutSummary, TrajectoryGroup, FailureCause } from './rollout.ts';
-export { TrajectoryWriter, JsonlWriter, readTrajectories, readJsonl, repairJsonl, repairJsonlLines, episodeKey, exportOpenAI, toOpenAIFineTune } from './store.ts';
+export {
+  TrajectoryWriter,
+  JsonlWriter,
+  readTrajectories,
+  readJsonl,
+  repairJsonl,
+  repairJsonlLines,
+  episodeKey,
+  exportOpenAI,
+  toOpenAIFineTune,
+} from './store.ts';
 export type { JsonlRepair } from './store.ts';
 export { runCode, extractCode } from './code-runner.ts';
-export { rulerScore, applyRuler, rulerPrompt, parseListwise, parseVerdict, standardise, commonPrefixLength, JudgeError, DEFAULT_RUBRIC, type RulerOptions, type RulerScores, type RulerApplied, type RulerMode, type Verdict } from './ruler.ts';
+export {
+  rulerScore,
+  applyRuler,
+  rulerPrompt,
+  parseListwise,
+  parseVerdict,
+  standardise,
+  commonPrefixLength,
+  JudgeError,
+  DEFAULT_RUBRIC,
+  type RulerOptions,
+  type RulerScores,
+  type RulerApplied,
+  type RulerMode,
+  type Verdict,
+} from './ruler.ts';
 export { parseFaults, formatFaults, hasFaults, sabotaged, faultCounts, EpisodeFaults, FaultSpecError, FAULT_NAMES, SABOTAGE_MARKS } from './faults.ts';
 export type { FaultSpec, FaultOptions, FaultMark, FaultedCall } from './faults.ts';
 export { synthesizeTasks, parseCandidates, synthesisPrompt, SYNTHESIS_SYSTEM, REJECTION_REASONS } from './synthesis.ts';

@@ -222,14 +222,19 @@ export class ToolRecording implements ToolTape {
       } catch (err) {
         if (i === lines.length - 1) {
           // No newline after it: the run was killed while writing it.
-          (options.onWarning ?? ((m: string) => process.emitWarning(m, { code: 'MCP_GYM_RECORDING' })))(`replay: ${where}: the last line is partial (a run killed while writing it): ignored`);
+          (options.onWarning ?? ((m: string) => process.emitWarning(m, { code: 'MCP_GYM_RECORDING' })))(
+            `replay: ${where}: the last line is partial (a run killed while writing it): ignored`,
+          );
           continue;
         }
         throw new RecordingFileError(`replay: ${where}: invalid JSON: ${(err as Error).message}`);
       }
       const parsed = RecordingLineSchema.safeParse(value);
       if (!parsed.success) {
-        if (!header && (value as { type?: unknown } | null)?.type !== 'header') throw new RecordingFileError(`replay: ${where}: not an mcp-gym tool recording (no header line {"type":"header","format":"${RECORDING_FORMAT}",...} before it)`);
+        if (!header && (value as { type?: unknown } | null)?.type !== 'header')
+          throw new RecordingFileError(
+            `replay: ${where}: not an mcp-gym tool recording (no header line {"type":"header","format":"${RECORDING_FORMAT}",...} before it)`,
+          );
         const issue = parsed.error.issues[0]!;
         throw new RecordingFileError(`replay: ${where}: invalid line: ${issue.path.join('.') || '(root)'}: ${issue.message}`);
       }
@@ -282,9 +287,15 @@ export class ToolRecording implements ToolTape {
         return miss;
       },
       listTools: async (server) => {
-        if (!ep) return fail(`replay: episode ${key} is not in the recording ${file} (it holds ${episodes.size} episode${episodes.size === 1 ? '' : 's'}): its tools/list of server '${server}' cannot be served`);
+        if (!ep)
+          return fail(
+            `replay: episode ${key} is not in the recording ${file} (it holds ${episodes.size} episode${episodes.size === 1 ? '' : 's'}): its tools/list of server '${server}' cannot be served`,
+          );
         const tools = ep.tools.get(server);
-        if (!tools) return fail(`replay: the recording ${file} has no tools/list of server '${server}' in episode ${key} (recorded servers: ${[...ep.tools.keys()].join(', ') || 'none'})`);
+        if (!tools)
+          return fail(
+            `replay: the recording ${file} has no tools/list of server '${server}' in episode ${key} (recorded servers: ${[...ep.tools.keys()].join(', ') || 'none'})`,
+          );
         return tools;
       },
       call: async (server, tool, args) => {
@@ -302,7 +313,13 @@ export class ToolRecording implements ToolTape {
           else {
             const prefix = callKey(server, tool, '');
             const others = [...ep.calls.entries()].filter(([c]) => c.startsWith(prefix)).map(([c]) => c.slice(prefix.length));
-            why = others.length > 0 ? `${server}.${tool} was recorded with other arguments: ${others.slice(0, 3).map((a) => shorten(a, 120)).join(', ')}${others.length > 3 ? `, ... (${others.length} in all)` : ''}` : `${server}.${tool} was not called in this episode of the recording`;
+            why =
+              others.length > 0
+                ? `${server}.${tool} was recorded with other arguments: ${others
+                    .slice(0, 3)
+                    .map((a) => shorten(a, 120))
+                    .join(', ')}${others.length > 3 ? `, ... (${others.length} in all)` : ''}`
+                : `${server}.${tool} was not called in this episode of the recording`;
           }
           return fail(`replay: no recorded call in episode ${key}: ${what} (${why}; ${file})`);
         }
@@ -327,7 +344,8 @@ export class ToolRecording implements ToolTape {
  */
 export function openTape(options: { record?: string; replay?: string | ToolRecording; onWarning?: (message: string) => void }): ToolTape | undefined {
   if (options.record !== undefined && options.replay !== undefined) throw new Error('record or replay the tool traffic, not both at once');
-  if (options.replay !== undefined) return typeof options.replay === 'string' ? ToolRecording.load(options.replay, { onWarning: options.onWarning }) : options.replay;
+  if (options.replay !== undefined)
+    return typeof options.replay === 'string' ? ToolRecording.load(options.replay, { onWarning: options.onWarning }) : options.replay;
   if (options.record !== undefined) return new ToolRecorder(options.record);
   return undefined;
 }

@@ -31,7 +31,21 @@ export const COMPOSER_PARTS = ['correctness', 'think_format', 'reasoning', 'safe
 /** Names of the composer's weights that mean another part (the first config's `format` is think_format). */
 const PART_ALIASES: Record<string, string> = { format: 'think_format' };
 /** Names the built-in rewards and the loop log in reward_parts: a registered part may not take them. */
-const RESERVED_PARTS = new Set(['base', 'efficiency', 'tools', 'art', 'format', 'steps_fraction', 'final', 'rlvr', 'composer', 'verifier', 'ruler', 'overlong', ...COMPOSER_PARTS]);
+const RESERVED_PARTS = new Set([
+  'base',
+  'efficiency',
+  'tools',
+  'art',
+  'format',
+  'steps_fraction',
+  'final',
+  'rlvr',
+  'composer',
+  'verifier',
+  'ruler',
+  'overlong',
+  ...COMPOSER_PARTS,
+]);
 const partRegistry = new Map<string, RewardPartFn>();
 
 /**
@@ -42,7 +56,8 @@ const partRegistry = new Map<string, RewardPartFn>();
 export function registerRewardPart(name: string, fn: RewardPartFn, options: { replace?: boolean } = {}): void {
   if (!/^[A-Za-z][\w.-]{0,63}$/.test(name)) throw new Error(`reward part name '${name}': 1-64 letters, digits, '_', '.', '-', starting with a letter`);
   if (typeof fn !== 'function') throw new Error(`reward part '${name}': expected a function (episode) => number`);
-  if (RESERVED_PARTS.has(name)) throw new Error(`reward part '${name}': the name of a built-in part (${[...RESERVED_PARTS].join(', ')}); register yours under another name`);
+  if (RESERVED_PARTS.has(name))
+    throw new Error(`reward part '${name}': the name of a built-in part (${[...RESERVED_PARTS].join(', ')}); register yours under another name`);
   if (partRegistry.has(name) && !options.replace) throw new Error(`reward part '${name}' is already registered (pass {replace: true} to replace it)`);
   partRegistry.set(name, fn);
 }
@@ -65,12 +80,15 @@ function unknownPart(name: string): string | undefined {
  */
 export function composerWeightsSchema() {
   return z
-    .preprocess((v, ctx) => {
-      if (typeof v !== 'string') return v;
-      const parsed = parseWeights(v);
-      if (typeof parsed === 'string') ctx.addIssue({ code: 'custom', message: parsed });
-      return typeof parsed === 'string' ? v : parsed;
-    }, z.record(z.string(), z.number()))
+    .preprocess(
+      (v, ctx) => {
+        if (typeof v !== 'string') return v;
+        const parsed = parseWeights(v);
+        if (typeof parsed === 'string') ctx.addIssue({ code: 'custom', message: parsed });
+        return typeof parsed === 'string' ? v : parsed;
+      },
+      z.record(z.string(), z.number()),
+    )
     .superRefine((w, ctx) => {
       for (const name of Object.keys(w)) {
         const problem = unknownPart(name);
@@ -83,7 +101,10 @@ export function composerWeightsSchema() {
 /** `correctness=1,reasoning=0.2` → {correctness: 1, reasoning: 0.2}; else what is wrong. */
 function parseWeights(text: string): Record<string, number> | string {
   const out: Record<string, number> = {};
-  for (const item of text.split(',').map((x) => x.trim()).filter(Boolean)) {
+  for (const item of text
+    .split(',')
+    .map((x) => x.trim())
+    .filter(Boolean)) {
     const m = /^([^=\s]+)\s*=\s*(\S+)$/.exec(item);
     const w = m ? Number(m[2]) : Number.NaN;
     if (!m || !Number.isFinite(w)) return `'${item}' is not name=weight (e.g. correctness=1,reasoning=0.2)`;
@@ -103,7 +124,10 @@ function registeredParts(e: Episode): Record<string, number> {
   const out: Record<string, number> = {};
   for (const [name, fn] of partRegistry) {
     const v = fn(e);
-    if (typeof v !== 'number' || !Number.isFinite(v)) throw new Error(`reward part '${name}' returned ${typeof (v as unknown as Promise<unknown>)?.then === 'function' ? 'a promise' : String(v)} (a finite number is needed)`);
+    if (typeof v !== 'number' || !Number.isFinite(v))
+      throw new Error(
+        `reward part '${name}' returned ${typeof (v as unknown as Promise<unknown>)?.then === 'function' ? 'a promise' : String(v)} (a finite number is needed)`,
+      );
     out[name] = v;
   }
   return out;
@@ -358,7 +382,13 @@ export function resolveReward(reward: string | RewardFn): { name: string; fn: Re
 }
 
 /** Scores an episode with a built-in reward (`cfg.total`): every part, the total and its step rewards. */
-export function scoreEpisode(task: Task, turns: Pick<Turn, 'tool_results'>[], answer: string | null, checks: CheckResult[], cfg: RewardConfig = DEFAULT_REWARDS): ScoredEpisode {
+export function scoreEpisode(
+  task: Task,
+  turns: Pick<Turn, 'tool_results'>[],
+  answer: string | null,
+  checks: CheckResult[],
+  cfg: RewardConfig = DEFAULT_REWARDS,
+): ScoredEpisode {
   const fn = BUILTIN_REWARDS[cfg.total];
   if (!fn) throw new Error(`scoreEpisode: '${cfg.total}' is not a built-in reward (${Object.keys(BUILTIN_REWARDS).join(', ')})`);
   const r = fn({ task, turns: turns as Episode['turns'], answer, checks, solved: solved(checks), weights: cfg }) as RewardResult;

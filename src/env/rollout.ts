@@ -117,7 +117,13 @@ function collectGroup(task: Task, gid: string, G: number, byKey: Map<string, Tra
 }
 
 /** G rollouts of one task, gathered as a group; tolerates `maxFailures` failed episodes and reports them. */
-export async function gatherGroup(env: Environment, policy: Policy, task: Task, G: number, options: Omit<RolloutOptions, 'group'> = {}): Promise<TrajectoryGroup> {
+export async function gatherGroup(
+  env: Environment,
+  policy: Policy,
+  task: Task,
+  G: number,
+  options: Omit<RolloutOptions, 'group'> = {},
+): Promise<TrajectoryGroup> {
   const r = await rollout(env, policy, [task], { ...options, group: G });
   return r.groups[0]!;
 }
@@ -174,7 +180,8 @@ export function allFailed(what: string, episodes: number, causes: FailureCause[]
     .join('\n  ');
   const more = causes.length > 3 ? `\n  (${causes.length - 3} more causes)` : '';
   const head = `${what}: every one of the ${episodes} episodes failed`;
-  if (causes.length > 0 && causes.every((c) => c.error_kind === 'server_start')) return new StartFailure(`${head}: a tool server could not be started:\n  ${list}${more}`);
+  if (causes.length > 0 && causes.every((c) => c.error_kind === 'server_start'))
+    return new StartFailure(`${head}: a tool server could not be started:\n  ${list}${more}`);
   if (causes.length > 0 && causes.every((c) => c.kind === 'task_error')) return new RunFailure(`${head}: the tasks are broken:\n  ${list}${more}`, EXIT.usage);
   return new AllEpisodesFailed(`${head}:\n  ${list}${more}`);
 }

@@ -144,7 +144,11 @@ function renderMessages(messages: ChatMessage[], t: Trajectory | undefined, max:
 }
 
 function ending(t: Trajectory): string {
-  return t.finish === 'answer' ? '(the episode ended with the final answer above)' : t.finish === 'max_turns' ? '(the episode ran out of turns without a final answer)' : '(the episode failed)';
+  return t.finish === 'answer'
+    ? '(the episode ended with the final answer above)'
+    : t.finish === 'max_turns'
+      ? '(the episode ran out of turns without a final answer)'
+      : '(the episode failed)';
 }
 
 /** The shared opening messages, stated once. */
@@ -179,7 +183,12 @@ export function rulerPrompt(trajectories: Trajectory[], o: Pick<RulerOptions, 'r
     ...trajectories.map((t, i) => trajectoryBlock(String(i + 1), t, prefix, max)),
     '</trajectories>',
   ].join('\n');
-  return { system, messages: [{ role: 'user', content: user }], maxTokens: o.maxTokens ?? 256 + 192 * trajectories.length, ...(o.temperature !== undefined ? { temperature: o.temperature } : {}) };
+  return {
+    system,
+    messages: [{ role: 'user', content: user }],
+    maxTokens: o.maxTokens ?? 256 + 192 * trajectories.length,
+    ...(o.temperature !== undefined ? { temperature: o.temperature } : {}),
+  };
 }
 
 function pairPrompt(trajectories: Trajectory[], a: number, b: number, prefix: number, o: RulerOptions): ChatRequest {
@@ -204,7 +213,12 @@ function pairPrompt(trajectories: Trajectory[], a: number, b: number, prefix: nu
     '',
     'Which trajectory is better: A, B, or is it a TIE?',
   ].join('\n');
-  return { system, messages: [{ role: 'user', content: user }], maxTokens: o.maxTokens ?? 512, ...(o.temperature !== undefined ? { temperature: o.temperature } : {}) };
+  return {
+    system,
+    messages: [{ role: 'user', content: user }],
+    maxTokens: o.maxTokens ?? 512,
+    ...(o.temperature !== undefined ? { temperature: o.temperature } : {}),
+  };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -260,7 +274,11 @@ export function parseListwise(text: string, n: number): Parsed<{ scores: number[
     const twice = [...seen].filter(([, k]) => k > 1).map(([id]) => id);
     const unknown = [...seen.keys()].filter((id) => !ids.includes(id));
     if (missing.length || twice.length || unknown.length) {
-      error = [missing.length ? `missing trajectory_id ${missing.map((id) => `"${id}"`).join(', ')}` : '', twice.length ? `trajectory_id given more than once: ${twice.join(', ')}` : '', unknown.length ? `unknown trajectory_id ${unknown.map((id) => `"${id}"`).join(', ')} (the ids are "1" to "${n}")` : '']
+      error = [
+        missing.length ? `missing trajectory_id ${missing.map((id) => `"${id}"`).join(', ')}` : '',
+        twice.length ? `trajectory_id given more than once: ${twice.join(', ')}` : '',
+        unknown.length ? `unknown trajectory_id ${unknown.map((id) => `"${id}"`).join(', ')} (the ids are "1" to "${n}")` : '',
+      ]
         .filter(Boolean)
         .join('; ');
       continue;
@@ -287,8 +305,16 @@ export function parseVerdict(text: string): Parsed<Verdict> {
       if (typeof v === 'string' && /^(A|B|TIE)$/i.test(v.trim())) return { ok: true, value: v.trim().toUpperCase() as Verdict };
     }
   }
-  const last = text.split('\n').map((l) => l.trim()).filter(Boolean).at(-1) ?? '';
-  const plain = last.replace(/[*_`#>]/g, '').replace(/[.!]+$/, '').trim();
+  const last =
+    text
+      .split('\n')
+      .map((l) => l.trim())
+      .filter(Boolean)
+      .at(-1) ?? '';
+  const plain = last
+    .replace(/[*_`#>]/g, '')
+    .replace(/[.!]+$/, '')
+    .trim();
   const m = /^(?:(?:final\s+)?(?:verdict|answer|winner)\s*[:=-]?\s*)?(A|B|TIE)$/i.exec(plain);
   if (m) return { ok: true, value: m[1]!.toUpperCase() as Verdict };
   return { ok: false, error: `the last line is ${JSON.stringify(clip(last, 120))}, not one of "VERDICT: A", "VERDICT: B", "VERDICT: TIE"` };
@@ -344,7 +370,13 @@ async function complete(ctx: Ctx, request: ChatRequest): Promise<string> {
  * The judge's answer to `request`, parsed: from the cache, or asked (and asked once more, saying
  * what was wrong, when the first answer does not parse). A request that throws is a JudgeError.
  */
-async function ask<T>(ctx: Ctx, request: ChatRequest, parse: (text: string) => Parsed<T>, retryHint: string, extra: Record<string, unknown> = {}): Promise<Parsed<T>> {
+async function ask<T>(
+  ctx: Ctx,
+  request: ChatRequest,
+  parse: (text: string) => Parsed<T>,
+  retryHint: string,
+  extra: Record<string, unknown> = {},
+): Promise<Parsed<T>> {
   const file = cacheFile(ctx, request, extra);
   const hit = readCache(file);
   if (hit !== undefined) {
@@ -362,7 +394,11 @@ async function ask<T>(ctx: Ctx, request: ChatRequest, parse: (text: string) => P
   }
   const retry: ChatRequest = {
     ...request,
-    messages: [...request.messages, { role: 'assistant', content: first }, { role: 'user', content: `Your answer could not be used: ${p1.error}. ${retryHint}` }],
+    messages: [
+      ...request.messages,
+      { role: 'assistant', content: first },
+      { role: 'user', content: `Your answer could not be used: ${p1.error}. ${retryHint}` },
+    ],
   };
   const second = await complete(ctx, retry);
   const p2 = parse(second);

@@ -5,7 +5,21 @@
  * damaged in the middle (a disk error, two writers) stops a reader with the file and line, and
  * `repairJsonlLines` (`mcp-gym repair FILE`) moves such lines out of the file.
  */
-import { appendFileSync, closeSync, existsSync, fdatasyncSync, fstatSync, ftruncateSync, mkdirSync, openSync, readFileSync, readSync, renameSync, writeFileSync, writeSync } from 'node:fs';
+import {
+  appendFileSync,
+  closeSync,
+  existsSync,
+  fdatasyncSync,
+  fstatSync,
+  ftruncateSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  readSync,
+  renameSync,
+  writeFileSync,
+  writeSync,
+} from 'node:fs';
 import { dirname } from 'node:path';
 import { TrajectorySchema, type Trajectory } from './types.ts';
 
@@ -41,7 +55,10 @@ export class JsonlWriter<T> {
   private fd: number;
   written = 0;
 
-  constructor(readonly file: string, options: { sync?: boolean } = {}) {
+  constructor(
+    readonly file: string,
+    options: { sync?: boolean } = {},
+  ) {
     mkdirSync(dirname(file), { recursive: true });
     repairJsonl(file);
     this.fd = openSync(file, 'a');

@@ -92,15 +92,38 @@ an agent that does nothing (no calls, an empty answer) must fail every check; ta
 Answer with a JSON array of tasks in one \`\`\`json block and nothing else.`;
 
 /** The generator's request: the servers' tools and resources, the number of tasks, what to avoid. */
-export function synthesisPrompt(tools: Record<string, ToolInfo[]>, count: number, kept: string[], feedback: string[], resources: Record<string, ResourceInfo[]> = {}): string {
+export function synthesisPrompt(
+  tools: Record<string, ToolInfo[]>,
+  count: number,
+  kept: string[],
+  feedback: string[],
+  resources: Record<string, ResourceInfo[]> = {},
+): string {
   const servers = Object.entries(tools).map(([alias, list]) => ({
     alias,
-    tools: list.map((t) => ({ name: t.name, description: t.description ?? '', inputSchema: t.inputSchema, ...(t.outputSchema ? { outputSchema: t.outputSchema } : {}) })),
+    tools: list.map((t) => ({
+      name: t.name,
+      description: t.description ?? '',
+      inputSchema: t.inputSchema,
+      ...(t.outputSchema ? { outputSchema: t.outputSchema } : {}),
+    })),
     ...(resources[alias]?.length ? { resources: resources[alias]!.slice(0, 50) } : {}),
   }));
   const parts = [`The servers (by alias), their tools and resources:\n${JSON.stringify(servers, null, 1)}`, `Write ${count} new tasks.`];
-  if (kept.length) parts.push(`Tasks already written (do not repeat them):\n${kept.slice(-20).map((p) => `- ${p}`).join('\n')}`);
-  if (feedback.length) parts.push(`Candidates rejected last time, and why:\n${feedback.slice(-10).map((f) => `- ${f}`).join('\n')}`);
+  if (kept.length)
+    parts.push(
+      `Tasks already written (do not repeat them):\n${kept
+        .slice(-20)
+        .map((p) => `- ${p}`)
+        .join('\n')}`,
+    );
+  if (feedback.length)
+    parts.push(
+      `Candidates rejected last time, and why:\n${feedback
+        .slice(-10)
+        .map((f) => `- ${f}`)
+        .join('\n')}`,
+    );
   return parts.join('\n\n');
 }
 
@@ -127,7 +150,10 @@ export function parseCandidates(text: string): unknown[] | undefined {
       // fall through
     }
   }
-  const lines = body.split('\n').map((l) => l.trim()).filter((l) => l.startsWith('{'));
+  const lines = body
+    .split('\n')
+    .map((l) => l.trim())
+    .filter((l) => l.startsWith('{'));
   const out: unknown[] = [];
   for (const l of lines) {
     try {
@@ -164,7 +190,10 @@ const failedChecks = (t: Trajectory) => t.checks.filter((c) => c.score < 1);
 const describeCheck = (t: Trajectory, i: number) => `checks[${i}] (${t.checks[i]!.kind}): ${t.checks[i]!.detail}`;
 
 /** Lists each server's tools and resources (a server that fails to list resources has none). */
-async function listServers(env: Environment, servers: Record<string, ServerRef>): Promise<{ tools: Record<string, ToolInfo[]>; resources: Record<string, ResourceInfo[]> }> {
+async function listServers(
+  env: Environment,
+  servers: Record<string, ServerRef>,
+): Promise<{ tools: Record<string, ToolInfo[]>; resources: Record<string, ResourceInfo[]> }> {
   const tools: Record<string, ToolInfo[]> = {};
   const resources: Record<string, ResourceInfo[]> = {};
   for (const [alias, ref] of Object.entries(servers)) {
@@ -206,7 +235,14 @@ export async function synthesizeTasks(o: SynthesisOptions): Promise<SynthesisRes
     requests++;
     let text: string;
     try {
-      const r = await o.generator.complete({ system: SYNTHESIS_SYSTEM, messages: [{ role: 'user', content: synthesisPrompt(tools, want, kept.map(promptOf), feedback, resources) }], maxTokens: o.maxTokens ?? 4096 }, o.signal);
+      const r = await o.generator.complete(
+        {
+          system: SYNTHESIS_SYSTEM,
+          messages: [{ role: 'user', content: synthesisPrompt(tools, want, kept.map(promptOf), feedback, resources) }],
+          maxTokens: o.maxTokens ?? 4096,
+        },
+        o.signal,
+      );
       text = r.text;
     } catch (err) {
       log(`request ${requests}: the generator failed: ${(err as Error).message.split('\n')[0]}`);
@@ -225,7 +261,8 @@ export async function synthesizeTasks(o: SynthesisOptions): Promise<SynthesisRes
       // 1. The schema, with the servers given (a candidate's own id, split or servers are replaced).
       let task: Task;
       try {
-        if (!raw || typeof raw !== 'object' || Array.isArray(raw)) throw new Error(`Invalid task: (task): expected a JSON object, got ${Array.isArray(raw) ? 'an array' : typeof raw}`);
+        if (!raw || typeof raw !== 'object' || Array.isArray(raw))
+          throw new Error(`Invalid task: (task): expected a JSON object, got ${Array.isArray(raw) ? 'an array' : typeof raw}`);
         const split = evalEvery > 0 && index % evalEvery === 0 ? 'eval' : 'train';
         task = defineTask({ difficulty: 1, ...(raw as Record<string, unknown>), id, split, servers: o.servers } as never);
       } catch (err) {
@@ -281,6 +318,8 @@ export async function synthesizeTasks(o: SynthesisOptions): Promise<SynthesisRes
       o.onTask?.(task);
     }
   }
-  const toolNames = Object.fromEntries(Object.entries(tools).map(([a, list]) => [a, list.map((t) => ({ name: t.name, ...(t.description ? { description: t.description } : {}) }))]));
+  const toolNames = Object.fromEntries(
+    Object.entries(tools).map(([a, list]) => [a, list.map((t) => ({ name: t.name, ...(t.description ? { description: t.description } : {}) }))]),
+  );
   return { tasks: kept, rejected, rejections, candidates: kept.length + rejections.length, requests, tools: toolNames, resources };
 }

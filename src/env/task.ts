@@ -11,12 +11,7 @@ import { checkFixtures, HttpSpecSchema, InProcessSpecSchema, StdioSpecSchema, ty
 const Json = z.json();
 
 /** A server a task needs: a bundled server's name, or any server spec of src/tools. */
-export const ServerRefSchema = z.union([
-  z.string().min(1).describe('the name of a bundled server'),
-  StdioSpecSchema,
-  HttpSpecSchema,
-  InProcessSpecSchema,
-]);
+export const ServerRefSchema = z.union([z.string().min(1).describe('the name of a bundled server'), StdioSpecSchema, HttpSpecSchema, InProcessSpecSchema]);
 export type ServerRef = z.input<typeof ServerRefSchema>;
 
 const Alias = z.string().regex(/^[a-z][a-z0-9_-]{0,31}$/, 'a server alias is 1-32 lower-case letters, digits, _ or -, starting with a letter');
@@ -36,7 +31,14 @@ export const MatcherSchema = z.discriminatedUnion('kind', [
   z.strictObject({ kind: z.literal('number'), value: z.union([z.number(), z.string()]), tolerance: z.number().min(0).default(1e-6) }),
   z.strictObject({ kind: z.literal('subset'), value: Json }),
   z.strictObject({ kind: z.literal('exact'), value: z.string(), ignore_case: z.boolean().default(false) }),
-  z.strictObject({ kind: z.literal('regex'), value: z.string(), flags: z.string().regex(/^[imsu]*$/).default('') }),
+  z.strictObject({
+    kind: z.literal('regex'),
+    value: z.string(),
+    flags: z
+      .string()
+      .regex(/^[imsu]*$/)
+      .default(''),
+  }),
 ]);
 export type Matcher = z.output<typeof MatcherSchema>;
 
@@ -74,7 +76,10 @@ export const CodeCheckSchema = z.strictObject({
   language: z.literal('javascript').default('javascript'),
   /** The answer must define this function; it is called with each test's input. */
   function: z.string().regex(/^[A-Za-z_$][\w$]*$/, 'function must be a JavaScript identifier'),
-  tests: z.array(z.strictObject({ input: z.array(Json), output: Json })).min(1).max(100),
+  tests: z
+    .array(z.strictObject({ input: z.array(Json), output: Json }))
+    .min(1)
+    .max(100),
   timeout_ms: z.number().int().min(10).max(60_000).default(2000),
   weight: z.number().min(0).default(1),
 });
@@ -115,7 +120,8 @@ export const TaskSchema = z
     }
     const aliases = new Set(Object.keys(task.servers));
     const checkAlias = (server: string, path: (string | number)[]) => {
-      if (!aliases.has(server)) ctx.addIssue({ code: 'custom', path, message: `unknown server '${server}'; the task's servers are ${[...aliases].join(', ')}` });
+      if (!aliases.has(server))
+        ctx.addIssue({ code: 'custom', path, message: `unknown server '${server}'; the task's servers are ${[...aliases].join(', ')}` });
     };
     task.setup.forEach((c, i) => checkAlias(c.server, ['setup', i, 'server']));
     task.checks.forEach((c, i) => {
@@ -159,7 +165,8 @@ function fieldOf(path: PropertyKey[]): string {
  */
 function unionIssue(issue: z.core.$ZodIssue): { path: PropertyKey[]; message: string } {
   if (issue.code !== 'invalid_union') return issue;
-  const otherKind = (e: z.core.$ZodIssue) => (e.code === 'invalid_type' && e.path.length === 0) || (e.code === 'invalid_value' && e.path.length === 1 && e.path[0] === 'transport');
+  const otherKind = (e: z.core.$ZodIssue) =>
+    (e.code === 'invalid_type' && e.path.length === 0) || (e.code === 'invalid_value' && e.path.length === 1 && e.path[0] === 'transport');
   const meant = issue.errors.filter((errors) => errors.length > 0 && !errors.some(otherKind));
   if (meant.length !== 1) return issue;
   const inner = unionIssue(meant[0]![0]!);

@@ -203,7 +203,18 @@ export const TrajectorySchema = z.object({
   family: z.string().optional(),
   policy: z.object({ id: z.string(), version: z.union([z.string(), z.number()]).optional() }),
   /** The tools the agent was given (OpenAI function format, for export), with their task server and tool name there. */
-  tools: z.array(z.object({ name: z.string(), description: z.string(), parameters: z.record(z.string(), z.unknown()), server: z.string().optional(), tool: z.string().optional(), distractor: z.boolean().optional() })).optional(),
+  tools: z
+    .array(
+      z.object({
+        name: z.string(),
+        description: z.string(),
+        parameters: z.record(z.string(), z.unknown()),
+        server: z.string().optional(),
+        tool: z.string().optional(),
+        distractor: z.boolean().optional(),
+      }),
+    )
+    .optional(),
   /** The hash of each server's tool surface (names, descriptions, input and output schemas), by alias (src/tools/surface.ts). */
   tool_surface: z.record(z.string(), z.string()).optional(),
   messages: z.array(ChatMessageSchema),

@@ -161,7 +161,10 @@ export class ToolClient {
     } else if (spec.transport === 'http') {
       const headers: Record<string, string> = { ...spec.headers };
       if (spec.token !== undefined) headers.authorization = `Bearer ${spec.token}`;
-      transport = new StreamableHTTPClientTransport(new URL(spec.url), { requestInit: { headers }, fetch: createLinkedFetch({ maxMessageBytes: this.options.maxResultBytes }) });
+      transport = new StreamableHTTPClientTransport(new URL(spec.url), {
+        requestInit: { headers },
+        fetch: createLinkedFetch({ maxMessageBytes: this.options.maxResultBytes }),
+      });
     } else {
       const [clientSide, serverSide] = InMemoryTransport.createLinkedPair();
       const server = (await spec.factory()) as { connect(t: Transport): Promise<void>; close(): Promise<void> };
@@ -228,7 +231,10 @@ export class ToolClient {
     let cursor: string | undefined;
     for (let page = 0; ; page++) {
       if (page >= 1000) throw new Error(`tools/list of the ${this.describe()} did not end after 1000 pages`);
-      const res = await live.client.listTools(cursor === undefined ? {} : { cursor }, { timeout: options.timeoutMs ?? this.options.callTimeoutMs, cacheMode: 'bypass' } as never);
+      const res = await live.client.listTools(cursor === undefined ? {} : { cursor }, {
+        timeout: options.timeoutMs ?? this.options.callTimeoutMs,
+        cacheMode: 'bypass',
+      } as never);
       for (const t of res.tools) {
         tools.push({
           name: t.name,
@@ -260,7 +266,8 @@ export class ToolClient {
     let cursor: string | undefined;
     for (let page = 0; page < 1000; page++) {
       const res = await live.client.listResources(cursor === undefined ? {} : { cursor }, { timeout: options.timeoutMs ?? this.options.callTimeoutMs });
-      for (const r of res.resources) out.push({ uri: r.uri, name: r.name, ...(r.description ? { description: r.description } : {}), ...(r.mimeType ? { mimeType: r.mimeType } : {}) });
+      for (const r of res.resources)
+        out.push({ uri: r.uri, name: r.name, ...(r.description ? { description: r.description } : {}), ...(r.mimeType ? { mimeType: r.mimeType } : {}) });
       cursor = res.nextCursor;
       if (!cursor) break;
     }
@@ -273,7 +280,11 @@ export class ToolClient {
     const name = request.name;
     const args = request.arguments ?? {};
     if (typeof args !== 'object' || args === null || Array.isArray(args)) {
-      return errorResult('invalid_arguments', `Invalid arguments for tool '${name}': expected a JSON object, got ${Array.isArray(args) ? 'an array' : args === null ? 'null' : typeof args}`, performance.now() - t0);
+      return errorResult(
+        'invalid_arguments',
+        `Invalid arguments for tool '${name}': expected a JSON object, got ${Array.isArray(args) ? 'an array' : args === null ? 'null' : typeof args}`,
+        performance.now() - t0,
+      );
     }
     let live: Live;
     try {
@@ -289,16 +300,13 @@ export class ToolClient {
     let meta = options.meta;
     if (options.episode !== undefined) meta = { ...meta, [EPISODE_META_KEY]: options.episode };
     try {
-      const res = (await live.client.callTool(
-        meta ? { name, arguments: args, _meta: meta } : { name, arguments: args },
-        {
-          timeout: options.timeoutMs ?? this.options.callTimeoutMs,
-          signal: options.signal,
-          onprogress: options.onProgress,
-          resetTimeoutOnProgress: options.resetTimeoutOnProgress,
-          ...(options.maxTotalTimeoutMs !== undefined ? { maxTotalTimeout: options.maxTotalTimeoutMs } : {}),
-        },
-      )) as CallToolResult;
+      const res = (await live.client.callTool(meta ? { name, arguments: args, _meta: meta } : { name, arguments: args }, {
+        timeout: options.timeoutMs ?? this.options.callTimeoutMs,
+        signal: options.signal,
+        onprogress: options.onProgress,
+        resetTimeoutOnProgress: options.resetTimeoutOnProgress,
+        ...(options.maxTotalTimeoutMs !== undefined ? { maxTotalTimeout: options.maxTotalTimeoutMs } : {}),
+      })) as CallToolResult;
       const ms = performance.now() - t0;
       if (this.spec.transport === 'inprocess') {
         // The other transports bound the bytes they read; in-process, the result's JSON is measured.
@@ -328,7 +336,12 @@ export class ToolClient {
     if (transport instanceof ProcessStdioTransport && (live?.dead || transport.exit || transport.endless)) {
       const restart = this.spec.transport === 'stdio' && this.spec.restart && !this.closed;
       if (transport.endless) {
-        return this.tooLarge(name, transport.endless, ms, ` The server wrote a line that did not end, so it was ended${restart ? '; it will be restarted for the next call' : ''}.`);
+        return this.tooLarge(
+          name,
+          transport.endless,
+          ms,
+          ` The server wrote a line that did not end, so it was ended${restart ? '; it will be restarted for the next call' : ''}.`,
+        );
       }
       return errorResult(
         'crashed',
@@ -406,5 +419,7 @@ function jsonBytes(value: unknown): number {
 function stderrPart(transport: ProcessStdioTransport, lead: string): string {
   const text = transport.stderrText.trim();
   if (!text) return '';
-  return transport.stderrCut ? `${lead} (its start and its end, of ${transport.stderrLength.toLocaleString('en-US')} characters): ${text}` : `${lead} ends with: ${text}`;
+  return transport.stderrCut
+    ? `${lead} (its start and its end, of ${transport.stderrLength.toLocaleString('en-US')} characters): ${text}`
+    : `${lead} ends with: ${text}`;
 }

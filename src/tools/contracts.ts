@@ -15,17 +15,7 @@ export type ToolCall = z.infer<typeof ToolCallSchema>;
  * Why a call failed, when it did. `tool` means the tool itself reported an error; `too_large` that
  * its result went over the client's size limit (`maxResultBytes`).
  */
-export const ToolErrorKindSchema = z.enum([
-  'tool',
-  'unknown_tool',
-  'invalid_arguments',
-  'timeout',
-  'aborted',
-  'crashed',
-  'closed',
-  'protocol',
-  'too_large',
-]);
+export const ToolErrorKindSchema = z.enum(['tool', 'unknown_tool', 'invalid_arguments', 'timeout', 'aborted', 'crashed', 'closed', 'protocol', 'too_large']);
 export type ToolErrorKind = z.infer<typeof ToolErrorKindSchema>;
 
 export const ContentBlockSchema = z.looseObject({ type: z.string() });
@@ -100,7 +90,10 @@ export const HttpSpecSchema = z.object({
   // A refinement, not z.never(): its issue does not abort, so a task's server union reports it rather than "Invalid input".
   fixtures: z
     .unknown()
-    .refine(() => false, { error: 'fixtures apply only to stdio servers (a process per episode); an HTTP server is shared by all episodes and must keep one state per mcp-gym/episode key instead' })
+    .refine(() => false, {
+      error:
+        'fixtures apply only to stdio servers (a process per episode); an HTTP server is shared by all episodes and must keep one state per mcp-gym/episode key instead',
+    })
     .optional(),
 });
 
@@ -124,7 +117,5 @@ export function errorResult(kind: ToolErrorKind, message: string, ms: number): T
 
 /** The text of a result's text blocks, joined (what an agent reads). */
 export function resultText(result: Pick<ToolResult, 'content'>): string {
-  return result.content
-    .map((c) => (c.type === 'text' && typeof c.text === 'string' ? c.text : `[${c.type}]`))
-    .join('\n');
+  return result.content.map((c) => (c.type === 'text' && typeof c.text === 'string' ? c.text : `[${c.type}]`)).join('\n');
 }

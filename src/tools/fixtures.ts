@@ -43,10 +43,20 @@ function placeholderFields(spec: Pick<StdioSpec, 'args' | 'env' | 'cwd' | 'fixtu
  * a `copy` that does not exist or is neither a file nor a directory. A relative `copy` is resolved
  * against `baseDir` (default: the working directory). Returns the spec with `copy` absolute.
  */
-export function checkFixtures<S extends Pick<StdioSpec, 'args' | 'env' | 'cwd' | 'fixtures'>>(spec: S, baseDir = process.cwd()): { spec: S; problem?: { field: string; reason: string } } {
+export function checkFixtures<S extends Pick<StdioSpec, 'args' | 'env' | 'cwd' | 'fixtures'>>(
+  spec: S,
+  baseDir = process.cwd(),
+): { spec: S; problem?: { field: string; reason: string } } {
   if (!spec.fixtures) {
     const used = placeholderFields(spec).find(([, v]) => v.includes(FIXTURE_PLACEHOLDER));
-    if (used) return { spec, problem: { field: used[0], reason: `uses ${FIXTURE_PLACEHOLDER}, but the spec has no fixtures (add "fixtures": {} for an empty directory per episode)` } };
+    if (used)
+      return {
+        spec,
+        problem: {
+          field: used[0],
+          reason: `uses ${FIXTURE_PLACEHOLDER}, but the spec has no fixtures (add "fixtures": {} for an empty directory per episode)`,
+        },
+      };
     return { spec };
   }
   const copy = spec.fixtures.copy;
@@ -58,7 +68,10 @@ export function checkFixtures<S extends Pick<StdioSpec, 'args' | 'env' | 'cwd' |
     kind = st.isDirectory() ? 'directory' : st.isFile() ? 'file' : 'other';
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
-    return { spec, problem: { field: 'fixtures.copy', reason: code === 'ENOENT' ? `${abs} does not exist` : `cannot read ${abs} (${code ?? (err as Error).message})` } };
+    return {
+      spec,
+      problem: { field: 'fixtures.copy', reason: code === 'ENOENT' ? `${abs} does not exist` : `cannot read ${abs} (${code ?? (err as Error).message})` },
+    };
   }
   if (kind === 'other') return { spec, problem: { field: 'fixtures.copy', reason: `${abs} is neither a file nor a directory` } };
   return { spec: { ...spec, fixtures: { ...spec.fixtures, copy: abs } } };
@@ -127,7 +140,10 @@ export async function prepareFixture(spec: StdioSpec): Promise<Fixture | undefin
   } catch (err) {
     await remove();
     const e = err as NodeJS.ErrnoException;
-    throw new FixtureError('fixtures.copy', `cannot copy ${fixtures.copy} into ${dir}: ${e.code ?? e.message}${e.path && e.path !== fixtures.copy ? ` (${e.path})` : ''}`);
+    throw new FixtureError(
+      'fixtures.copy',
+      `cannot copy ${fixtures.copy} into ${dir}: ${e.code ?? e.message}${e.path && e.path !== fixtures.copy ? ` (${e.path})` : ''}`,
+    );
   }
   const fill = (s: string) => s.split(FIXTURE_PLACEHOLDER).join(dir);
   const fillAll = (env: Record<string, string> | undefined) => (env ? Object.fromEntries(Object.entries(env).map(([k, v]) => [k, fill(v)])) : undefined);

@@ -78,7 +78,8 @@ function requestIdOf(init: RequestInit | undefined): string | number | undefined
   if (typeof init?.body !== 'string') return undefined;
   try {
     const msg = JSON.parse(init.body) as { id?: unknown; method?: unknown };
-    if (msg && typeof msg === 'object' && !Array.isArray(msg) && typeof msg.method === 'string' && (typeof msg.id === 'number' || typeof msg.id === 'string')) return msg.id;
+    if (msg && typeof msg === 'object' && !Array.isArray(msg) && typeof msg.method === 'string' && (typeof msg.id === 'number' || typeof msg.id === 'string'))
+      return msg.id;
   } catch {
     // not JSON
   }

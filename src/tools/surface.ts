@@ -178,7 +178,9 @@ export function compareSurfaceSets(was: ToolSurfaces, now: ToolSurfaces): Surfac
       if (!isEmptyDiff(d)) drift.servers[alias] = d;
     }
   }
-  drift.missing_servers = Object.keys(was).filter((alias) => !(alias in now)).sort();
+  drift.missing_servers = Object.keys(was)
+    .filter((alias) => !(alias in now))
+    .sort();
   return drift;
 }
 
@@ -223,7 +225,8 @@ export function readToolSurfaces(dir: string): ToolSurfaceFile | undefined {
     throw new Error(`${path}: ${(err as Error).message}`);
   }
   const r = ToolSurfaceFileSchema.safeParse(raw);
-  if (!r.success) throw new Error(`${path}: not a recorded tool surface (${r.error.issues[0]?.path.join('.') ?? ''}: ${r.error.issues[0]?.message ?? 'invalid'})`);
+  if (!r.success)
+    throw new Error(`${path}: not a recorded tool surface (${r.error.issues[0]?.path.join('.') ?? ''}: ${r.error.issues[0]?.message ?? 'invalid'})`);
   return r.data;
 }
 
@@ -242,5 +245,7 @@ export function driftWarning(dir: string, now: ToolSurfaces, what: string): stri
   if (!recorded) return undefined;
   const drift = compareSurfaceSets(recorded.servers, now);
   if (!hasDrift(drift)) return undefined;
-  return `the tools differ from those ${what} (${join(dir, TOOL_SURFACE_FILE)}):\n${describeDrift(drift).map((l) => `  ${l}`).join('\n')}`;
+  return `the tools differ from those ${what} (${join(dir, TOOL_SURFACE_FILE)}):\n${describeDrift(drift)
+    .map((l) => `  ${l}`)
+    .join('\n')}`;
 }

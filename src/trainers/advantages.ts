@@ -68,7 +68,10 @@ export function turnAdvantages(trajectories: { stepRewards: number[]; final: num
   const adv = returns.map((r) => r.map(() => 0));
   for (let t = 0; t < maxTurns; t++) {
     const idx = returns.map((r, i) => (t < r.length ? i : -1)).filter((i) => i >= 0);
-    const a = groupAdvantages(idx.map((i) => returns[i]![t]!), estimator);
+    const a = groupAdvantages(
+      idx.map((i) => returns[i]![t]!),
+      estimator,
+    );
     idx.forEach((i, j) => (adv[i]![t] = a[j]!));
   }
   return adv;

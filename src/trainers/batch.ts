@@ -97,7 +97,16 @@ export function buildBatch(items: BatchItem[]): TrainBatch {
     batch.group_ids.push(item.group_id);
     if (gae) {
       (batch.advantages as number[]).push(0); // the learner computes them
-      batch.rewards!.push(tokenRewards(s, item.turnRewards ?? turnRewards(item.trajectory.turns.map((u) => u.step_reward), item.trajectory.reward)));
+      batch.rewards!.push(
+        tokenRewards(
+          s,
+          item.turnRewards ??
+            turnRewards(
+              item.trajectory.turns.map((u) => u.step_reward),
+              item.trajectory.reward,
+            ),
+        ),
+      );
     } else if (perToken) {
       const a = item.advantage;
       (batch.advantages as number[][]).push(s.turnOf.map((turn, k) => (s.mask[k] ? (Array.isArray(a) ? (a[turn] ?? 0) : a) : 0)));
@@ -157,7 +166,17 @@ export function buildTrainBatch(groups: KeptGroup[], o: BatchOptions): BuiltBatc
     const rewards = g.trajectories.map((t) => t.reward);
     if (isZeroVariance(rewards)) zeroVarianceGroups++;
     if (o.advantage === 'gae') {
-      g.trajectories.forEach((t) => items.push({ trajectory: t, group_id: g.group_id, advantage: 0, turnRewards: turnRewards(t.turns.map((u) => u.step_reward), t.reward) }));
+      g.trajectories.forEach((t) =>
+        items.push({
+          trajectory: t,
+          group_id: g.group_id,
+          advantage: 0,
+          turnRewards: turnRewards(
+            t.turns.map((u) => u.step_reward),
+            t.reward,
+          ),
+        }),
+      );
       continue;
     }
     const estimator = o.advantage;

@@ -79,10 +79,13 @@ export function formatValue(x: unknown, digits = 4): string {
   if (typeof x === 'boolean') return x ? 'true' : 'false';
   if (typeof x === 'string') return x === '' ? '(empty)' : x;
   if (typeof x === 'bigint') return String(x);
-  if (Array.isArray(x)) return x.length ? x.map((v) => (v && typeof v === 'object' ? `(${formatValue(v, digits)})` : formatValue(v, digits))).join(', ') : '(none)';
+  if (Array.isArray(x))
+    return x.length ? x.map((v) => (v && typeof v === 'object' ? `(${formatValue(v, digits)})` : formatValue(v, digits))).join(', ') : '(none)';
   if (typeof x === 'object') {
     const entries = Object.entries(x as Record<string, unknown>);
-    return entries.length ? entries.map(([k, v]) => `${k}=${v && typeof v === 'object' ? `(${formatValue(v, digits)})` : formatValue(v, digits)}`).join(', ') : '(none)';
+    return entries.length
+      ? entries.map(([k, v]) => `${k}=${v && typeof v === 'object' ? `(${formatValue(v, digits)})` : formatValue(v, digits)}`).join(', ')
+      : '(none)';
   }
   return String(x);
 }
@@ -106,8 +109,17 @@ function formatNumber(x: number, digits: number): string {
 export function formatTicks(ticks: number[]): string[] {
   const finite = ticks.filter(Number.isFinite);
   const maxAbs = Math.max(0, ...finite.map(Math.abs));
-  if (maxAbs >= 1e6 || (maxAbs > 0 && maxAbs < 1e-3)) return ticks.map((t) => (Number.isFinite(t) && t !== 0 ? Number(t.toPrecision(6)).toExponential().replace('e+', 'e') : formatValue(t)));
-  const spacing = finite.length > 1 ? Math.min(...finite.slice(1).map((t, i) => Math.abs(t - finite[i]!)).filter((d) => d > 0)) : 0;
+  if (maxAbs >= 1e6 || (maxAbs > 0 && maxAbs < 1e-3))
+    return ticks.map((t) => (Number.isFinite(t) && t !== 0 ? Number(t.toPrecision(6)).toExponential().replace('e+', 'e') : formatValue(t)));
+  const spacing =
+    finite.length > 1
+      ? Math.min(
+          ...finite
+            .slice(1)
+            .map((t, i) => Math.abs(t - finite[i]!))
+            .filter((d) => d > 0),
+        )
+      : 0;
   const decimals = (x: number) => {
     const s = String(Number(x.toPrecision(6)));
     return s.includes('e-') ? Number(s.split('e-')[1]) : (s.split('.')[1]?.length ?? 0);
@@ -117,15 +129,38 @@ export function formatTicks(ticks: number[]): string[] {
 }
 
 /** The groups of the config table, in their order. */
-export const CONFIG_GROUPS = ['task / suite', 'model', 'algorithm / loss', 'optimisation', 'sampling', 'rollout', 'evaluation', 'curriculum / replay', 'other'] as const;
+export const CONFIG_GROUPS = [
+  'task / suite',
+  'model',
+  'algorithm / loss',
+  'optimisation',
+  'sampling',
+  'rollout',
+  'evaluation',
+  'curriculum / replay',
+  'other',
+] as const;
 export type ConfigGroup = (typeof CONFIG_GROUPS)[number];
 
 const GROUP_OF: Record<string, ConfigGroup> = {};
-const put = (group: ConfigGroup, keys: string) => keys.split(/\s+/).filter(Boolean).forEach((k) => (GROUP_OF[k] = group));
+const put = (group: ConfigGroup, keys: string) =>
+  keys
+    .split(/\s+/)
+    .filter(Boolean)
+    .forEach((k) => (GROUP_OF[k] = group));
 put('task / suite', 'suite tasks eval_tasks max_difficulty faults bundled_servers');
-put('model', 'model policy base_url api_key_env learner learner_token device threads sampler_threads dtype gradient_checkpointing lora_rank lora_alpha lora_dropout lora_targets logit_chunk');
-put('algorithm / loss', 'preset reward composer_weights advantage per_turn loss clip_low clip_high dual_clip beta entropy_coef ref_reset_every is_correction is_cap is_min gae_gamma gae_lambda gae_level value_coef value_clip whiten_advantages overlong_max overlong_cache policy_token_budget dr_grpo_constant judge judge_base_url judge_api_key_env ruler ruler_votes ruler_weight ruler_verifier_weight ruler_rubric');
-put('optimisation', 'lr warmup_steps total_steps min_lr_ratio weight_decay adam_eps adam_beta1 adam_beta2 vector_lr_scale max_grad_norm epochs minibatch_size micro_batch_size');
+put(
+  'model',
+  'model policy base_url api_key_env learner learner_token device threads sampler_threads dtype gradient_checkpointing lora_rank lora_alpha lora_dropout lora_targets logit_chunk',
+);
+put(
+  'algorithm / loss',
+  'preset reward composer_weights advantage per_turn loss clip_low clip_high dual_clip beta entropy_coef ref_reset_every is_correction is_cap is_min gae_gamma gae_lambda gae_level value_coef value_clip whiten_advantages overlong_max overlong_cache policy_token_budget dr_grpo_constant judge judge_base_url judge_api_key_env ruler ruler_votes ruler_weight ruler_verifier_weight ruler_rubric',
+);
+put(
+  'optimisation',
+  'lr warmup_steps total_steps min_lr_ratio weight_decay adam_eps adam_beta1 adam_beta2 vector_lr_scale max_grad_norm epochs minibatch_size micro_batch_size',
+);
 put('sampling', 'temperature top_k top_p max_new_tokens dynamic_sampling dynamic_sampling_on max_resample_rounds');
 put('rollout', 'steps tasks_per_step group concurrency max_staleness time_budget_minutes checkpoint_every seed');
 put('evaluation', 'eval_every eval_limit eval_samples');
@@ -242,7 +277,10 @@ export function lineChart(id: string, title: string, series: Series[], opts: Cha
   const W = opts.width ?? 540;
   const H = opts.height ?? 300;
   const m = { l: 68, r: 18, t: 14, b: 46 };
-  const bands = (opts.bands ?? []).map((b) => ({ ...b, points: b.points.filter(([x, lo, hi]) => Number.isFinite(x) && Number.isFinite(lo) && Number.isFinite(hi)) }));
+  const bands = (opts.bands ?? []).map((b) => ({
+    ...b,
+    points: b.points.filter(([x, lo, hi]) => Number.isFinite(x) && Number.isFinite(lo) && Number.isFinite(hi)),
+  }));
   const drawn = series.map((s) => ({ ...s, points: s.points.filter(finitePoint) }));
   const xs = [...drawn.flatMap((s) => s.points.map((p) => p[0])), ...bands.flatMap((b) => b.points.map((p) => p[0]))];
   const ys = [...drawn.flatMap((s) => s.points.map((p) => p[1])), ...bands.flatMap((b) => b.points.flatMap((p) => [p[1], p[2]]))];
@@ -264,11 +302,26 @@ export function lineChart(id: string, title: string, series: Series[], opts: Cha
     ...yTicks.map((t) => `<line x1="${m.l}" x2="${W - m.r}" y1="${f1(sy(t))}" y2="${f1(sy(t))}"/>`),
     ...xTicks.map((t) => `<line x1="${f1(sx(t))}" x2="${f1(sx(t))}" y1="${m.t}" y2="${m.t + ph}"/>`),
   ].join('');
-  const yAxis = yTicks.map((t, i) => `<line x1="${m.l - 4}" x2="${m.l}" y1="${f1(sy(t))}" y2="${f1(sy(t))}" stroke="#888"/><text class="tick" data-value="${t}" x="${m.l - 7}" y="${f1(sy(t) + 4)}" text-anchor="end">${escapeHtml(yLabels[i]!)}</text>`).join('');
-  const xAxis = xTicks.map((t, i) => `<line x1="${f1(sx(t))}" x2="${f1(sx(t))}" y1="${m.t + ph}" y2="${m.t + ph + 4}" stroke="#888"/><text class="tick" data-value="${t}" x="${f1(sx(t))}" y="${m.t + ph + 17}" text-anchor="middle">${escapeHtml(xLabels[i]!)}</text>`).join('');
+  const yAxis = yTicks
+    .map(
+      (t, i) =>
+        `<line x1="${m.l - 4}" x2="${m.l}" y1="${f1(sy(t))}" y2="${f1(sy(t))}" stroke="#888"/><text class="tick" data-value="${t}" x="${m.l - 7}" y="${f1(sy(t) + 4)}" text-anchor="end">${escapeHtml(yLabels[i]!)}</text>`,
+    )
+    .join('');
+  const xAxis = xTicks
+    .map(
+      (t, i) =>
+        `<line x1="${f1(sx(t))}" x2="${f1(sx(t))}" y1="${m.t + ph}" y2="${m.t + ph + 4}" stroke="#888"/><text class="tick" data-value="${t}" x="${f1(sx(t))}" y="${m.t + ph + 17}" text-anchor="middle">${escapeHtml(xLabels[i]!)}</text>`,
+    )
+    .join('');
   const yLabel = opts.yLabel ?? (series.length === 1 ? series[0]!.name : '');
   const marks = (opts.markers ?? []).filter((k) => Number.isFinite(k.step) && k.step >= x0 && k.step <= x1);
-  const markerSvg = marks.map((k) => `<line class="marker" data-step="${k.step}" x1="${f1(sx(k.step))}" x2="${f1(sx(k.step))}" y1="${m.t}" y2="${m.t + ph}" stroke="#999" stroke-dasharray="4 3"><title>${escapeHtml(k.label)}</title></line>`).join('');
+  const markerSvg = marks
+    .map(
+      (k) =>
+        `<line class="marker" data-step="${k.step}" x1="${f1(sx(k.step))}" x2="${f1(sx(k.step))}" y1="${m.t}" y2="${m.t + ph}" stroke="#999" stroke-dasharray="4 3"><title>${escapeHtml(k.label)}</title></line>`,
+    )
+    .join('');
   const bandSvg = bands
     .map((b) => {
       const n = b.points.length;
@@ -287,18 +340,42 @@ export function lineChart(id: string, title: string, series: Series[], opts: Cha
   const lines = drawn
     .map((s) => {
       const coords = s.points.map(([x, y]) => `${f1(sx(x))},${f1(sy(y))}`).join(' ');
-      const dots = s.points.length <= 60 ? s.points.map(([x, y]) => `<circle class="dot" cx="${f1(sx(x))}" cy="${f1(sy(y))}" r="2.6" fill="${s.color}"><title>${escapeHtml(`${s.name}: step ${formatValue(x)}, ${formatValue(y)}`)}</title></circle>`).join('') : '';
+      const dots =
+        s.points.length <= 60
+          ? s.points
+              .map(
+                ([x, y]) =>
+                  `<circle class="dot" cx="${f1(sx(x))}" cy="${f1(sy(y))}" r="2.6" fill="${s.color}"><title>${escapeHtml(`${s.name}: step ${formatValue(x)}, ${formatValue(y)}`)}</title></circle>`,
+              )
+              .join('')
+          : '';
       return `<polyline class="series" data-series="${escapeHtml(s.name)}" data-n="${s.points.length}" fill="none" stroke="${s.color}" stroke-width="2" stroke-linejoin="round" points="${coords}"/>${dots}`;
     })
     .join('');
-  const empty = drawn.every((s) => s.points.length === 0) && bands.every((b) => b.points.length === 0) ? `<text class="empty" x="${m.l + pw / 2}" y="${m.t + ph / 2}" text-anchor="middle" fill="#999">no data</text>` : '';
+  const empty =
+    drawn.every((s) => s.points.length === 0) && bands.every((b) => b.points.length === 0)
+      ? `<text class="empty" x="${m.l + pw / 2}" y="${m.t + ph / 2}" text-anchor="middle" fill="#999">no data</text>`
+      : '';
   const swatch = (body: string) => `<svg class="swatch" width="22" height="10" viewBox="0 0 22 10" aria-hidden="true">${body}</svg>`;
   const legendItems = [
-    ...series.map((s) => `<span class="item" style="display:inline-flex;align-items:center;gap:4px">${swatch(`<line x1="1" x2="21" y1="5" y2="5" stroke="${s.color}" stroke-width="2"/><circle cx="11" cy="5" r="2.6" fill="${s.color}"/>`)}${escapeHtml(s.name)}</span>`),
-    ...bands.map((b) => `<span class="item" style="display:inline-flex;align-items:center;gap:4px">${swatch(`<rect x="1" y="1" width="20" height="8" fill="${b.color}" fill-opacity="0.22" stroke="${b.color}" stroke-opacity="0.5"/>`)}${escapeHtml(b.name)}</span>`),
-    ...(marks.length ? [`<span class="item" style="display:inline-flex;align-items:center;gap:4px">${swatch('<line x1="11" x2="11" y1="0" y2="10" stroke="#999" stroke-dasharray="3 2"/>')}${escapeHtml(marks[0]!.label.replace(/ at step \d+$/, ''))}</span>`] : []),
+    ...series.map(
+      (s) =>
+        `<span class="item" style="display:inline-flex;align-items:center;gap:4px">${swatch(`<line x1="1" x2="21" y1="5" y2="5" stroke="${s.color}" stroke-width="2"/><circle cx="11" cy="5" r="2.6" fill="${s.color}"/>`)}${escapeHtml(s.name)}</span>`,
+    ),
+    ...bands.map(
+      (b) =>
+        `<span class="item" style="display:inline-flex;align-items:center;gap:4px">${swatch(`<rect x="1" y="1" width="20" height="8" fill="${b.color}" fill-opacity="0.22" stroke="${b.color}" stroke-opacity="0.5"/>`)}${escapeHtml(b.name)}</span>`,
+    ),
+    ...(marks.length
+      ? [
+          `<span class="item" style="display:inline-flex;align-items:center;gap:4px">${swatch('<line x1="11" x2="11" y1="0" y2="10" stroke="#999" stroke-dasharray="3 2"/>')}${escapeHtml(marks[0]!.label.replace(/ at step \d+$/, ''))}</span>`,
+        ]
+      : []),
   ];
-  const legend = series.length > 1 || bands.length || marks.length ? `<div class="legend" style="display:flex;flex-wrap:wrap;gap:4px 12px;font-size:12px">${legendItems.join('')}</div>` : '';
+  const legend =
+    series.length > 1 || bands.length || marks.length
+      ? `<div class="legend" style="display:flex;flex-wrap:wrap;gap:4px 12px;font-size:12px">${legendItems.join('')}</div>`
+      : '';
   return `<figure class="chart" id="${id}"><figcaption>${escapeHtml(title)}</figcaption>
 <svg class="plot" viewBox="0 0 ${W} ${H}" width="${W}" height="${H}" role="img" aria-label="${escapeHtml(title)}" font-size="11" font-family="system-ui,sans-serif">
 <rect x="${m.l}" y="${m.t}" width="${pw}" height="${ph}" fill="#fcfcfc"/>

@@ -42,7 +42,7 @@ export interface CollectOptions {
   /** DAPO overlong shaping over the policy tokens of an episode; max 0 = off. */
   overlong: { max: number; cache: number };
   /** RULER: a judge that scores each group (its options: mode, rubric, weights, cache, ...). */
-  judge?: { model: ChatModel; options: RulerOptions; /** Groups judged at once (default 4). */ concurrency?: number };
+  judge?: { model: ChatModel; options: RulerOptions /** Groups judged at once (default 4). */; concurrency?: number };
   signal?: AbortSignal;
 }
 
@@ -97,7 +97,10 @@ interface Scored {
  * Stage 3, score: RULER's judge (when the run has one) rescores each group with at least two
  * finished episodes, then DAPO's overlong shaping is added to every trajectory's reward.
  */
-export async function scoreGroups(groups: { group_id: string; trajectories: Trajectory[] }[], o: Pick<CollectOptions, 'judge' | 'overlong' | 'signal'>): Promise<Scored> {
+export async function scoreGroups(
+  groups: { group_id: string; trajectories: Trajectory[] }[],
+  o: Pick<CollectOptions, 'judge' | 'overlong' | 'signal'>,
+): Promise<Scored> {
   const out: Scored = { judgeCalls: 0, judgeCached: 0, judgeFailed: new Set() };
   if (o.judge) {
     const j = o.judge;
@@ -128,7 +131,11 @@ export async function scoreGroups(groups: { group_id: string; trajectories: Traj
 }
 
 /** Why the filter stage dropped a group, or undefined when it keeps it. */
-export function dropReason(g: { group_id: string; trajectories: Trajectory[] }, judgeFailed: Set<string>, o: Pick<CollectOptions, 'dynamicSampling' | 'dynamicSamplingOn'>): 'too_few' | 'judge' | 'no_signal' | undefined {
+export function dropReason(
+  g: { group_id: string; trajectories: Trajectory[] },
+  judgeFailed: Set<string>,
+  o: Pick<CollectOptions, 'dynamicSampling' | 'dynamicSamplingOn'>,
+): 'too_few' | 'judge' | 'no_signal' | undefined {
   // Episodes that a tool server's failure ended (finish 'error') are counted in the metrics,
   // not learned from: the policy did nothing wrong in them.
   if (g.trajectories.length < 2) return 'too_few';
@@ -144,11 +151,28 @@ export function dropReason(g: { group_id: string; trajectories: Trajectory[] }, 
  */
 export async function collectGroups(o: CollectOptions): Promise<Collected> {
   const t0 = performance.now();
-  const out: Collected = { kept: [], trajectories: [], groupsSeen: 0, droppedNoSignal: 0, droppedTooFew: 0, droppedJudge: 0, judgeCalls: 0, judgeCached: 0, rounds: 0, full: false, seconds: 0 };
+  const out: Collected = {
+    kept: [],
+    trajectories: [],
+    groupsSeen: 0,
+    droppedNoSignal: 0,
+    droppedTooFew: 0,
+    droppedJudge: 0,
+    judgeCalls: 0,
+    judgeCached: 0,
+    rounds: 0,
+    full: false,
+    seconds: 0,
+  };
   const maxRounds = o.dynamicSampling ? 1 + o.maxResampleRounds : 1;
   while (out.rounds < maxRounds && out.kept.length < o.tasksPerStep && !o.signal?.aborted) {
     const tasks = drawDistinct(o.tasksPerStep - out.kept.length, () => (o.curriculum ? o.curriculum.draw(o.sampler, o.step) : o.sampler.draw()));
-    const r = await rollout(o.env, o.policy, tasks, { group: o.group, concurrency: o.concurrency, iteration: `train.${o.step}.${out.rounds}`, signal: o.signal });
+    const r = await rollout(o.env, o.policy, tasks, {
+      group: o.group,
+      concurrency: o.concurrency,
+      iteration: `train.${o.step}.${out.rounds}`,
+      signal: o.signal,
+    });
     out.rounds++;
     const scored = await scoreGroups(r.groups, o);
     out.judgeCalls += scored.judgeCalls;

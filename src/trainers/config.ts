@@ -26,10 +26,25 @@ export const PRESET_NAMES = ['grpo', 'dapo', 'dr_grpo', 'gspo', 'rlvr', 'art', '
 
 export const TrainConfigSchema = z
   .object({
-    preset: z.enum(PRESET_NAMES).default('art').describe('the recipe whose settings fill the fields not given: grpo, dapo, dr_grpo, gspo, rlvr, art, ruler (needs --judge), prorl, ppo (PPO with GAE: a value head)'),
+    preset: z
+      .enum(PRESET_NAMES)
+      .default('art')
+      .describe(
+        'the recipe whose settings fill the fields not given: grpo, dapo, dr_grpo, gspo, rlvr, art, ruler (needs --judge), prorl, ppo (PPO with GAE: a value head)',
+      ),
     suite: z.string().default('calculator').describe('the bundled task suite to train and evaluate on (when no task file is given)'),
-    tasks: z.string().min(1).optional().describe('a task file (.json or .jsonl) to train on instead of a suite: its train split (and, without eval_tasks, its eval split as the held-out tasks)'),
-    eval_tasks: z.string().min(1).optional().describe('a task file of held-out tasks (all of it; default: the eval split of the tasks, or of the suite, which is the same whatever the seed)'),
+    tasks: z
+      .string()
+      .min(1)
+      .optional()
+      .describe(
+        'a task file (.json or .jsonl) to train on instead of a suite: its train split (and, without eval_tasks, its eval split as the held-out tasks)',
+      ),
+    eval_tasks: z
+      .string()
+      .min(1)
+      .optional()
+      .describe('a task file of held-out tasks (all of it; default: the eval split of the tasks, or of the suite, which is the same whatever the seed)'),
     max_difficulty: z.number().int().min(1).max(5).default(5).describe('only tasks up to this difficulty, for training and evaluation'),
     min_difficulty: z.number().int().min(1).max(5).default(1).describe('only tasks of this difficulty or above, for training and evaluation'),
     model: z.string().default(BUNDLED_MODEL_DIR).describe('the cold-start model directory (copied into the run; the copy is trained)'),
@@ -38,37 +53,125 @@ export const TrainConfigSchema = z
     group: z.number().int().min(2).default(8).describe('rollouts per task (G)'),
     concurrency: z.number().int().min(1).default(64).describe('episodes at once'),
     reward: z.string().min(1).default('art').describe('the reward, by registered name: art, rlvr, composer, verifier, or one registered with registerReward'),
-    composer_weights: composerWeightsSchema().describe('the reward composer\'s weights by part name (correctness, think_format, reasoning, safety, or a part registered with registerRewardPart); on the command line name=w,name=w; parts not named weigh 0, except correctness (1)'),
-    advantage: z.enum(['grpo', 'dr_grpo', 'gae']).default('grpo').describe('advantage estimator: grpo ((r − mean) / sample std), dr_grpo (r − mean) or gae (PPO with GAE: the learner\'s value head, gae_* fields; the batch carries the turns\' rewards)'),
-    per_turn: z.boolean().default(false).describe('per-turn advantages: each turn gets the group-normalised return from that turn on (the reward\'s step rewards)'),
+    composer_weights: composerWeightsSchema().describe(
+      "the reward composer's weights by part name (correctness, think_format, reasoning, safety, or a part registered with registerRewardPart); on the command line name=w,name=w; parts not named weigh 0, except correctness (1)",
+    ),
+    advantage: z
+      .enum(['grpo', 'dr_grpo', 'gae'])
+      .default('grpo')
+      .describe(
+        "advantage estimator: grpo ((r − mean) / sample std), dr_grpo (r − mean) or gae (PPO with GAE: the learner's value head, gae_* fields; the batch carries the turns' rewards)",
+      ),
+    per_turn: z
+      .boolean()
+      .default(false)
+      .describe("per-turn advantages: each turn gets the group-normalised return from that turn on (the reward's step rewards)"),
     dynamic_sampling: z.boolean().default(false).describe('DAPO dynamic sampling: drop groups without signal and sample more tasks until the batch is full'),
-    drop_zero_variance: z.boolean().default(false).describe('leave groups whose rewards are all equal out of the learner\'s batch (their advantages are 0: with beta 0 and no entropy bonus they add no gradient, only cost); the loss is then normalised over the groups with signal. Needs beta 0, entropy_coef 0 and a group advantage (not gae)'),
-    dynamic_sampling_on: z.enum(['outcome', 'reward']).default('outcome').describe('what "without signal" means: every episode solved or every one failed (outcome, as in DAPO), or all shaped rewards equal (reward)'),
+    drop_zero_variance: z
+      .boolean()
+      .default(false)
+      .describe(
+        "leave groups whose rewards are all equal out of the learner's batch (their advantages are 0: with beta 0 and no entropy bonus they add no gradient, only cost); the loss is then normalised over the groups with signal. Needs beta 0, entropy_coef 0 and a group advantage (not gae)",
+      ),
+    dynamic_sampling_on: z
+      .enum(['outcome', 'reward'])
+      .default('outcome')
+      .describe('what "without signal" means: every episode solved or every one failed (outcome, as in DAPO), or all shaped rewards equal (reward)'),
     max_resample_rounds: z.number().int().min(0).default(4).describe('with dynamic sampling, at most this many extra sampling rounds per step (the cap)'),
-    curriculum: z.enum(CURRICULUM_MODES).default('off').describe('task difficulty over the run: off (uniform draws), adaptive (a level per suite moved by the recent success at it), schedule (curriculum_schedule); each draw is at the level with probability curriculum_share, else below it'),
-    curriculum_share: z.number().min(0).max(1).default(0.5).describe('curriculum: the share of draws at the current level (the rest uniformly at the suite\'s difficulties below it)'),
+    curriculum: z
+      .enum(CURRICULUM_MODES)
+      .default('off')
+      .describe(
+        'task difficulty over the run: off (uniform draws), adaptive (a level per suite moved by the recent success at it), schedule (curriculum_schedule); each draw is at the level with probability curriculum_share, else below it',
+      ),
+    curriculum_share: z
+      .number()
+      .min(0)
+      .max(1)
+      .default(0.5)
+      .describe("curriculum: the share of draws at the current level (the rest uniformly at the suite's difficulties below it)"),
     curriculum_low: z.number().min(0).max(1).default(0.3).describe('curriculum adaptive: a success rate at the level below this moves the level down'),
     curriculum_high: z.number().min(0).max(1).default(0.7).describe('curriculum adaptive: a success rate at the level above this moves the level up'),
-    curriculum_window: z.number().int().min(1).default(3).describe('curriculum adaptive: the steps at a level whose episodes decide a move (the window must be full)'),
+    curriculum_window: z
+      .number()
+      .int()
+      .min(1)
+      .default(3)
+      .describe('curriculum adaptive: the steps at a level whose episodes decide a move (the window must be full)'),
     curriculum_start: z.number().int().min(1).max(5).default(1).describe('curriculum adaptive: the first level of every suite (clamped to its difficulties)'),
-    curriculum_schedule: z.string().regex(/^\s*\d+:\d+\s*(,\s*\d+:\d+\s*)*$/, 'difficulty:from_step entries separated by commas (e.g. "1:0,2:10,3:25")').default('1:0').describe('curriculum schedule: difficulty:from_step entries, e.g. "1:0,2:10,3:25" (step k trains at the difficulty of the last entry with from_step <= k)'),
-    replay_fraction: z.number().min(0).lt(1).default(0).describe('replay: the share of each step\'s groups drawn from a buffer of past groups with signal, round(replay_fraction × tasks_per_step) (fewer fresh tasks are collected; 0: off)'),
+    curriculum_schedule: z
+      .string()
+      .regex(/^\s*\d+:\d+\s*(,\s*\d+:\d+\s*)*$/, 'difficulty:from_step entries separated by commas (e.g. "1:0,2:10,3:25")')
+      .default('1:0')
+      .describe(
+        'curriculum schedule: difficulty:from_step entries, e.g. "1:0,2:10,3:25" (step k trains at the difficulty of the last entry with from_step <= k)',
+      ),
+    replay_fraction: z
+      .number()
+      .min(0)
+      .lt(1)
+      .default(0)
+      .describe(
+        "replay: the share of each step's groups drawn from a buffer of past groups with signal, round(replay_fraction × tasks_per_step) (fewer fresh tasks are collected; 0: off)",
+      ),
     replay_capacity: z.number().int().min(1).default(64).describe('replay: groups the buffer holds (the oldest go first)'),
     replay_max_age: z.number().int().min(1).default(4).describe('replay: steps after the one it was collected for that a group may be replayed'),
-    replay_priority: z.enum(REPLAY_PRIORITIES).default('uniform').describe('replay: how groups are drawn from the buffer: uniform, or advantage (in proportion to the group\'s mean |advantage|)'),
-    report_to: z.string().default('').describe('experiment trackers to log the run to, comma-separated: wandb (offline), tensorboard, mlflow (file store); each writes under the run directory (their packages are installed into the learner\'s venv on first use)'),
-    no_signal_patience: z.number().int().min(0).default(5).describe('stop the run (exit 5) after this many steps in a row without a learning signal: every group\'s rewards equal (all failed or all solved), or a learner step that left the weights bit-identical; 0: never stop for it (each such step is still logged)'),
-    time_budget_minutes: z.number().min(0).default(0).describe('stop training once the run has trained this many minutes (wall clock, evaluations included), then evaluate as at the end (0: no budget)'),
+    replay_priority: z
+      .enum(REPLAY_PRIORITIES)
+      .default('uniform')
+      .describe("replay: how groups are drawn from the buffer: uniform, or advantage (in proportion to the group's mean |advantage|)"),
+    report_to: z
+      .string()
+      .default('')
+      .describe(
+        "experiment trackers to log the run to, comma-separated: wandb (offline), tensorboard, mlflow (file store); each writes under the run directory (their packages are installed into the learner's venv on first use)",
+      ),
+    no_signal_patience: z
+      .number()
+      .int()
+      .min(0)
+      .default(5)
+      .describe(
+        "stop the run (exit 5) after this many steps in a row without a learning signal: every group's rewards equal (all failed or all solved), or a learner step that left the weights bit-identical; 0: never stop for it (each such step is still logged)",
+      ),
+    time_budget_minutes: z
+      .number()
+      .min(0)
+      .default(0)
+      .describe('stop training once the run has trained this many minutes (wall clock, evaluations included), then evaluate as at the end (0: no budget)'),
     overlong_max: z.number().int().min(0).default(0).describe('DAPO overlong shaping: the policy-token limit of an episode (0: off)'),
     overlong_cache: z.number().int().min(1).default(64).describe('DAPO overlong shaping: the soft-penalty window before overlong_max'),
-    policy_token_budget: z.number().int().min(0).default(0).describe('Dr. GRPO\'s constant normaliser: a fixed budget of policy tokens per episode (0: max_new_tokens × the tasks\' largest max_turns, at most the model\'s context)'),
+    policy_token_budget: z
+      .number()
+      .int()
+      .min(0)
+      .default(0)
+      .describe(
+        "Dr. GRPO's constant normaliser: a fixed budget of policy tokens per episode (0: max_new_tokens × the tasks' largest max_turns, at most the model's context)",
+      ),
     max_new_tokens: z.number().int().min(8).default(96).describe('tokens an assistant turn may have'),
     eval_every: z.number().int().min(0).default(10).describe('evaluate on held-out tasks every K steps (0: only before and after)'),
     eval_limit: z.number().int().min(0).default(0).describe('held-out tasks evaluated: the first N (0: all of them)'),
     eval_samples: z.number().int().min(1).default(2).describe('rollouts of each held-out task'),
-    max_staleness: z.number().int().min(0).max(8).default(1).describe('asynchronous training: the rollouts of the next steps are collected while the learner trains, sampled by weights at most this many steps older than those trained from (groups staler than that are dropped); 0: the synchronous loop'),
-    checkpoint_every: z.number().int().min(1).default(1).describe('a learner checkpoint (and state.json) every N steps; a learner that dies costs the steps since'),
-    bundled_servers: z.enum(['inprocess', 'stdio']).default('inprocess').describe('how the bundled tool servers run: in this process (fastest) or as stdio child processes'),
+    max_staleness: z
+      .number()
+      .int()
+      .min(0)
+      .max(8)
+      .default(1)
+      .describe(
+        'asynchronous training: the rollouts of the next steps are collected while the learner trains, sampled by weights at most this many steps older than those trained from (groups staler than that are dropped); 0: the synchronous loop',
+      ),
+    checkpoint_every: z
+      .number()
+      .int()
+      .min(1)
+      .default(1)
+      .describe('a learner checkpoint (and state.json) every N steps; a learner that dies costs the steps since'),
+    bundled_servers: z
+      .enum(['inprocess', 'stdio'])
+      .default('inprocess')
+      .describe('how the bundled tool servers run: in this process (fastest) or as stdio child processes'),
     faults: z
       .string()
       .superRefine((v, ctx) => {
@@ -80,35 +183,84 @@ export const TrainConfigSchema = z
         }
       })
       .default('')
-      .describe('robustness training: faults injected into the agent\'s tool calls of the training rollouts (not the held-out evaluations), drawn from the seed: timeout=p,error=p,malformed=p,slow=<ms>ms@p,distractors=N (empty: none)'),
-    policy: z.string().regex(/^(onnx|openai:.+)$/, "onnx, or openai:<model> (a server: --base-url)").default('onnx').describe('what samples the rollouts: onnx (the model in-process) or openai:<model> (an OpenAI-compatible server that returns token ids and loads new weights, e.g. mcp-gym serve-policy; needs base_url)'),
-    base_url: z.string().url().optional().describe('the policy server\'s base URL (up to and with /v1), with policy openai:<model>'),
-    api_key_env: z.string().min(1).optional().describe('the environment variable holding the policy server\'s key (default OPENAI_API_KEY)'),
+      .describe(
+        "robustness training: faults injected into the agent's tool calls of the training rollouts (not the held-out evaluations), drawn from the seed: timeout=p,error=p,malformed=p,slow=<ms>ms@p,distractors=N (empty: none)",
+      ),
+    policy: z
+      .string()
+      .regex(/^(onnx|openai:.+)$/, 'onnx, or openai:<model> (a server: --base-url)')
+      .default('onnx')
+      .describe(
+        'what samples the rollouts: onnx (the model in-process) or openai:<model> (an OpenAI-compatible server that returns token ids and loads new weights, e.g. mcp-gym serve-policy; needs base_url)',
+      ),
+    base_url: z.string().url().optional().describe("the policy server's base URL (up to and with /v1), with policy openai:<model>"),
+    api_key_env: z.string().min(1).optional().describe("the environment variable holding the policy server's key (default OPENAI_API_KEY)"),
     learner: z.string().optional().describe('URL of a learner already running (e.g. on a GPU machine); default: spawn one here'),
     learner_token: z.string().optional().describe('bearer token of that learner'),
-    device: z.enum(['auto', 'cpu', 'cuda']).default('auto').describe('the learner\'s device'),
-    threads: z.number().int().min(1).optional().describe('the learner\'s CPU threads (default: all cores)'),
-    sampler_threads: z.number().int().min(1).optional().describe('the embedded policy\'s onnxruntime threads for the rollouts and evaluations (the samples do not depend on it); default: 2 with max_staleness 0 on 2 or more cores (the learner is idle while the rollouts run), else 1'),
-    lora_rank: z.number().int().min(0).default(0).describe('Hugging Face models: the rank of a LoRA adapter to train (PEFT), pushed to the policy server after each step (vLLM /v1/load_lora_adapter); 0: full fine-tuning'),
-    lora_alpha: z.number().gt(0).optional().describe('Hugging Face models: LoRA\'s alpha (default 2 × lora_rank)'),
-    lora_dropout: z.number().min(0).lt(1).default(0).describe('Hugging Face models: LoRA\'s dropout'),
-    lora_targets: z.string().min(1).default('all-linear').describe('Hugging Face models: the modules LoRA adapts: all-linear, or module names separated by commas (e.g. q_proj,v_proj)'),
-    tool_format: z.enum(['auto', 'native', 'hermes']).default('auto').describe('Hugging Face models: how the chat template renders tools: auto (its own when it has them, else the Hermes format), native, hermes (docs/models.md)'),
-    dtype: z.enum(['auto', 'float32', 'bfloat16']).default('auto').describe('Hugging Face models: the learner\'s parameter dtype (auto: float32, with bf16 autocast on a GPU that has it)'),
+    device: z.enum(['auto', 'cpu', 'cuda']).default('auto').describe("the learner's device"),
+    threads: z.number().int().min(1).optional().describe("the learner's CPU threads (default: all cores)"),
+    sampler_threads: z
+      .number()
+      .int()
+      .min(1)
+      .optional()
+      .describe(
+        "the embedded policy's onnxruntime threads for the rollouts and evaluations (the samples do not depend on it); default: 2 with max_staleness 0 on 2 or more cores (the learner is idle while the rollouts run), else 1",
+      ),
+    lora_rank: z
+      .number()
+      .int()
+      .min(0)
+      .default(0)
+      .describe(
+        'Hugging Face models: the rank of a LoRA adapter to train (PEFT), pushed to the policy server after each step (vLLM /v1/load_lora_adapter); 0: full fine-tuning',
+      ),
+    lora_alpha: z.number().gt(0).optional().describe("Hugging Face models: LoRA's alpha (default 2 × lora_rank)"),
+    lora_dropout: z.number().min(0).lt(1).default(0).describe("Hugging Face models: LoRA's dropout"),
+    lora_targets: z
+      .string()
+      .min(1)
+      .default('all-linear')
+      .describe('Hugging Face models: the modules LoRA adapts: all-linear, or module names separated by commas (e.g. q_proj,v_proj)'),
+    tool_format: z
+      .enum(['auto', 'native', 'hermes'])
+      .default('auto')
+      .describe(
+        'Hugging Face models: how the chat template renders tools: auto (its own when it has them, else the Hermes format), native, hermes (docs/models.md)',
+      ),
+    dtype: z
+      .enum(['auto', 'float32', 'bfloat16'])
+      .default('auto')
+      .describe("Hugging Face models: the learner's parameter dtype (auto: float32, with bf16 autocast on a GPU that has it)"),
     gradient_checkpointing: z.boolean().default(false).describe('Hugging Face models: recompute activations in the backward pass (less memory, slower)'),
-    judge: z.string().default('').describe('RULER\'s judge, a chat model: openai:<model> or anthropic:<model> (empty: no judge)'),
-    judge_base_url: z.string().min(1).optional().describe('the judge\'s API base URL (OpenAI-compatible: up to and with /v1)'),
-    judge_api_key_env: z.string().min(1).optional().describe('the environment variable holding the judge\'s API key (default OPENAI_API_KEY / ANTHROPIC_API_KEY)'),
-    ruler: z.enum(['off', 'listwise', 'pairwise']).default('off').describe('RULER: the judge scores each group, listwise (one request per group, scores in [0, 1]) or pairwise (A / B / TIE votes, standardised in the group); needs judge'),
+    judge: z.string().default('').describe("RULER's judge, a chat model: openai:<model> or anthropic:<model> (empty: no judge)"),
+    judge_base_url: z.string().min(1).optional().describe("the judge's API base URL (OpenAI-compatible: up to and with /v1)"),
+    judge_api_key_env: z
+      .string()
+      .min(1)
+      .optional()
+      .describe("the environment variable holding the judge's API key (default OPENAI_API_KEY / ANTHROPIC_API_KEY)"),
+    ruler: z
+      .enum(['off', 'listwise', 'pairwise'])
+      .default('off')
+      .describe(
+        'RULER: the judge scores each group, listwise (one request per group, scores in [0, 1]) or pairwise (A / B / TIE votes, standardised in the group); needs judge',
+      ),
     ruler_votes: z.number().int().min(1).default(3).describe('RULER pairwise: judge requests per pair of trajectories'),
-    ruler_weight: z.number().default(1).describe('RULER: the weight of the judge\'s score in the reward'),
-    ruler_verifier_weight: z.number().default(0).describe('RULER: the weight of the reward before the judge (the config\'s reward) in the reward'),
-    ruler_rubric: z.string().min(1).optional().describe('RULER: the judge\'s grading standards (default: a goal reached beats one not reached; efficiency; tool errors count against)'),
+    ruler_weight: z.number().default(1).describe("RULER: the weight of the judge's score in the reward"),
+    ruler_verifier_weight: z.number().default(0).describe("RULER: the weight of the reward before the judge (the config's reward) in the reward"),
+    ruler_rubric: z
+      .string()
+      .min(1)
+      .optional()
+      .describe("RULER: the judge's grading standards (default: a goal reached beats one not reached; efficiency; tool errors count against)"),
     ...learnerFields,
     is_correction: z
       .enum(['auto', ...IS_CORRECTIONS])
       .default('auto')
-      .describe('off-policy correction of the sampler\'s lag (the learner\'s old logprobs against the sampler\'s): token_truncate, token_mask, sequence_truncate, sequence_mask (TRL\'s modes, bounds is_min..is_cap) or none; auto: token_truncate with max_staleness > 0 or replay_fraction > 0, else none'),
+      .describe(
+        "off-policy correction of the sampler's lag (the learner's old logprobs against the sampler's): token_truncate, token_mask, sequence_truncate, sequence_mask (TRL's modes, bounds is_min..is_cap) or none; auto: token_truncate with max_staleness > 0 or replay_fraction > 0, else none",
+      ),
   })
   .strict();
 
@@ -123,29 +275,110 @@ export type TrainConfigInput = z.input<typeof TrainConfigSchema>;
  */
 export const CONFIG_GROUPS = {
   tasks: ['preset', 'suite', 'tasks', 'eval_tasks', 'min_difficulty', 'max_difficulty', 'model', 'seed'],
-  rollout: ['tasks_per_step', 'group', 'concurrency', 'max_new_tokens', 'temperature', 'top_k', 'top_p', 'policy', 'base_url', 'api_key_env', 'sampler_threads', 'bundled_servers', 'faults', 'tool_format'],
+  rollout: [
+    'tasks_per_step',
+    'group',
+    'concurrency',
+    'max_new_tokens',
+    'temperature',
+    'top_k',
+    'top_p',
+    'policy',
+    'base_url',
+    'api_key_env',
+    'sampler_threads',
+    'bundled_servers',
+    'faults',
+    'tool_format',
+  ],
   algorithm: [
-    'reward', 'composer_weights', 'advantage', 'per_turn', 'dynamic_sampling', 'dynamic_sampling_on', 'max_resample_rounds', 'drop_zero_variance', 'overlong_max', 'overlong_cache', 'policy_token_budget',
-    'loss', 'clip_low', 'clip_high', 'dual_clip', 'is_correction', 'is_cap', 'is_min', 'beta', 'entropy_coef', 'ref_reset_every',
-    'gae_gamma', 'gae_lambda', 'gae_level', 'value_coef', 'value_clip', 'whiten_advantages',
-    'judge', 'judge_base_url', 'judge_api_key_env', 'ruler', 'ruler_votes', 'ruler_weight', 'ruler_verifier_weight', 'ruler_rubric',
+    'reward',
+    'composer_weights',
+    'advantage',
+    'per_turn',
+    'dynamic_sampling',
+    'dynamic_sampling_on',
+    'max_resample_rounds',
+    'drop_zero_variance',
+    'overlong_max',
+    'overlong_cache',
+    'policy_token_budget',
+    'loss',
+    'clip_low',
+    'clip_high',
+    'dual_clip',
+    'is_correction',
+    'is_cap',
+    'is_min',
+    'beta',
+    'entropy_coef',
+    'ref_reset_every',
+    'gae_gamma',
+    'gae_lambda',
+    'gae_level',
+    'value_coef',
+    'value_clip',
+    'whiten_advantages',
+    'judge',
+    'judge_base_url',
+    'judge_api_key_env',
+    'ruler',
+    'ruler_votes',
+    'ruler_weight',
+    'ruler_verifier_weight',
+    'ruler_rubric',
   ],
   learner: [
-    'lr', 'warmup_steps', 'min_lr_ratio', 'weight_decay', 'adam_eps', 'vector_lr_scale', 'epochs', 'minibatch_size', 'micro_batch_size', 'max_grad_norm', 'logit_chunk',
-    'learner', 'learner_token', 'device', 'threads', 'lora_rank', 'lora_alpha', 'lora_dropout', 'lora_targets', 'dtype', 'gradient_checkpointing',
+    'lr',
+    'warmup_steps',
+    'min_lr_ratio',
+    'weight_decay',
+    'adam_eps',
+    'vector_lr_scale',
+    'epochs',
+    'minibatch_size',
+    'micro_batch_size',
+    'max_grad_norm',
+    'logit_chunk',
+    'learner',
+    'learner_token',
+    'device',
+    'threads',
+    'lora_rank',
+    'lora_alpha',
+    'lora_dropout',
+    'lora_targets',
+    'dtype',
+    'gradient_checkpointing',
   ],
   eval: ['eval_every', 'eval_limit', 'eval_samples'],
   schedule: [
-    'steps', 'checkpoint_every', 'time_budget_minutes', 'no_signal_patience', 'max_staleness', 'report_to',
-    'curriculum', 'curriculum_share', 'curriculum_low', 'curriculum_high', 'curriculum_window', 'curriculum_start', 'curriculum_schedule',
-    'replay_fraction', 'replay_capacity', 'replay_max_age', 'replay_priority',
+    'steps',
+    'checkpoint_every',
+    'time_budget_minutes',
+    'no_signal_patience',
+    'max_staleness',
+    'report_to',
+    'curriculum',
+    'curriculum_share',
+    'curriculum_low',
+    'curriculum_high',
+    'curriculum_window',
+    'curriculum_start',
+    'curriculum_schedule',
+    'replay_fraction',
+    'replay_capacity',
+    'replay_max_age',
+    'replay_priority',
   ],
 } as const satisfies Record<string, readonly (keyof TrainConfig)[]>;
 
 export type ConfigGroup = keyof typeof CONFIG_GROUPS;
 
 /** The group of each field. */
-export const GROUP_OF: Record<string, ConfigGroup> = Object.fromEntries(Object.entries(CONFIG_GROUPS).flatMap(([g, fields]) => fields.map((f) => [f, g as ConfigGroup])));
+export const GROUP_OF: Record<string, ConfigGroup> = Object.fromEntries(
+  Object.entries(CONFIG_GROUPS).flatMap(([g, fields]) => fields.map((f) => [f, g as ConfigGroup])),
+);
 
 /**
  * A config given grouped (`{"rollout": {"group": 8}}`), flat, or both, as the flat fields; a
@@ -164,7 +397,10 @@ export function flattenConfig(input: Record<string, unknown>, file?: string, gro
     if (v === null || typeof v !== 'object' || Array.isArray(v)) throw new Error(`${at}${k}: a group of fields (an object), got ${JSON.stringify(v)}`);
     for (const [f, fv] of Object.entries(v as Record<string, unknown>)) {
       const g = GROUP_OF[f];
-      if (g !== k) throw new Error(`${at}${k}.${f}: ${g ? `${f} belongs to the ${g} group` : `no such field in the ${k} group (its fields: ${CONFIG_GROUPS[k as ConfigGroup].join(', ')})`}`);
+      if (g !== k)
+        throw new Error(
+          `${at}${k}.${f}: ${g ? `${f} belongs to the ${g} group` : `no such field in the ${k} group (its fields: ${CONFIG_GROUPS[k as ConfigGroup].join(', ')})`}`,
+        );
       if (f in out) throw new Error(`${at}${k}.${f}: given twice (flat and in its group)`);
       out[f] = fv;
       grouped?.add(f);
@@ -178,25 +414,74 @@ export type GroupedConfigInput = { [G in ConfigGroup]?: Partial<Pick<TrainConfig
 
 export const PRESETS: Record<TrainConfig['preset'], Partial<TrainConfigInput>> = {
   grpo: { reward: 'verifier', advantage: 'grpo', loss: 'grpo', clip_low: 0.2, clip_high: 0.2, beta: 0.04 },
-  dapo: { reward: 'verifier', advantage: 'grpo', loss: 'dapo', clip_low: 0.2, clip_high: 0.28, beta: 0, dynamic_sampling: true, overlong_max: 160, overlong_cache: 48, entropy_coef: 0 },
+  dapo: {
+    reward: 'verifier',
+    advantage: 'grpo',
+    loss: 'dapo',
+    clip_low: 0.2,
+    clip_high: 0.28,
+    beta: 0,
+    dynamic_sampling: true,
+    overlong_max: 160,
+    overlong_cache: 48,
+    entropy_coef: 0,
+  },
   dr_grpo: { reward: 'verifier', advantage: 'dr_grpo', loss: 'dr_grpo', clip_low: 0.2, clip_high: 0.2, beta: 0 },
   gspo: { reward: 'verifier', advantage: 'grpo', loss: 'gspo', clip_low: 0.0003, clip_high: 0.0004, beta: 0 },
   rlvr: { reward: 'rlvr', advantage: 'grpo', loss: 'grpo', clip_low: 0.2, clip_high: 0.2, beta: 0.04 },
   art: { reward: 'art', advantage: 'grpo', loss: 'grpo', clip_low: 0.2, clip_high: 0.2, beta: 0.04 },
   // GRPO on RULER's listwise score combined half and half with the verifier's (needs a judge).
-  ruler: { reward: 'verifier', advantage: 'grpo', loss: 'grpo', clip_low: 0.2, clip_high: 0.2, beta: 0.04, ruler: 'listwise', ruler_weight: 0.5, ruler_verifier_weight: 0.5 },
+  ruler: {
+    reward: 'verifier',
+    advantage: 'grpo',
+    loss: 'grpo',
+    clip_low: 0.2,
+    clip_high: 0.2,
+    beta: 0.04,
+    ruler: 'listwise',
+    ruler_weight: 0.5,
+    ruler_verifier_weight: 0.5,
+  },
   // PPO with GAE (docs/algorithms.md, "PPO with GAE"): ART's reward (its step rewards give the value head
   // signal inside the episode), PPO's token-level loss and symmetric clip, 2 epochs of 2 minibatches, GAE
   // per turn (per token, γλ = 0.94 per token fades the credit within ~20 tokens: bench/RESULTS.md).
-  ppo: { reward: 'art', advantage: 'gae', loss: 'dapo', clip_low: 0.2, clip_high: 0.2, beta: 0, epochs: 2, minibatch_size: 48, gae_gamma: 0.99, gae_lambda: 0.95, gae_level: 'turn', value_coef: 0.5, value_clip: 0.2, whiten_advantages: true },
+  ppo: {
+    reward: 'art',
+    advantage: 'gae',
+    loss: 'dapo',
+    clip_low: 0.2,
+    clip_high: 0.2,
+    beta: 0,
+    epochs: 2,
+    minibatch_size: 48,
+    gae_gamma: 0.99,
+    gae_lambda: 0.95,
+    gae_level: 'turn',
+    value_coef: 0.5,
+    value_clip: 0.2,
+    whiten_advantages: true,
+  },
   // ProRL (docs/algorithms.md, "ProRL"): GRPO with the KL kept and the reference and AdamW reset
   // every 20 steps, DAPO's clip-higher (0.28: ProRL's 0.4 went with lr 2e-6 over thousands of steps,
   // against entropy collapse; on runs of ~100 steps at this repository's learning rates it mostly
   // widens the trust region) and dynamic sampling, warm-up then cosine, the adaptive curriculum,
   // a quarter of each batch replayed (by |advantage|), an evaluation every 10 steps.
   prorl: {
-    reward: 'verifier', advantage: 'grpo', loss: 'grpo', clip_low: 0.2, clip_high: 0.28, beta: 0.01, ref_reset_every: 20,
-    dynamic_sampling: true, warmup_steps: 5, min_lr_ratio: 0.1, curriculum: 'adaptive', replay_fraction: 0.25, replay_priority: 'advantage', replay_max_age: 4, eval_every: 10,
+    reward: 'verifier',
+    advantage: 'grpo',
+    loss: 'grpo',
+    clip_low: 0.2,
+    clip_high: 0.28,
+    beta: 0.01,
+    ref_reset_every: 20,
+    dynamic_sampling: true,
+    warmup_steps: 5,
+    min_lr_ratio: 0.1,
+    curriculum: 'adaptive',
+    replay_fraction: 0.25,
+    replay_priority: 'advantage',
+    replay_max_age: 4,
+    eval_every: 10,
   },
 };
 
@@ -210,7 +495,8 @@ export function resolveConfig(overridesIn: Partial<TrainConfigInput> & GroupedCo
     } catch (err) {
       throw new Error(`${file}: cannot read the config: ${(err as Error).message}`);
     }
-    if (fromFile === null || typeof fromFile !== 'object' || Array.isArray(fromFile)) throw new Error(`${file}: the config is a JSON object of fields (flat, or grouped: ${Object.keys(CONFIG_GROUPS).join(', ')})`);
+    if (fromFile === null || typeof fromFile !== 'object' || Array.isArray(fromFile))
+      throw new Error(`${file}: the config is a JSON object of fields (flat, or grouped: ${Object.keys(CONFIG_GROUPS).join(', ')})`);
     fromFile = flattenConfig(fromFile, file, grouped);
   }
   const overrides = flattenConfig(overridesIn as Record<string, unknown>, undefined, grouped) as Partial<TrainConfigInput>;
@@ -225,14 +511,20 @@ export function resolveConfig(overridesIn: Partial<TrainConfigInput> & GroupedCo
     throw new Error(`${file ? `${file}: ` : ''}${named || '(config)'}: ${i.message}`);
   }
   if (r.data.policy !== 'onnx' && !r.data.base_url) {
-    throw new Error(`${file ? `${file}: ` : ''}policy: '${r.data.policy}' needs base_url (--base-url URL): training samples through a server that returns token ids and loads the new weights (mcp-gym serve-policy, vLLM)`);
+    throw new Error(
+      `${file ? `${file}: ` : ''}policy: '${r.data.policy}' needs base_url (--base-url URL): training samples through a server that returns token ids and loads the new weights (mcp-gym serve-policy, vLLM)`,
+    );
   }
   const hfOnly = hfOnlyFields(r.data);
   if (hfOnly.length && existsSync(join(r.data.model, 'config.json')) && !isHfModelDir(r.data.model)) {
-    throw new Error(`${file ? `${file}: ` : ''}${hfOnly[0]}: for Hugging Face models only; ${r.data.model} is an embedded GPT model (mcp-gym's format), trained in full: leave out ${hfOnly.join(', ')}`);
+    throw new Error(
+      `${file ? `${file}: ` : ''}${hfOnly[0]}: for Hugging Face models only; ${r.data.model} is an embedded GPT model (mcp-gym's format), trained in full: leave out ${hfOnly.join(', ')}`,
+    );
   }
   if (r.data.learner && isHfModelDir(r.data.model)) {
-    throw new Error(`${file ? `${file}: ` : ''}learner: a remote learner (${r.data.learner}) trains the embedded model only; ${r.data.model} is a Hugging Face checkpoint, whose learner writes the whole weights after every step into the directory the sampler reloads (540 MB for a 135M model in float32; docs/models.md, "Not here"): run this command where the checkpoint and a GPU are (the learner then starts locally with the venv), or sample with vLLM (--policy openai:..., LoRA adapters pushed to it), or leave out learner`);
+    throw new Error(
+      `${file ? `${file}: ` : ''}learner: a remote learner (${r.data.learner}) trains the embedded model only; ${r.data.model} is a Hugging Face checkpoint, whose learner writes the whole weights after every step into the directory the sampler reloads (540 MB for a 135M model in float32; docs/models.md, "Not here"): run this command where the checkpoint and a GPU are (the learner then starts locally with the venv), or sample with vLLM (--policy openai:..., LoRA adapters pushed to it), or leave out learner`,
+    );
   }
   try {
     parseReportTo(r.data.report_to);
@@ -240,11 +532,20 @@ export function resolveConfig(overridesIn: Partial<TrainConfigInput> & GroupedCo
     throw new Error(`${file ? `${file}: ` : ''}${(err as Error).message}`);
   }
   if (r.data.drop_zero_variance && (r.data.beta > 0 || r.data.entropy_coef > 0 || r.data.advantage === 'gae')) {
-    const why = r.data.beta > 0 ? `beta ${r.data.beta} (the KL term trains on every sequence)` : r.data.entropy_coef > 0 ? `entropy_coef ${r.data.entropy_coef}` : "advantage 'gae' (the value head trains on every sequence)";
-    throw new Error(`${file ? `${file}: ` : ''}drop_zero_variance: groups without signal add no gradient only with beta 0, entropy_coef 0 and a group advantage; this run has ${why}`);
+    const why =
+      r.data.beta > 0
+        ? `beta ${r.data.beta} (the KL term trains on every sequence)`
+        : r.data.entropy_coef > 0
+          ? `entropy_coef ${r.data.entropy_coef}`
+          : "advantage 'gae' (the value head trains on every sequence)";
+    throw new Error(
+      `${file ? `${file}: ` : ''}drop_zero_variance: groups without signal add no gradient only with beta 0, entropy_coef 0 and a group advantage; this run has ${why}`,
+    );
   }
   if (r.data.curriculum_low > r.data.curriculum_high) {
-    throw new Error(`${file ? `${file}: ` : ''}curriculum_low: ${r.data.curriculum_low} is above curriculum_high ${r.data.curriculum_high} (the band that keeps the level)`);
+    throw new Error(
+      `${file ? `${file}: ` : ''}curriculum_low: ${r.data.curriculum_low} is above curriculum_high ${r.data.curriculum_high} (the band that keeps the level)`,
+    );
   }
   if (r.data.curriculum === 'schedule') {
     try {
@@ -255,7 +556,9 @@ export function resolveConfig(overridesIn: Partial<TrainConfigInput> & GroupedCo
   }
   gaeRefusals(r.data, file);
   if (r.data.ruler !== 'off' && !r.data.judge) {
-    throw new Error(`${file ? `${file}: ` : ''}ruler: '${r.data.ruler}'${preset === 'ruler' ? ' (the ruler preset)' : ''} needs a judge: set judge (--judge openai:<model> or anthropic:<model>), or ruler: 'off'`);
+    throw new Error(
+      `${file ? `${file}: ` : ''}ruler: '${r.data.ruler}'${preset === 'ruler' ? ' (the ruler preset)' : ''} needs a judge: set judge (--judge openai:<model> or anthropic:<model>), or ruler: 'off'`,
+    );
   }
   return r.data;
 }
@@ -264,12 +567,17 @@ export function resolveConfig(overridesIn: Partial<TrainConfigInput> & GroupedCo
 function gaeRefusals(c: TrainConfig, file?: string): void {
   const at = file ? `${file}: ` : '';
   if (c.advantage !== 'gae') {
-    const gaeOnly = (['gae_gamma', 'gae_lambda', 'gae_level', 'value_coef', 'value_clip', 'whiten_advantages'] as const).filter((k) => c[k] !== LearnerConfigSchema.shape[k].parse(undefined));
+    const gaeOnly = (['gae_gamma', 'gae_lambda', 'gae_level', 'value_coef', 'value_clip', 'whiten_advantages'] as const).filter(
+      (k) => c[k] !== LearnerConfigSchema.shape[k].parse(undefined),
+    );
     if (gaeOnly.length) throw new Error(`${at}${gaeOnly[0]}: only with advantage 'gae' (PPO with GAE); advantage is '${c.advantage}'`);
     return;
   }
   if (c.per_turn) throw new Error(`${at}per_turn: not with advantage 'gae': GAE credits the turns itself (gae_level turn or token)`);
-  if (c.loss === 'gspo') throw new Error(`${at}loss: gspo takes one sequence-level ratio for all of a sequence's tokens, which does not fit GAE's per-token advantages: use dapo (token-level, as PPO), grpo, dr_grpo or cispo`);
+  if (c.loss === 'gspo')
+    throw new Error(
+      `${at}loss: gspo takes one sequence-level ratio for all of a sequence's tokens, which does not fit GAE's per-token advantages: use dapo (token-level, as PPO), grpo, dr_grpo or cispo`,
+    );
 }
 
 /** The Hugging Face-only fields the config sets to other than their defaults. */
@@ -286,7 +594,13 @@ function hfOnlyFields(c: TrainConfig): string[] {
 
 /** What the learner's `load` gets for a Hugging Face model: dtype, gradient checkpointing and LoRA (with lora_rank > 0). */
 export function hfLoadOptions(c: TrainConfig): HfLoadOptions {
-  const targets = c.lora_targets.trim() === 'all-linear' ? 'all-linear' : c.lora_targets.split(',').map((t) => t.trim()).filter(Boolean);
+  const targets =
+    c.lora_targets.trim() === 'all-linear'
+      ? 'all-linear'
+      : c.lora_targets
+          .split(',')
+          .map((t) => t.trim())
+          .filter(Boolean);
   return {
     dtype: c.dtype,
     gradient_checkpointing: c.gradient_checkpointing,

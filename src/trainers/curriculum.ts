@@ -27,7 +27,6 @@ import type { Task, Trajectory } from '../env/index.ts';
 import { parseSchedule, type CurriculumMode } from './options.ts';
 import type { TaskSampler } from './sampler.ts';
 
-
 export interface CurriculumOptions {
   mode: CurriculumMode;
   /** The share of a step's draws at the current level (the rest below it). */
@@ -67,7 +66,6 @@ export function suiteOf(t: Pick<Task, 'id' | 'family'>): string {
   return i > 0 ? t.id.slice(0, i) : '(tasks)';
 }
 
-
 export class Curriculum {
   readonly suites: string[];
   /** Each suite's difficulties (ascending) and its tasks by difficulty. */
@@ -84,7 +82,8 @@ export class Curriculum {
     if (o.mode === 'off') throw new Error('Curriculum: mode off has no curriculum (draw uniformly with TaskSampler.draw)');
     if (tasks.length === 0) throw new Error('Curriculum: no tasks');
     if (!(o.share >= 0 && o.share <= 1)) throw new Error(`curriculum_share: must be in [0, 1], got ${o.share}`);
-    if (!(o.low >= 0 && o.low <= o.high && o.high <= 1)) throw new Error(`curriculum_low, curriculum_high: need 0 <= low <= high <= 1, got ${o.low} and ${o.high}`);
+    if (!(o.low >= 0 && o.low <= o.high && o.high <= 1))
+      throw new Error(`curriculum_low, curriculum_high: need 0 <= low <= high <= 1, got ${o.low} and ${o.high}`);
     if (!(Number.isInteger(o.window) && o.window >= 1)) throw new Error(`curriculum_window: must be an integer >= 1, got ${o.window}`);
     this.schedule = o.mode === 'schedule' ? parseSchedule(o.schedule) : [];
     for (const t of tasks) {
@@ -154,7 +153,8 @@ export class Curriculum {
     const level = this.level(suite, step);
     const below = pool.difficulties.filter((d) => d < level);
     const u = sampler.random();
-    const difficulty = u < this.o.share || below.length === 0 ? level : below[Math.min(below.length - 1, Math.floor(((u - this.o.share) / (1 - this.o.share)) * below.length))]!;
+    const difficulty =
+      u < this.o.share || below.length === 0 ? level : below[Math.min(below.length - 1, Math.floor(((u - this.o.share) / (1 - this.o.share)) * below.length))]!;
     const list = pool.byDifficulty.get(difficulty)!;
     return list[Math.floor(sampler.random() * list.length)]!;
   }

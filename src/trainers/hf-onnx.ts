@@ -20,7 +20,9 @@ export function hfOnnxStale(dir: string): string | undefined {
     return `${stamp} is not valid JSON`;
   }
   const exported = statSync(stamp).mtimeMs;
-  const weights = readdirSync(dir).filter((f) => f.endsWith('.safetensors')).map((f) => join(dir, f));
+  const weights = readdirSync(dir)
+    .filter((f) => f.endsWith('.safetensors'))
+    .map((f) => join(dir, f));
   const adapter = join(dir, 'adapter', 'adapter_model.safetensors');
   if (existsSync(adapter)) weights.push(adapter);
   const newer = weights.find((f) => statSync(f).mtimeMs > exported);
@@ -38,6 +40,9 @@ export function ensureHfOnnx(dir: string, log: (line: string) => void = () => {}
     encoding: 'utf8',
     maxBuffer: 64 << 20,
   });
-  if (r.status !== 0) throw new Error(`the ONNX export of ${dir} failed (${r.error?.message ?? `exit ${r.status}`}): ${(r.stderr ?? '').trim().split('\n').slice(-5).join('\n')}`);
+  if (r.status !== 0)
+    throw new Error(
+      `the ONNX export of ${dir} failed (${r.error?.message ?? `exit ${r.status}`}): ${(r.stderr ?? '').trim().split('\n').slice(-5).join('\n')}`,
+    );
   return true;
 }

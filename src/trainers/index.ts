@@ -3,9 +3,28 @@
  * buildTrainBatch, LearnerSession), the loop that composes them (train), the learner contract
  * and connections, SFT, and the run report.
  */
-export { TrainConfigSchema, PRESETS, PRESET_NAMES, CONFIG_GROUPS, GROUP_OF, flattenConfig, resolveConfig, learnerConfig, policyTokenBudget, samplerThreads } from './config.ts';
+export {
+  TrainConfigSchema,
+  PRESETS,
+  PRESET_NAMES,
+  CONFIG_GROUPS,
+  GROUP_OF,
+  flattenConfig,
+  resolveConfig,
+  learnerConfig,
+  policyTokenBudget,
+  samplerThreads,
+} from './config.ts';
 export type { TrainConfig, TrainConfigInput, ConfigGroup, GroupedConfigInput } from './config.ts';
-export { LearnerConfigSchema, TrainBatchSchema, TrainMetricsSchema, LEARNER_COMMANDS, PROTOCOL_VERSION, protocolJsonSchema, protocolJsonText } from './protocol.ts';
+export {
+  LearnerConfigSchema,
+  TrainBatchSchema,
+  TrainMetricsSchema,
+  LEARNER_COMMANDS,
+  PROTOCOL_VERSION,
+  protocolJsonSchema,
+  protocolJsonText,
+} from './protocol.ts';
 export type { LearnerConfig, LearnerConfigInput, LearnerCommand, LearnerArgs, LearnerResult, TrainMetrics } from './protocol.ts';
 export { LearnerClient, HttpLearnerClient, LearnerError, learnerPython, isHfModelDir, LEARNER_DIR } from './learner-client.ts';
 export { ensureHfOnnx, hfOnnxStale } from './hf-onnx.ts';
@@ -42,5 +61,17 @@ export { renderReport, writeReport, lineChart } from './report.ts';
 export { hideSecrets, isSecretField } from './chart.ts';
 export { runSft, continueSft, expertDemos } from './sft.ts';
 export type { SftOptions, SftResult, ContinueSftOptions, ContinueSftResult } from './sft.ts';
-export { runR1Pipeline, R1ConfigSchema, R1ConfigError, R1_STAGES, selectVerified, trajectorySignature, rejectionExamples, r1Table, writeR1Report, parseR1Config, pipelineChanges } from './r1.ts';
+export {
+  runR1Pipeline,
+  R1ConfigSchema,
+  R1ConfigError,
+  R1_STAGES,
+  selectVerified,
+  trajectorySignature,
+  rejectionExamples,
+  r1Table,
+  writeR1Report,
+  parseR1Config,
+  pipelineChanges,
+} from './r1.ts';
 export type { R1Config, R1ConfigInput, R1Options, R1Result, R1Record, R1Stage, R1StageName, RejectionCounts, HeldOut } from './r1.ts';

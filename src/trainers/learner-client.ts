@@ -30,7 +30,9 @@ export function learnerPython(o: { hf?: boolean } = {}): string {
       const how = existsSync(ensure)
         ? `\`node ${ensure}\``
         : `\`python3 -m venv ${join(PACKAGE_ROOT, '.venv')} && ${venv} -m pip install -r ${join(LEARNER_DIR, 'requirements.lock')}\``;
-      throw new LearnerError(`a Hugging Face model needs the learner's venv (${venv}: missing); create it with ${how} (about 2 minutes, 5.7 GB), or set MCP_GYM_HF_PYTHON to a Python with the packages of learner/requirements.lock`);
+      throw new LearnerError(
+        `a Hugging Face model needs the learner's venv (${venv}: missing); create it with ${how} (about 2 minutes, 5.7 GB), or set MCP_GYM_HF_PYTHON to a Python with the packages of learner/requirements.lock`,
+      );
     }
     return venv;
   }
@@ -173,7 +175,10 @@ export class LearnerClient implements LearnerConnection {
 
   /** Sends one command and waits for its answer (both checked against the contract). */
   async request<C extends LearnerCommand>(cmd: C, args: LearnerArgs<C> = {} as LearnerArgs<C>): Promise<LearnerResult<C>> {
-    if (this.exited) throw new LearnerError(`${cmd}: the learner is not running (it ${this.exited.signal ? `was killed by ${this.exited.signal}` : `exited with code ${this.exited.code}`})`);
+    if (this.exited)
+      throw new LearnerError(
+        `${cmd}: the learner is not running (it ${this.exited.signal ? `was killed by ${this.exited.signal}` : `exited with code ${this.exited.code}`})`,
+      );
     checkArgs(cmd, args);
     const id = this.nextId++;
     const result = await new Promise<unknown>((resolve, reject) => {

@@ -10,8 +10,19 @@
 import { NoLearningSignal } from '../../lib/index.ts';
 import { closeRun, openRun, runConfig, type Closers, type RunContext, type TrainOptions, type TrainResult } from './run-context.ts';
 import { RunDir, type EvalResult } from './run-dir.ts';
-import { buildBatch, checkpoint, checkSignal, evaluateHeldOut, filterGroups, learn, persistStep, produceBatch, recordRollouts, rollBack, stepRecord } from './stages.ts';
-
+import {
+  buildBatch,
+  checkpoint,
+  checkSignal,
+  evaluateHeldOut,
+  filterGroups,
+  learn,
+  persistStep,
+  produceBatch,
+  recordRollouts,
+  rollBack,
+  stepRecord,
+} from './stages.ts';
 
 /** The final held-out evaluation of a run that ran to its end; throws, saying so, for a stopped one. */
 export function finalEval(r: TrainResult): EvalResult {
@@ -28,7 +39,9 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
     const log = ctx.log;
     if (!o.resume || run.state.evals.length === 0) {
       const before = await evaluateHeldOut(ctx, 0);
-      log(`held-out success before: ${(100 * before.success).toFixed(1)}% [${(100 * before.ci95[0]).toFixed(1)}, ${(100 * before.ci95[1]).toFixed(1)}] over ${before.episodes} episodes`);
+      log(
+        `held-out success before: ${(100 * before.success).toFixed(1)}% [${(100 * before.ci95[0]).toFixed(1)}, ${(100 * before.ci95[1]).toFixed(1)}] over ${before.episodes} episodes`,
+      );
       run.refreshReport(ctx.title, { config: c, step: run.state.step });
     }
     // Step 0's checkpoint: a learner that dies before the first periodic one restarts from here.
@@ -62,7 +75,9 @@ async function trainSteps(ctx: RunContext, closers: Closers): Promise<Ran> {
   while (run.state.step < c.steps) {
     if (o.signal?.aborted) break;
     if (c.time_budget_minutes > 0 && run.state.train_seconds >= c.time_budget_minutes * 60) {
-      ctx.log(`the time budget of ${c.time_budget_minutes} minutes is spent after step ${run.state.step} (${(run.state.train_seconds / 60).toFixed(1)} minutes): training ends here`);
+      ctx.log(
+        `the time budget of ${c.time_budget_minutes} minutes is spent after step ${run.state.step} (${(run.state.train_seconds / 60).toFixed(1)} minutes): training ends here`,
+      );
       return { budgetSpent: true };
     }
     const step = run.state.step + 1;
@@ -120,7 +135,15 @@ async function finish(ctx: RunContext, ran: Ran): Promise<TrainResult> {
   const last = run.state.evals.at(-1);
   const after = last && last.step === run.state.step && run.state.evals.length > 1 ? last : await evaluateHeldOut(ctx, run.state.step);
   run.commit();
-  const result: TrainResult = { runDir: run.dir, before: run.state.evals[0]!, after, steps: run.state.step, train_seconds: run.state.train_seconds, report: run.report, stopped };
+  const result: TrainResult = {
+    runDir: run.dir,
+    before: run.state.evals[0]!,
+    after,
+    steps: run.state.step,
+    train_seconds: run.state.train_seconds,
+    report: run.report,
+    stopped,
+  };
   run.refreshReport(ctx.title, { before: result.before, after: result.after, train_seconds: result.train_seconds, steps: result.steps, config: c });
   run.markStatus('finished');
   return result;

@@ -108,9 +108,20 @@ export function jobTasks(c: ModelJobConfig): { train: Task[]; held: Task[] } {
 }
 
 /** A checkpoint's held-out evaluation as the job runs it (k samples per task, the job's sampling settings); `model` defaults to the job's base. */
-export async function evaluateCheckpoint(c: ModelJobConfig, held: Task[], file: string, o: Pick<ModelJobOptions, 'onLog' | 'onProgress' | 'signal'>, model = c.model): Promise<Trajectory[]> {
+export async function evaluateCheckpoint(
+  c: ModelJobConfig,
+  held: Task[],
+  file: string,
+  o: Pick<ModelJobOptions, 'onLog' | 'onProgress' | 'signal'>,
+  model = c.model,
+): Promise<Trajectory[]> {
   ensureHfOnnx(model, o.onLog);
-  const policy = await OnnxPolicy.load(model, { seed: c.seed + 101, maxNewTokens: c.rl.max_new_tokens ?? 96, threads: 2, chatTemplate: { toolFormat: c.tool_format } });
+  const policy = await OnnxPolicy.load(model, {
+    seed: c.seed + 101,
+    maxNewTokens: c.rl.max_new_tokens ?? 96,
+    threads: 2,
+    chatTemplate: { toolFormat: c.tool_format },
+  });
   const env = new Environment({ reward: c.rl.reward ?? 'art' });
   let done = 0;
   try {
@@ -140,7 +151,8 @@ export async function runModelJob(o: ModelJobOptions): Promise<ModelJobResult> {
   mkdirSync(dir, { recursive: true });
   const jobFile = join(dir, 'job.json');
   const was = readJson<{ config: ModelJobConfig }>(jobFile);
-  if (was && JSON.stringify(was.config) !== JSON.stringify(c)) throw new Error(`${dir} holds a job made with other settings (its job.json): use another --run directory`);
+  if (was && JSON.stringify(was.config) !== JSON.stringify(c))
+    throw new Error(`${dir} holds a job made with other settings (its job.json): use another --run directory`);
   const seconds = { sft: 0, rl: 0, eval: 0, total: 0, ...(readJson<{ seconds?: ModelJobResult['seconds'] }>(jobFile)?.seconds ?? {}) };
   // Wall time accumulates over resumed runs: each save records the time so far.
   const t0 = performance.now() - seconds.total * 1000;
@@ -202,7 +214,16 @@ export async function runModelJob(o: ModelJobOptions): Promise<ModelJobResult> {
   // 3-5. GRPO from the SFT checkpoint; its evaluations before and after are the SFT's and the RL's
   const rlDir = join(dir, 'rl');
   const resume = existsSync(join(rlDir, 'state.json'));
-  const config: Partial<TrainConfigInput> = { ...c.rl, model: sftDir, suite: c.suite, min_difficulty: c.min_difficulty, max_difficulty: c.max_difficulty, seed: c.seed, eval_samples: c.k, tool_format: c.tool_format };
+  const config: Partial<TrainConfigInput> = {
+    ...c.rl,
+    model: sftDir,
+    suite: c.suite,
+    min_difficulty: c.min_difficulty,
+    max_difficulty: c.max_difficulty,
+    seed: c.seed,
+    eval_samples: c.k,
+    tool_format: c.tool_format,
+  };
   let evalSeconds = 0;
   o.onProgress?.({ stage: 'rl', done: 0, total: Number(config.steps ?? 0), detail: 'evaluating the SFT checkpoint' });
   const result = await train({
@@ -212,7 +233,13 @@ export async function runModelJob(o: ModelJobOptions): Promise<ModelJobResult> {
     evalTasks: held,
     ...(o.signal ? { signal: o.signal } : {}),
     onLog: log,
-    onStep: (m) => o.onProgress?.({ stage: 'rl', done: Number(m.step), total: Number(config.steps ?? 0), detail: `success ${(100 * Number(m.success_rate)).toFixed(0)}%${m.eval_success !== undefined ? `, held-out ${(100 * Number(m.eval_success)).toFixed(0)}%` : ''}` }),
+    onStep: (m) =>
+      o.onProgress?.({
+        stage: 'rl',
+        done: Number(m.step),
+        total: Number(config.steps ?? 0),
+        detail: `success ${(100 * Number(m.success_rate)).toFixed(0)}%${m.eval_success !== undefined ? `, held-out ${(100 * Number(m.eval_success)).toFixed(0)}%` : ''}`,
+      }),
     onEval: (s) => (evalSeconds += s),
   });
   seconds.eval += evalSeconds;

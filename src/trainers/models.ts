@@ -58,7 +58,10 @@ function store(args: string[], log: (line: string) => void): Promise<Record<stri
     p.on('error', rej);
     p.on('close', (code) => {
       if (code !== 0) {
-        const why = err.filter((l) => l.trim()).slice(-4).join('\n');
+        const why = err
+          .filter((l) => l.trim())
+          .slice(-4)
+          .join('\n');
         return rej(new Error(why || `mcp_gym_learner.model_store ${args.join(' ')} exited with ${code}`));
       }
       try {
@@ -73,7 +76,8 @@ function store(args: string[], log: (line: string) => void): Promise<Record<stri
 /** Fetches, checks and converts a registered model (once); returns its checkpoint directory. */
 export async function getModel(name: string, log: (line: string) => void = () => {}): Promise<string> {
   const models = registeredModels();
-  if (!(name in models)) throw new Error(`unknown model '${name}'; registered models: ${Object.keys(models).join(', ')} (or give a model directory or a .gguf file)`);
+  if (!(name in models))
+    throw new Error(`unknown model '${name}'; registered models: ${Object.keys(models).join(', ')} (or give a model directory or a .gguf file)`);
   const dir = join(modelsRoot(), name);
   if (ready(dir)) return dir;
   const t0 = performance.now();

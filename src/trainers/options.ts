@@ -23,7 +23,8 @@ export function parseSchedule(text: string): { difficulty: number; from: number 
     });
   if (entries.length === 0) throw new Error('curriculum_schedule: empty; give difficulty:from_step entries (e.g. "1:0,2:10,3:25") with curriculum schedule');
   for (let i = 1; i < entries.length; i++) {
-    if (entries[i]!.from <= entries[i - 1]!.from) throw new Error(`curriculum_schedule: from_step must increase (${entries[i - 1]!.from} then ${entries[i]!.from})`);
+    if (entries[i]!.from <= entries[i - 1]!.from)
+      throw new Error(`curriculum_schedule: from_step must increase (${entries[i - 1]!.from} then ${entries[i]!.from})`);
   }
   return entries;
 }

@@ -18,11 +18,25 @@ const shallow = <T extends z.ZodType>(s: T) => s.meta({ 'x-shallow': true });
 
 export const LearnerConfigSchema = z
   .object({
-    loss: z.enum(['grpo', 'dapo', 'dr_grpo', 'gspo', 'cispo']).default('grpo').describe('policy loss: grpo (PPO clip, per-sequence mean), dapo (token-level), dr_grpo (sum over a constant), gspo (sequence ratio), cispo (clipped IS-weight REINFORCE, token-level; clip_low unused)'),
+    loss: z
+      .enum(['grpo', 'dapo', 'dr_grpo', 'gspo', 'cispo'])
+      .default('grpo')
+      .describe(
+        'policy loss: grpo (PPO clip, per-sequence mean), dapo (token-level), dr_grpo (sum over a constant), gspo (sequence ratio), cispo (clipped IS-weight REINFORCE, token-level; clip_low unused)',
+      ),
     clip_low: z.number().min(0).max(1).default(0.2).describe('ε_low: the ratio is clipped below at 1 − clip_low'),
     clip_high: z.number().min(0).default(0.2).describe('ε_high: the ratio is clipped above at 1 + clip_high (DAPO: 0.28)'),
-    dual_clip: z.number().min(0).default(0).describe('dual-clip bound c (verl clip_ratio_c, typically 3): for A < 0 the policy loss is at most c·|A| (0: off; else > 1; not with cispo)'),
-    is_correction: z.enum(['none', 'token_truncate', 'token_mask', 'sequence_truncate', 'sequence_mask']).default('none').describe('off-policy correction for a sampler older than the learner: the ratio is taken against the learner\'s logprobs at the start of the call, and the policy-gradient term is weighted by the sampler importance weight exp(learner − sampler) per token or per sequence, truncated to [is_min, is_cap] or masked outside it (none: the ratio is against the sampler\'s logprobs)'),
+    dual_clip: z
+      .number()
+      .min(0)
+      .default(0)
+      .describe('dual-clip bound c (verl clip_ratio_c, typically 3): for A < 0 the policy loss is at most c·|A| (0: off; else > 1; not with cispo)'),
+    is_correction: z
+      .enum(['none', 'token_truncate', 'token_mask', 'sequence_truncate', 'sequence_mask'])
+      .default('none')
+      .describe(
+        "off-policy correction for a sampler older than the learner: the ratio is taken against the learner's logprobs at the start of the call, and the policy-gradient term is weighted by the sampler importance weight exp(learner − sampler) per token or per sequence, truncated to [is_min, is_cap] or masked outside it (none: the ratio is against the sampler's logprobs)",
+      ),
     is_cap: z.number().gt(0).default(2).describe('C_max: the upper bound of the off-policy importance weight (is_correction)'),
     is_min: z.number().min(0).default(0).describe('C_min: the lower bound of the off-policy importance weight (0: none); must be below is_cap'),
     beta: z.number().min(0).default(0.04).describe('weight of the k3 KL to the frozen reference (0: no reference forward)'),
@@ -33,26 +47,59 @@ export const LearnerConfigSchema = z
     max_grad_norm: z.number().min(0).default(1).describe('gradient clipping norm (0: no clipping; the norm is still reported)'),
     lr: z.number().gt(0).max(10).default(1e-4).describe('peak learning rate (AdamW)'),
     warmup_steps: z.number().int().min(0).default(0).describe('linear learning-rate warm-up, in steps'),
-    total_steps: z.number().int().min(0).default(0).describe('steps of the cosine schedule (0: constant after the warm-up); set from the run\'s steps'),
+    total_steps: z.number().int().min(0).default(0).describe("steps of the cosine schedule (0: constant after the warm-up); set from the run's steps"),
     min_lr_ratio: z.number().min(0).max(1).default(0.1).describe('the cosine schedule ends at lr × min_lr_ratio'),
     weight_decay: z.number().min(0).default(0).describe('AdamW weight decay of the matrices (not of biases and norms)'),
     adam_eps: z.number().gt(0).max(1).default(1e-8).describe('AdamW epsilon'),
     adam_beta1: z.number().min(0).lt(1).default(0.9).describe('AdamW beta1'),
     adam_beta2: z.number().min(0).lt(1).default(0.999).describe('AdamW beta2'),
     vector_lr_scale: z.number().gt(0).max(1000).default(1).describe('learning-rate multiplier of the 1-D parameters (norm gains, biases)'),
-    ref_reset_every: z.number().int().min(0).default(0).describe('reset the reference (and the optimizer) to the current policy every N steps (ProRL; 0: never)'),
+    ref_reset_every: z
+      .number()
+      .int()
+      .min(0)
+      .default(0)
+      .describe('reset the reference (and the optimizer) to the current policy every N steps (ProRL; 0: never)'),
     temperature: z.number().gt(0).default(1).describe('sampling temperature (the learner scores tokens under the same distribution)'),
     top_k: z.number().int().min(0).default(0).describe('top-k sampling (0: off)'),
     top_p: z.number().gt(0).max(1).default(1).describe('nucleus sampling (1: off)'),
     seed: z.number().int().default(0).describe('seed of the run (task sampling, rollouts, minibatch shuffling)'),
-    dr_grpo_constant: z.number().gt(0).optional().describe('Dr. GRPO\'s constant normaliser C: a fixed budget of policy tokens per sequence (required for dr_grpo; the trainer sends the run\'s policy_token_budget)'),
+    dr_grpo_constant: z
+      .number()
+      .gt(0)
+      .optional()
+      .describe(
+        "Dr. GRPO's constant normaliser C: a fixed budget of policy tokens per sequence (required for dr_grpo; the trainer sends the run's policy_token_budget)",
+      ),
     logit_chunk: z.number().int().min(1).optional().describe('tokens per chunk of the LM head (default: about 2^25 logits per chunk)'),
-    gae_gamma: z.number().min(0).max(1).default(0.99).describe('GAE (a batch with rewards): the discount γ per policy token (gae_level token) or per turn (turn)'),
-    gae_lambda: z.number().min(0).max(1).default(0.95).describe('GAE: λ, the bias/variance trade-off of the advantage (1: Monte-Carlo return minus V, 0: one-step TD error)'),
-    gae_level: z.enum(['token', 'turn']).default('token').describe('GAE\'s time axis: token (every policy token has a value; prompt and tool-result tokens are skipped) or turn (one value per turn, at its first policy token; the turn\'s advantage goes to all its tokens)'),
-    value_coef: z.number().min(0).default(0.5).describe('GAE: weight of the value head\'s loss in the total loss'),
-    value_clip: z.number().min(0).default(0.2).describe('GAE: PPO2\'s value clipping c: the loss is 0.5·max((V − R)², (V_old + clip(V − V_old, −c, c) − R)²) (0: no clipping, 0.5·(V − R)²)'),
-    whiten_advantages: z.boolean().default(true).describe('GAE: whiten the advantages (mean 0, std 1 over all scored tokens of the batch) before the policy loss'),
+    gae_gamma: z
+      .number()
+      .min(0)
+      .max(1)
+      .default(0.99)
+      .describe('GAE (a batch with rewards): the discount γ per policy token (gae_level token) or per turn (turn)'),
+    gae_lambda: z
+      .number()
+      .min(0)
+      .max(1)
+      .default(0.95)
+      .describe('GAE: λ, the bias/variance trade-off of the advantage (1: Monte-Carlo return minus V, 0: one-step TD error)'),
+    gae_level: z
+      .enum(['token', 'turn'])
+      .default('token')
+      .describe(
+        "GAE's time axis: token (every policy token has a value; prompt and tool-result tokens are skipped) or turn (one value per turn, at its first policy token; the turn's advantage goes to all its tokens)",
+      ),
+    value_coef: z.number().min(0).default(0.5).describe("GAE: weight of the value head's loss in the total loss"),
+    value_clip: z
+      .number()
+      .min(0)
+      .default(0.2)
+      .describe("GAE: PPO2's value clipping c: the loss is 0.5·max((V − R)², (V_old + clip(V − V_old, −c, c) − R)²) (0: no clipping, 0.5·(V − R)²)"),
+    whiten_advantages: z
+      .boolean()
+      .default(true)
+      .describe('GAE: whiten the advantages (mean 0, std 1 over all scored tokens of the batch) before the policy loss'),
   })
   .strict();
 export type LearnerConfig = z.output<typeof LearnerConfigSchema>;
@@ -65,12 +112,16 @@ export const TrainBatchSchema = z
   .object({
     ids: shallow(z.array(z.array(z.number().int().min(0)))).describe('each sequence whole: prompt, environment and policy tokens, as generated'),
     mask: shallow(z.array(z.array(z.union([z.literal(0), z.literal(1)])))).describe('1 on policy tokens (scored), 0 elsewhere'),
-    old_logprobs: shallow(z.array(z.array(z.number()))).describe('the sampler\'s logprob of each policy token (anything elsewhere)'),
-    advantages: shallow(z.union([z.array(z.number()), z.array(z.array(z.number()))])).describe('one per sequence, or one list per sequence aligned with ids (per-turn advantages)'),
+    old_logprobs: shallow(z.array(z.array(z.number()))).describe("the sampler's logprob of each policy token (anything elsewhere)"),
+    advantages: shallow(z.union([z.array(z.number()), z.array(z.array(z.number()))])).describe(
+      'one per sequence, or one list per sequence aligned with ids (per-turn advantages)',
+    ),
     group_ids: z.array(z.string().min(1)).describe('the group of each sequence'),
     rewards: shallow(z.array(z.array(z.number())))
       .optional()
-      .describe('PPO with GAE: one list per sequence aligned with ids, the rewards on policy tokens (each turn\'s step reward on its last policy token, the final reward minus the step rewards on the last policy token of the sequence; 0 elsewhere); the learner computes the advantages (send advantages 0)'),
+      .describe(
+        "PPO with GAE: one list per sequence aligned with ids, the rewards on policy tokens (each turn's step reward on its last policy token, the final reward minus the step rewards on the last policy token of the sequence; 0 elsewhere); the learner computes the advantages (send advantages 0)",
+      ),
   })
   .strict();
 export type TrainBatch = z.output<typeof TrainBatchSchema>;
@@ -86,17 +137,29 @@ export const TrainMetricsSchema = z.looseObject({
   pg_loss: num.describe('the policy-gradient part of the loss'),
   kl: nnum.describe('k3 KL to the reference (null when beta is 0)'),
   entropy: num.describe('entropy of the sampling distribution, nats per token'),
-  kl_old: num.describe('k3 KL to the old policy of the ratio: the sampling policy, or the learner\'s at the start of the call with an is_correction (monitoring)'),
+  kl_old: num.describe(
+    "k3 KL to the old policy of the ratio: the sampling policy, or the learner's at the start of the call with an is_correction (monitoring)",
+  ),
   clip_fraction: num.describe('scored tokens whose clipped branch is active'),
   ratio_mean: nnum.describe('mean importance ratio over scored tokens and epochs'),
   ratio_min: nnum,
   ratio_max: nnum,
   dual_clip_fraction: nnum.optional().describe('scored tokens (all epochs) with A < 0 whose dual-clip bound is active (null when dual_clip is 0)'),
-  sampler_log_ratio_mean: nnum.optional().describe('mean over scored tokens of the learner\'s old logprob minus the sampler\'s, each clamped to [-20, 20] (null when is_correction is none and the call has more than one optimizer step)'),
-  sampler_log_ratio_abs_max: nnum.optional().describe('largest |learner old logprob − sampler logprob| over scored tokens (clamped to 20; null like sampler_log_ratio_mean)'),
+  sampler_log_ratio_mean: nnum
+    .optional()
+    .describe(
+      "mean over scored tokens of the learner's old logprob minus the sampler's, each clamped to [-20, 20] (null when is_correction is none and the call has more than one optimizer step)",
+    ),
+  sampler_log_ratio_abs_max: nnum
+    .optional()
+    .describe('largest |learner old logprob − sampler logprob| over scored tokens (clamped to 20; null like sampler_log_ratio_mean)'),
   is_weight_mean: nnum.optional().describe('mean off-policy importance weight over scored tokens (null when is_correction is none)'),
-  is_truncated_fraction: nnum.optional().describe('scored tokens whose importance weight truncation changed (0 for the mask modes; null when is_correction is none)'),
-  is_masked_fraction: nnum.optional().describe('scored tokens whose importance weight masking set to 0 (0 for the truncate modes; null when is_correction is none)'),
+  is_truncated_fraction: nnum
+    .optional()
+    .describe('scored tokens whose importance weight truncation changed (0 for the mask modes; null when is_correction is none)'),
+  is_masked_fraction: nnum
+    .optional()
+    .describe('scored tokens whose importance weight masking set to 0 (0 for the truncate modes; null when is_correction is none)'),
   value_loss: nnum.optional().describe('GAE: mean over the optimizer steps of the value loss (before value_coef; null without rewards)'),
   value_mean: nnum.optional().describe('GAE: mean of V_old (the value head at the start of the call) over the valued tokens'),
   explained_variance: nnum.optional().describe('GAE: 1 − Var(R − V_old) / Var(R) over the valued tokens (R the returns; null when Var(R) is 0)'),
@@ -118,7 +181,12 @@ export const TrainMetricsSchema = z.looseObject({
   seconds: num,
   cpu_seconds: num.optional().describe('CPU time of the learner process over the call, all its threads (seconds × cores busy)'),
   learner_tokens_per_s: nnum,
-  weights_changed: z.boolean().optional().describe('the call changed at least one bit of the trainable weights (an exact fingerprint before and after); false: its updates were 0 or below the weights\' precision'),
+  weights_changed: z
+    .boolean()
+    .optional()
+    .describe(
+      "the call changed at least one bit of the trainable weights (an exact fingerprint before and after); false: its updates were 0 or below the weights' precision",
+    ),
 });
 export type TrainMetrics = z.output<typeof TrainMetricsSchema>;
 
@@ -156,7 +224,7 @@ export const LEARNER_COMMANDS = {
         model_dir: Dir.describe('the directory to write'),
         architecture: Architecture.optional().describe('partial architecture; defaults in PROTOCOL.md'),
         seed: z.number().int().optional().describe('sets architecture.seed (default 0)'),
-        name: z.string().min(1).optional().describe('default: the directory\'s name'),
+        name: z.string().min(1).optional().describe("default: the directory's name"),
         tokenizer: z.record(z.string(), z.unknown()).optional(),
         chat_template: z.record(z.string(), z.unknown()).optional(),
         overwrite: z.boolean().optional().describe('replace a model already there (default false)'),
@@ -175,7 +243,12 @@ export const LEARNER_COMMANDS = {
         dtype: z.enum(['auto', 'float32', 'bfloat16']).optional().describe('Hugging Face models only'),
         gradient_checkpointing: z.boolean().optional().describe('Hugging Face models only'),
         lora: z
-          .object({ r: z.number().int().min(1).optional(), alpha: z.number().optional(), dropout: z.number().min(0).max(1).optional(), target_modules: z.union([z.string(), z.array(z.string())]).optional() })
+          .object({
+            r: z.number().int().min(1).optional(),
+            alpha: z.number().optional(),
+            dropout: z.number().min(0).max(1).optional(),
+            target_modules: z.union([z.string(), z.array(z.string())]).optional(),
+          })
           .strict()
           .optional()
           .describe('Hugging Face models only: LoRA through peft'),
@@ -198,8 +271,13 @@ export const LEARNER_COMMANDS = {
         weight_decay: z.number().min(0).optional().describe('default 0.01'),
         grad_clip: z.number().min(0).optional().describe('default 1'),
         min_lr_ratio: z.number().min(0).max(1).optional().describe('default 0.1; 1: no decay after the warm-up'),
-        betas: z.tuple([z.number().min(0).lt(1), z.number().min(0).lt(1)]).optional().describe('default [0.9, 0.95]'),
-        save_epochs: Dir.optional().describe('Hugging Face only: write the weights after each pass over the data but the last as checkpoints <save_epochs>/epoch-<e> (with min_lr_ratio 1 and warm-up in steps, those of a run of e passes); their paths in the result\'s epoch_dirs'),
+        betas: z
+          .tuple([z.number().min(0).lt(1), z.number().min(0).lt(1)])
+          .optional()
+          .describe('default [0.9, 0.95]'),
+        save_epochs: Dir.optional().describe(
+          "Hugging Face only: write the weights after each pass over the data but the last as checkpoints <save_epochs>/epoch-<e> (with min_lr_ratio 1 and warm-up in steps, those of a run of e passes); their paths in the result's epoch_dirs",
+        ),
       })
       .strict(),
     result: z.looseObject({ steps: num, loss_first: num, loss_last: num, tokens: num, tokens_per_s: num, seconds: num, examples: num }),
@@ -250,7 +328,9 @@ export const LEARNER_COMMANDS = {
   },
   put_files: {
     summary: 'write files sent inline under <working dir>/mcp-gym-files/<dir> and answer that path',
-    request: z.object({ dir: Dir.describe('a relative path of plain names'), files: z.record(z.string(), z.string()).describe('{file name: base64 data}') }).strict(),
+    request: z
+      .object({ dir: Dir.describe('a relative path of plain names'), files: z.record(z.string(), z.string()).describe('{file name: base64 data}') })
+      .strict(),
     result: z.looseObject({ dir: z.string(), files: z.array(z.string()), bytes: num }),
   },
   state: {

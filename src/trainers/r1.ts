@@ -35,10 +35,21 @@ const int = (min: number, def: number) => z.number().int().min(min).default(def)
 /** The pipeline's config: every field is a flag of `mcp-gym pipeline r1` (its description the help). */
 export const R1ConfigSchema = z
   .object({
-    suite: z.string().min(1).default('calculator').describe('the bundled task suite: the demonstrations, the train tasks of every stage and the held-out tasks'),
+    suite: z
+      .string()
+      .min(1)
+      .default('calculator')
+      .describe('the bundled task suite: the demonstrations, the train tasks of every stage and the held-out tasks'),
     max_difficulty: z.number().int().min(1).max(5).default(1).describe('only tasks up to this difficulty'),
-    model: z.string().min(1).optional().describe('the starting model directory, used as is by stage 1 (unless --sft); absent: stage 1 trains a new embedded model on expert demonstrations'),
-    sft: z.boolean().default(false).describe('stage 1 runs the SFT cold start even with --model (a Hugging Face checkpoint is fine-tuned; the embedded model continues from its weights)'),
+    model: z
+      .string()
+      .min(1)
+      .optional()
+      .describe('the starting model directory, used as is by stage 1 (unless --sft); absent: stage 1 trains a new embedded model on expert demonstrations'),
+    sft: z
+      .boolean()
+      .default(false)
+      .describe('stage 1 runs the SFT cold start even with --model (a Hugging Face checkpoint is fine-tuned; the embedded model continues from its weights)'),
     seed: int(0, 0).describe('the seed of every stage'),
     sft_demos: int(1, 300).describe('stage 1: expert demonstrations'),
     sft_steps: int(1, 150).describe('stage 1: SFT steps'),
@@ -54,7 +65,11 @@ export const R1ConfigSchema = z
     tasks_per_step: int(1, 8).describe('stages 2 and 4: tasks per step'),
     group: int(2, 4).describe('stages 2 and 4: rollouts per task (G)'),
     lr: z.number().gt(0).default(5e-4).describe('stages 2 and 4: the learning rate'),
-    train_config: z.string().min(1).optional().describe('a JSON file of further training-config fields for stages 2 and 4 (as mcp-gym train --config; the fields above win)'),
+    train_config: z
+      .string()
+      .min(1)
+      .optional()
+      .describe('a JSON file of further training-config fields for stages 2 and 4 (as mcp-gym train --config; the fields above win)'),
     rs_tasks: int(1, 32).describe('stage 3: train tasks sampled for rejection sampling'),
     rs_k: int(1, 4).describe('stage 3: samples per task (k)'),
     rs_max_per_task: int(1, 2).describe('stage 3: at most M verified, distinct samples kept per task'),
@@ -64,7 +79,7 @@ export const R1ConfigSchema = z
     eval_limit: int(1, 48).describe('held-out tasks every stage is evaluated on (the first N of the eval split)'),
     eval_samples: int(1, 2).describe('rollouts of each held-out task'),
     concurrency: int(1, 32).describe('episodes at once'),
-    threads: z.number().int().min(1).optional().describe('the learner\'s CPU threads (default: all cores)'),
+    threads: z.number().int().min(1).optional().describe("the learner's CPU threads (default: all cores)"),
   })
   .strict();
 export type R1Config = z.output<typeof R1ConfigSchema>;
@@ -137,7 +152,11 @@ export interface R1Result {
 /** A value as canonical JSON: object keys sorted, so that equal arguments give equal text. */
 function canonical(v: unknown): string {
   if (Array.isArray(v)) return `[${v.map(canonical).join(',')}]`;
-  if (v && typeof v === 'object') return `{${Object.keys(v).sort().map((k) => `${JSON.stringify(k)}:${canonical((v as Record<string, unknown>)[k])}`).join(',')}}`;
+  if (v && typeof v === 'object')
+    return `{${Object.keys(v)
+      .sort()
+      .map((k) => `${JSON.stringify(k)}:${canonical((v as Record<string, unknown>)[k])}`)
+      .join(',')}}`;
   return JSON.stringify(v) ?? 'null';
 }
 
@@ -159,7 +178,12 @@ export function trajectorySignature(t: Pick<Trajectory, 'turns' | 'answer'>): st
 export function selectVerified(trajectories: Trajectory[], o: { maxPerTask: number; maxLen: number }): { kept: Trajectory[]; counts: RejectionCounts } {
   const byTask = new Map<string, Trajectory[]>();
   for (const t of trajectories) byTask.set(t.task_id, [...(byTask.get(t.task_id) ?? []), t]);
-  const counts: RejectionCounts = { tasks: byTask.size, samples: trajectories.length, kept: 0, rejected: { incorrect: 0, duplicate: 0, over_max: 0, untrainable: 0 } };
+  const counts: RejectionCounts = {
+    tasks: byTask.size,
+    samples: trajectories.length,
+    kept: 0,
+    rejected: { incorrect: 0, duplicate: 0, over_max: 0, untrainable: 0 },
+  };
   const kept: Trajectory[] = [];
   for (const ts of byTask.values()) {
     const seen = new Set<string>();
@@ -225,7 +249,8 @@ export function parseR1Config(input: R1ConfigInput): R1Config {
     const i = r.error.issues[0]!;
     throw new R1ConfigError(`${i.path.join('.') || '(config)'}: ${i.message}`);
   }
-  if (r.data.sft_d_model % r.data.sft_heads !== 0) throw new R1ConfigError(`sft_d_model: ${r.data.sft_d_model} is not a multiple of sft_heads (${r.data.sft_heads})`);
+  if (r.data.sft_d_model % r.data.sft_heads !== 0)
+    throw new R1ConfigError(`sft_d_model: ${r.data.sft_d_model} is not a multiple of sft_heads (${r.data.sft_heads})`);
   if (r.data.sft && !r.data.model) throw new R1ConfigError('sft: stage 1 always runs the SFT cold start without a model; --sft is for a given --model');
   if (r.data.model && !existsSync(join(r.data.model, 'config.json'))) throw new R1ConfigError(`model: no model directory at ${r.data.model} (config.json)`);
   return r.data;
@@ -243,7 +268,10 @@ export async function runR1Pipeline(o: R1Options): Promise<R1Result> {
   if (existsSync(file)) {
     record = JSON.parse(readFileSync(file, 'utf8')) as R1Record;
     const changes = pipelineChanges(record.config, now);
-    if (changes.length) throw new R1ConfigError(`pipeline: ${out} holds a pipeline made with other settings (${changes.join('; ')}); run it with its own settings, or choose another --out`);
+    if (changes.length)
+      throw new R1ConfigError(
+        `pipeline: ${out} holds a pipeline made with other settings (${changes.join('; ')}); run it with its own settings, or choose another --out`,
+      );
     record.config = now; // the free fields as given now
     log(`resuming the pipeline in ${out}: ${record.stages.length} of ${R1_STAGES.length} stages done`);
   } else {
@@ -287,7 +315,9 @@ export async function runR1Pipeline(o: R1Options): Promise<R1Result> {
     delete record.partial[stage.name];
     record.stages.push(s);
     save();
-    log(`stage ${s.name}: held-out success ${(100 * s.eval.success).toFixed(1)}% [${(100 * s.eval.ci95[0]).toFixed(1)}, ${(100 * s.eval.ci95[1]).toFixed(1)}] in ${s.seconds.toFixed(1)} s`);
+    log(
+      `stage ${s.name}: held-out success ${(100 * s.eval.success).toFixed(1)}% [${(100 * s.eval.ci95[0]).toFixed(1)}, ${(100 * s.eval.ci95[1]).toFixed(1)}] in ${s.seconds.toFixed(1)} s`,
+    );
     return s;
   };
   const stoppedAt = (name: R1StageName, seconds: number): R1Result => {
@@ -328,18 +358,51 @@ export async function runR1Pipeline(o: R1Options): Promise<R1Result> {
         architecture: c.model ? {} : { d_model: c.sft_d_model, n_layers: c.sft_layers, n_heads: c.sft_heads, d_ff: 4 * c.sft_d_model, max_seq_len: c.sft_ctx },
         onLog: (l) => log(`stage 1-sft: ${l}`),
       });
-      detail = { from: c.model ?? 'a new model', demos: r.demos, dropped: r.dropped, tokens: r.tokens, masked_tokens: r.masked_tokens, loss_first: r.learner.loss_first, loss_last: r.learner.loss_last, steps: r.learner.steps };
+      detail = {
+        from: c.model ?? 'a new model',
+        demos: r.demos,
+        dropped: r.dropped,
+        tokens: r.tokens,
+        masked_tokens: r.masked_tokens,
+        loss_first: r.learner.loss_first,
+        loss_last: r.learner.loss_last,
+        steps: r.learner.steps,
+      };
     } else if (c.sft) {
       // The embedded model, continued on expert demonstrations rendered with its own chat template.
       log(`stage 1-sft: ${c.sft_demos} expert demonstrations, ${c.sft_steps} SFT steps continuing ${c.model}`);
       cpSync(resolve(c.model), model, { recursive: true, filter: (f) => !f.endsWith('sft-data.jsonl') });
-      const cfg = JSON.parse(readFileSync(join(model, 'config.json'), 'utf8')) as { architecture: { max_seq_len: number }; chat_template?: { max_tool_result_bytes?: number; system_tools?: boolean } };
-      const template = new ChatTemplate({ maxToolResultBytes: cfg.chat_template?.max_tool_result_bytes ?? 256, systemTools: cfg.chat_template?.system_tools ?? false });
+      const cfg = JSON.parse(readFileSync(join(model, 'config.json'), 'utf8')) as {
+        architecture: { max_seq_len: number };
+        chat_template?: { max_tool_result_bytes?: number; system_tools?: boolean };
+      };
+      const template = new ChatTemplate({
+        maxToolResultBytes: cfg.chat_template?.max_tool_result_bytes ?? 256,
+        systemTools: cfg.chat_template?.system_tools ?? false,
+      });
       const demos = await expertDemos(trainTasks, c.sft_demos, c.seed);
       const { examples, dropped } = demoExamples(demos, template, cfg.architecture.max_seq_len);
-      const r = await continueSft({ modelDir: model, examples, steps: c.sft_steps, batchSize: c.sft_batch, lr: c.sft_lr, seed: c.seed, threads: c.threads, onLog: (l) => log(`stage 1-sft: ${l}`) });
+      const r = await continueSft({
+        modelDir: model,
+        examples,
+        steps: c.sft_steps,
+        batchSize: c.sft_batch,
+        lr: c.sft_lr,
+        seed: c.seed,
+        threads: c.threads,
+        onLog: (l) => log(`stage 1-sft: ${l}`),
+      });
       await recordSurfaces(model, trainTasks);
-      detail = { from: resolve(c.model), demos: examples.length, dropped, tokens: r.tokens, masked_tokens: r.masked_tokens, loss_first: r.learner.loss_first, loss_last: r.learner.loss_last, steps: r.learner.steps };
+      detail = {
+        from: resolve(c.model),
+        demos: examples.length,
+        dropped,
+        tokens: r.tokens,
+        masked_tokens: r.masked_tokens,
+        loss_first: r.learner.loss_first,
+        loss_last: r.learner.loss_last,
+        steps: r.learner.steps,
+      };
     } else {
       log(`stage 1-sft: the given model ${c.model}, as is`);
       if (isHfModelDir(model)) ensureHfOnnx(model, log);
@@ -372,7 +435,12 @@ export async function runR1Pipeline(o: R1Options): Promise<R1Result> {
     const seconds = (performance.now() - t0) / 1000;
     if (r.stopped) return stoppedAt(name, seconds);
     finish(
-      { name, model: join(resolve(runDir), 'model'), eval: { success: finalEval(r).success, ci95: finalEval(r).ci95, episodes: finalEval(r).episodes, mean_reward: finalEval(r).mean_reward }, detail: { from, steps: r.steps, train_seconds: r.train_seconds, before: { success: r.before.success, ci95: r.before.ci95 }, report: r.report } },
+      {
+        name,
+        model: join(resolve(runDir), 'model'),
+        eval: { success: finalEval(r).success, ci95: finalEval(r).ci95, episodes: finalEval(r).episodes, mean_reward: finalEval(r).mean_reward },
+        detail: { from, steps: r.steps, train_seconds: r.train_seconds, before: { success: r.before.success, ci95: r.before.ci95 }, report: r.report },
+      },
       seconds,
     );
     return undefined;
@@ -397,13 +465,21 @@ export async function runR1Pipeline(o: R1Options): Promise<R1Result> {
     const tasks: Task[] = [];
     while (tasks.length < c.rs_tasks && pool.length) tasks.push(pool.splice(Math.floor(rng() * pool.length), 1)[0]!);
     log(`stage 3-rs-sft: ${c.rs_k} samples on each of ${tasks.length} train tasks from ${from}`);
-    const policy = await OnnxPolicy.load(model, { temperature: base.temperature, topK: base.top_k, topP: base.top_p, maxNewTokens: base.max_new_tokens, seed: c.seed + 1000 });
+    const policy = await OnnxPolicy.load(model, {
+      temperature: base.temperature,
+      topK: base.top_k,
+      topP: base.top_p,
+      maxNewTokens: base.max_new_tokens,
+      seed: c.seed + 1000,
+    });
     const env = new Environment({ bundled: base.bundled_servers, reward: 'verifier' });
     let samples: Trajectory[];
     let maxLen: number;
     try {
       maxLen = policy.model.maxLen;
-      samples = (await rollout(env, policy, tasks, { group: c.rs_k, concurrency: c.concurrency, iteration: 'rs', out: join(dir, 'samples.jsonl'), signal: o.signal })).trajectories;
+      samples = (
+        await rollout(env, policy, tasks, { group: c.rs_k, concurrency: c.concurrency, iteration: 'rs', out: join(dir, 'samples.jsonl'), signal: o.signal })
+      ).trajectories;
     } finally {
       await env.close();
       await policy.close();
@@ -412,16 +488,37 @@ export async function runR1Pipeline(o: R1Options): Promise<R1Result> {
     const { kept, counts } = selectVerified(samples, { maxPerTask: c.rs_max_per_task, maxLen });
     writeFileSync(join(dir, 'kept.jsonl'), kept.map((t) => JSON.stringify(t)).join('\n') + (kept.length ? '\n' : ''));
     const r = counts.rejected;
-    log(`stage 3-rs-sft: kept ${counts.kept} of ${counts.samples} samples (rejected: ${r.incorrect} incorrect, ${r.duplicate} duplicate, ${r.over_max} over M=${c.rs_max_per_task}${r.untrainable ? `, ${r.untrainable} untrainable` : ''})`);
+    log(
+      `stage 3-rs-sft: kept ${counts.kept} of ${counts.samples} samples (rejected: ${r.incorrect} incorrect, ${r.duplicate} duplicate, ${r.over_max} over M=${c.rs_max_per_task}${r.untrainable ? `, ${r.untrainable} untrainable` : ''})`,
+    );
     let sft: Record<string, unknown> | null = null;
     if (kept.length > 0) {
-      const s = await continueSft({ modelDir: model, examples: rejectionExamples(kept), steps: c.rs_sft_steps, batchSize: c.rs_sft_batch, lr: c.rs_sft_lr, seed: c.seed, threads: c.threads, onLog: (l) => log(`stage 3-rs-sft: ${l}`) });
-      sft = { examples: s.examples, tokens: s.tokens, masked_tokens: s.masked_tokens, steps: s.learner.steps, loss_first: s.learner.loss_first, loss_last: s.learner.loss_last };
+      const s = await continueSft({
+        modelDir: model,
+        examples: rejectionExamples(kept),
+        steps: c.rs_sft_steps,
+        batchSize: c.rs_sft_batch,
+        lr: c.rs_sft_lr,
+        seed: c.seed,
+        threads: c.threads,
+        onLog: (l) => log(`stage 3-rs-sft: ${l}`),
+      });
+      sft = {
+        examples: s.examples,
+        tokens: s.tokens,
+        masked_tokens: s.masked_tokens,
+        steps: s.learner.steps,
+        loss_first: s.learner.loss_first,
+        loss_last: s.learner.loss_last,
+      };
     } else {
       log('stage 3-rs-sft: no sample kept: the stage-2 model goes on unchanged');
     }
     const e = await evaluate(resolve(model), dir);
-    finish({ name: '3-rs-sft', model: resolve(model), eval: e, detail: { from, k: c.rs_k, max_per_task: c.rs_max_per_task, ...counts, sft } }, (performance.now() - t0) / 1000);
+    finish(
+      { name: '3-rs-sft', model: resolve(model), eval: e, detail: { from, k: c.rs_k, max_per_task: c.rs_max_per_task, ...counts, sft } },
+      (performance.now() - t0) / 1000,
+    );
   }
 
   const stopped4 = await grpo('4-grpo', done('3-rs-sft')!.model, c.grpo2_steps);
@@ -454,7 +551,10 @@ function stageRows(record: R1Record): string[][] {
     if (!s) return [name, '(not done)', '', '', record.partial[name] ? record.partial[name]!.toFixed(1) : '', ''];
     const d = s.detail;
     let note: string;
-    if (name === '1-sft') note = d.as_is ? 'the given model, as is' : `SFT on ${d.demos} demonstrations, loss ${Number(d.loss_first).toFixed(3)} -> ${Number(d.loss_last).toFixed(3)}`;
+    if (name === '1-sft')
+      note = d.as_is
+        ? 'the given model, as is'
+        : `SFT on ${d.demos} demonstrations, loss ${Number(d.loss_first).toFixed(3)} -> ${Number(d.loss_last).toFixed(3)}`;
     else if (name === '3-rs-sft') {
       const r = d.rejected as RejectionCounts['rejected'];
       const sft = d.sft as Record<string, number> | null;
@@ -468,7 +568,14 @@ function stageRows(record: R1Record): string[][] {
 export function r1Table(record: R1Record): string {
   const rows = [['stage', 'held-out success', '95% interval', 'episodes', 'seconds', 'notes'], ...stageRows(record)];
   const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
-  return rows.map((r) => r.map((v, i) => (i === r.length - 1 ? v : v.padEnd(widths[i]!))).join('  ').trimEnd()).join('\n');
+  return rows
+    .map((r) =>
+      r
+        .map((v, i) => (i === r.length - 1 ? v : v.padEnd(widths[i]!)))
+        .join('  ')
+        .trimEnd(),
+    )
+    .join('\n');
 }
 
 /** report.md in `out`: the table, the held-out tasks, stage 3's accounting, and where each stage's model is. */
@@ -486,7 +593,12 @@ export function writeR1Report(out: string, record: R1Record): string {
   const rs = record.stages.find((s) => s.name === '3-rs-sft');
   if (rs) {
     const r = rs.detail.rejected as RejectionCounts['rejected'];
-    lines.push('', '## Stage 3: rejection sampling', '', `${rs.detail.k} samples on each of ${rs.detail.tasks} train tasks; kept ${rs.detail.kept} (at most ${rs.detail.max_per_task} per task), rejected: ${r.incorrect} incorrect, ${r.duplicate} duplicate, ${r.over_max} over M, ${r.untrainable} untrainable.`);
+    lines.push(
+      '',
+      '## Stage 3: rejection sampling',
+      '',
+      `${rs.detail.k} samples on each of ${rs.detail.tasks} train tasks; kept ${rs.detail.kept} (at most ${rs.detail.max_per_task} per task), rejected: ${r.incorrect} incorrect, ${r.duplicate} duplicate, ${r.over_max} over M, ${r.untrainable} untrainable.`,
+    );
   }
   lines.push('', '## Models', '', ...record.stages.map((s) => `- ${s.name}: \`${md(s.model)}\``), '');
   const file = join(out, 'report.md');

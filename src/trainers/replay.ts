@@ -19,7 +19,6 @@ import { groupAdvantages, isZeroVariance } from './advantages.ts';
 import type { KeptGroup } from './batch.ts';
 import type { ReplayPriority } from './options.ts';
 
-
 export interface ReplayOptions {
   /** The share of a step's groups drawn from the buffer. */
   fraction: number;

@@ -37,9 +37,21 @@ function passChart(evals: ReportInput['evals'], chart: Chart): string {
   const K = Math.max(1, ...evals.map((e) => Object.keys(e.pass_hat_k ?? {}).length));
   const colors = ['#d62728', '#9467bd', '#8c564b', '#e377c2', '#7f7f7f', '#bcbd22', '#17becf', '#1f77b4'];
   const series: Series[] = [{ name: 'pass@1', points: evals.map((e) => [e.step, e.success] as [number, number]), color: '#2ca02c' }];
-  for (let k = 2; k <= K; k++) series.push({ name: `pass^${k}`, points: evals.filter((e) => e.pass_hat_k?.[k] !== undefined).map((e) => [e.step, e.pass_hat_k![k]!] as [number, number]), color: colors[(k - 2) % colors.length]! });
-  const bands: Band[] = [{ name: 'pass@1 95% interval', points: evals.map((e) => [e.step, e.ci95?.[0], e.ci95?.[1]] as [number, number, number]), color: '#2ca02c' }];
-  return chart('chart-pass', 'Held-out pass@1 and pass^k (every k of the samples succeed)', series, { yMin: 0, yMax: 1, bands, yLabel: 'share of the held-out tasks' });
+  for (let k = 2; k <= K; k++)
+    series.push({
+      name: `pass^${k}`,
+      points: evals.filter((e) => e.pass_hat_k?.[k] !== undefined).map((e) => [e.step, e.pass_hat_k![k]!] as [number, number]),
+      color: colors[(k - 2) % colors.length]!,
+    });
+  const bands: Band[] = [
+    { name: 'pass@1 95% interval', points: evals.map((e) => [e.step, e.ci95?.[0], e.ci95?.[1]] as [number, number, number]), color: '#2ca02c' },
+  ];
+  return chart('chart-pass', 'Held-out pass@1 and pass^k (every k of the samples succeed)', series, {
+    yMin: 0,
+    yMax: 1,
+    bands,
+    yLabel: 'share of the held-out tasks',
+  });
 }
 
 /**
@@ -49,9 +61,15 @@ function passChart(evals: ReportInput['evals'], chart: Chart): string {
  */
 function partsChart(metrics: Record<string, unknown>[], chart: Chart): string {
   const colors = ['#1f77b4', '#ff7f0e', '#2ca02c', '#d62728', '#9467bd', '#8c564b', '#e377c2', '#7f7f7f', '#bcbd22', '#17becf'];
-  const names = [...new Set(metrics.flatMap((m) => Object.keys((m.reward_parts_mean as Record<string, number> | undefined) ?? {})))].filter((n) => !['art', 'rlvr', 'composer'].includes(n));
+  const names = [...new Set(metrics.flatMap((m) => Object.keys((m.reward_parts_mean as Record<string, number> | undefined) ?? {})))].filter(
+    (n) => !['art', 'rlvr', 'composer'].includes(n),
+  );
   if (names.length === 0) return ''; // a run from before the parts were logged
-  const series = names.map((n, i) => ({ name: n, points: metrics.map((m) => [num(m.step), num((m.reward_parts_mean as Record<string, unknown> | undefined)?.[n])] as [number, number]), color: colors[i % colors.length]! }));
+  const series = names.map((n, i) => ({
+    name: n,
+    points: metrics.map((m) => [num(m.step), num((m.reward_parts_mean as Record<string, unknown> | undefined)?.[n])] as [number, number]),
+    color: colors[i % colors.length]!,
+  }));
   return chart('chart-reward-parts', 'Reward parts (train, mean)', series, { yLabel: 'reward part (mean per episode)' });
 }
 
@@ -83,21 +101,50 @@ function curriculumCharts(metrics: Record<string, unknown>[], chart: Chart): str
       const n = Object.values(mix).reduce((a, b) => a + b, 0);
       return n ? Object.entries(mix).reduce((a, [d, c]) => a + Number(d) * c, 0) / n : Number.NaN;
     };
-    out.push(chart('chart-curriculum', 'Curriculum: level per suite, and the mean difficulty of the step\'s tasks', [
-      ...suites.map((s, i) => ({ name: `level: ${s}`, points: withLevels.map((m) => [num(m.step), num(rec(m.curriculum_levels)![s])] as [number, number]), color: colors[i % colors.length]! })),
-      { name: 'mean difficulty', points: withLevels.map((m) => [num(m.step), meanDifficulty(m)] as [number, number]), color: '#7f7f7f' },
-    ], { yMin: 0, yMax: 5, yLabel: 'difficulty (1–5)' }));
+    out.push(
+      chart(
+        'chart-curriculum',
+        "Curriculum: level per suite, and the mean difficulty of the step's tasks",
+        [
+          ...suites.map((s, i) => ({
+            name: `level: ${s}`,
+            points: withLevels.map((m) => [num(m.step), num(rec(m.curriculum_levels)![s])] as [number, number]),
+            color: colors[i % colors.length]!,
+          })),
+          { name: 'mean difficulty', points: withLevels.map((m) => [num(m.step), meanDifficulty(m)] as [number, number]), color: '#7f7f7f' },
+        ],
+        { yMin: 0, yMax: 5, yLabel: 'difficulty (1–5)' },
+      ),
+    );
     const ds = [...new Set(withLevels.flatMap((m) => Object.keys(rec(m.difficulty_mix) ?? {})))].sort();
-    out.push(chart('chart-difficulty-mix', 'Tasks of the step per difficulty (groups)', ds.map((d, i) => ({ name: `difficulty ${d}`, points: withLevels.map((m) => [num(m.step), rec(m.difficulty_mix)?.[d] ?? 0] as [number, number]), color: colors[i % colors.length]! })), { yMin: 0, yLabel: 'groups' }));
+    out.push(
+      chart(
+        'chart-difficulty-mix',
+        'Tasks of the step per difficulty (groups)',
+        ds.map((d, i) => ({
+          name: `difficulty ${d}`,
+          points: withLevels.map((m) => [num(m.step), rec(m.difficulty_mix)?.[d] ?? 0] as [number, number]),
+          color: colors[i % colors.length]!,
+        })),
+        { yMin: 0, yLabel: 'groups' },
+      ),
+    );
   }
   const withReplay = metrics.filter((m) => typeof m.replay_groups === 'number');
   if (withReplay.length) {
     const p = (k: string) => withReplay.map((m) => [num(m.step), num(m[k])] as [number, number]);
-    out.push(chart('chart-replay', 'Replay: groups replayed, buffer size (groups), mean age of the replayed (steps)', [
-      { name: 'replayed groups', points: p('replay_groups'), color: '#1f77b4' },
-      { name: 'buffer size', points: p('replay_buffer_size'), color: '#ff7f0e' },
-      { name: 'mean age', points: p('replay_age_mean'), color: '#2ca02c' },
-    ], { yMin: 0, yLabel: 'groups; age in steps' }));
+    out.push(
+      chart(
+        'chart-replay',
+        'Replay: groups replayed, buffer size (groups), mean age of the replayed (steps)',
+        [
+          { name: 'replayed groups', points: p('replay_groups'), color: '#1f77b4' },
+          { name: 'buffer size', points: p('replay_buffer_size'), color: '#ff7f0e' },
+          { name: 'mean age', points: p('replay_age_mean'), color: '#2ca02c' },
+        ],
+        { yMin: 0, yLabel: 'groups; age in steps' },
+      ),
+    );
   }
   return out;
 }
@@ -148,7 +195,10 @@ function evalLine(e: Record<string, unknown>): string {
   if (typeof e.step === 'number') parts.push(`at step ${e.step}`);
   if (typeof e.episodes === 'number') parts.push(`${e.episodes} episodes`);
   if (typeof e.mean_reward === 'number') parts.push(`mean reward ${formatValue(e.mean_reward)}`);
-  const ks = (rec: unknown, sym: string) => Object.entries((rec as Record<string, number> | undefined) ?? {}).filter(([k]) => k !== '1').map(([k, v]) => `${sym}${k} ${formatValue(v)}`);
+  const ks = (rec: unknown, sym: string) =>
+    Object.entries((rec as Record<string, number> | undefined) ?? {})
+      .filter(([k]) => k !== '1')
+      .map(([k, v]) => `${sym}${k} ${formatValue(v)}`);
   parts.push(...ks(e.pass_hat_k, 'pass^'), ...ks(e.pass_at_k, 'pass@'));
   return parts.join(', ');
 }
@@ -188,7 +238,11 @@ export function renderReport(r: ReportInput): string {
   const steps = [...r.metrics.map((m) => num(m.step)), ...r.evals.map((e) => e.step)].filter(Number.isFinite);
   const xDomain: [number, number] | undefined = steps.length ? [Math.min(...steps), Math.max(...steps)] : undefined;
   const chart: Chart = (id, title, series, opts = {}) => lineChart(id, title, series, { markers: resets, ...(xDomain ? { xDomain } : {}), ...opts });
-  const evalBand: Band = { name: 'eval 95% interval', points: r.evals.map((e) => [e.step, e.ci95?.[0], e.ci95?.[1]] as [number, number, number]), color: '#d62728' };
+  const evalBand: Band = {
+    name: 'eval 95% interval',
+    points: r.evals.map((e) => [e.step, e.ci95?.[0], e.ci95?.[1]] as [number, number, number]),
+    color: '#d62728',
+  };
   const charts = [
     chart('chart-reward', 'Reward (train, mean)', [{ name: 'reward', points: pts('reward_mean'), color: '#1f77b4' }], { yLabel: 'reward (mean per episode)' }),
     partsChart(r.metrics, chart),
@@ -204,29 +258,50 @@ export function renderReport(r: ReportInput): string {
     chart('chart-kl', 'KL to the reference', [{ name: 'kl', points: pts('kl'), color: '#9467bd' }], { yLabel: 'KL (nats / token)' }),
     chart('chart-entropy', 'Entropy (nats / token)', [{ name: 'entropy', points: pts('entropy'), color: '#8c564b' }], { yLabel: 'entropy (nats / token)' }),
     passChart(r.evals, chart),
-    chart('chart-staleness', 'Staleness (steps between the sampling weights and the trained ones)', [
-      { name: 'mean', points: pts('staleness_mean'), color: '#1f77b4' },
-      { name: 'max', points: pts('staleness_max'), color: '#ff7f0e' },
-      { name: 'groups dropped (stale)', points: pts('stale_groups_dropped'), color: '#d62728' },
-    ], { yMin: 0, yLabel: 'steps; dropped: groups' }),
-    chart('chart-corrections', 'Off-policy corrections (fractions of scored tokens; log-ratio learner − sampler)', [
-      { name: 'IS truncated', points: pts('is_truncated_fraction'), color: '#9467bd' },
-      { name: 'IS masked', points: pts('is_masked_fraction'), color: '#d62728' },
-      { name: 'PPO clipped', points: pts('clip_fraction'), color: '#2ca02c' },
-      { name: 'mean log-ratio', points: pts('sampler_log_ratio_mean'), color: '#8c564b' },
-    ], { yLabel: 'share of tokens; log-ratio (nats)' }),
-    chart('chart-time', 'Seconds per step, and the learner idle fraction', [
-      { name: 'step seconds', points: pts('step_seconds'), color: '#1f77b4' },
-      { name: 'learner seconds', points: pts('learner_seconds'), color: '#ff7f0e' },
-      { name: 'idle fraction', points: pts('learner_idle_fraction'), color: '#7f7f7f' },
-    ], { yMin: 0, yLabel: 'seconds; idle: share' }),
-    chart('chart-length', 'Lengths', [
-      { name: 'policy tokens / episode', points: pts('policy_tokens_mean'), color: '#ff7f0e' },
-      { name: 'turns x 10', points: r.metrics.map((m) => [num(m.step), num(m.turns_mean) * 10] as [number, number]), color: '#17becf' },
-    ], { yMin: 0, yLabel: 'tokens; turns × 10' }),
+    chart(
+      'chart-staleness',
+      'Staleness (steps between the sampling weights and the trained ones)',
+      [
+        { name: 'mean', points: pts('staleness_mean'), color: '#1f77b4' },
+        { name: 'max', points: pts('staleness_max'), color: '#ff7f0e' },
+        { name: 'groups dropped (stale)', points: pts('stale_groups_dropped'), color: '#d62728' },
+      ],
+      { yMin: 0, yLabel: 'steps; dropped: groups' },
+    ),
+    chart(
+      'chart-corrections',
+      'Off-policy corrections (fractions of scored tokens; log-ratio learner − sampler)',
+      [
+        { name: 'IS truncated', points: pts('is_truncated_fraction'), color: '#9467bd' },
+        { name: 'IS masked', points: pts('is_masked_fraction'), color: '#d62728' },
+        { name: 'PPO clipped', points: pts('clip_fraction'), color: '#2ca02c' },
+        { name: 'mean log-ratio', points: pts('sampler_log_ratio_mean'), color: '#8c564b' },
+      ],
+      { yLabel: 'share of tokens; log-ratio (nats)' },
+    ),
+    chart(
+      'chart-time',
+      'Seconds per step, and the learner idle fraction',
+      [
+        { name: 'step seconds', points: pts('step_seconds'), color: '#1f77b4' },
+        { name: 'learner seconds', points: pts('learner_seconds'), color: '#ff7f0e' },
+        { name: 'idle fraction', points: pts('learner_idle_fraction'), color: '#7f7f7f' },
+      ],
+      { yMin: 0, yLabel: 'seconds; idle: share' },
+    ),
+    chart(
+      'chart-length',
+      'Lengths',
+      [
+        { name: 'policy tokens / episode', points: pts('policy_tokens_mean'), color: '#ff7f0e' },
+        { name: 'turns x 10', points: r.metrics.map((m) => [num(m.step), num(m.turns_mean) * 10] as [number, number]), color: '#17becf' },
+      ],
+      { yMin: 0, yLabel: 'tokens; turns × 10' },
+    ),
     ...curriculumCharts(r.metrics, chart),
   ].join('\n');
-  const config = r.summary?.config && typeof r.summary.config === 'object' && !Array.isArray(r.summary.config) ? (r.summary.config as Record<string, unknown>) : undefined;
+  const config =
+    r.summary?.config && typeof r.summary.config === 'object' && !Array.isArray(r.summary.config) ? (r.summary.config as Record<string, unknown>) : undefined;
   const summary = r.summary
     ? `<section class="run-summary"><h2>Run</h2>${summaryHtml(r.summary)}${config ? `<h2>Configuration</h2>${configTableHtml(config)}` : ''}
 <details class="raw"><summary>Raw JSON (the run's summary${config ? ' and config' : ''}, for copying)</summary><pre>${esc(rawJson(r.summary))}</pre></details></section>`

@@ -28,9 +28,11 @@ function servedPolicyError(c: TrainConfig, what: string, err: unknown): Error {
   const e = err as Error;
   let hint = '';
   if (e instanceof ServerEndpointError && e.status === 404 && /_lora_adapter/.test(e.endpoint) && /Not Found/i.test(e.message)) {
-    hint = ' (vLLM has these endpoints only when started with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True and --enable-lora; docs/training.md, "Training through vLLM")';
+    hint =
+      ' (vLLM has these endpoints only when started with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True and --enable-lora; docs/training.md, "Training through vLLM")';
   } else if (e instanceof Error && /\/reload/.test(what) && /\b404\b/.test(e.message)) {
-    hint = ' (the server has no POST /v1/reload: full fine-tuning needs a server that loads a model directory, e.g. mcp-gym serve-policy; with vLLM train a LoRA adapter (--lora-rank R) or restart it on the new weights)';
+    hint =
+      ' (the server has no POST /v1/reload: full fine-tuning needs a server that loads a model directory, e.g. mcp-gym serve-policy; with vLLM train a LoRA adapter (--lora-rank R) or restart it on the new weights)';
   }
   return new Error(`policy ${c.policy}: ${what} at ${c.base_url}: ${e.message}${hint}`, { cause: err });
 }
@@ -51,10 +53,22 @@ function servedPolicyError(c: TrainConfig, what: string, err: unknown): Error {
  *   adapter is the identity).
  * Every sampled turn records the version it was sampled with (`policy_version`).
  */
-export async function rolloutPolicy(c: TrainConfig, modelDir: string, o: { step: number; runDir: string; log: (line: string) => void }): Promise<RolloutPolicy> {
+export async function rolloutPolicy(
+  c: TrainConfig,
+  modelDir: string,
+  o: { step: number; runDir: string; log: (line: string) => void },
+): Promise<RolloutPolicy> {
   const hf = isHfModelDir(modelDir);
   if (c.policy === 'onnx') {
-    const p = await OnnxPolicy.load(modelDir, { temperature: c.temperature, topK: c.top_k, topP: c.top_p, maxNewTokens: c.max_new_tokens, seed: c.seed + 1 + o.step, threads: samplerThreads(c), chatTemplate: { toolFormat: c.tool_format } });
+    const p = await OnnxPolicy.load(modelDir, {
+      temperature: c.temperature,
+      topK: c.top_k,
+      topP: c.top_p,
+      maxNewTokens: c.max_new_tokens,
+      seed: c.seed + 1 + o.step,
+      threads: samplerThreads(c),
+      chatTemplate: { toolFormat: c.tool_format },
+    });
     return { policy: p, maxLen: p.model.maxLen, version: () => p.version, reload: () => p.reload(), close: () => p.close() };
   }
   const base = c.policy.slice('openai:'.length);
@@ -94,7 +108,8 @@ export async function rolloutPolicy(c: TrainConfig, modelDir: string, o: { step:
     };
     const push = async (version: number) => {
       const missing = ['adapter_config.json', 'adapter_model.safetensors'].filter((f) => !existsSync(join(adapterDir, f)));
-      if (missing.length) throw new Error(`policy ${c.policy}: the learner wrote no LoRA adapter to push to the server: ${adapterDir} lacks ${missing.join(', ')}`);
+      if (missing.length)
+        throw new Error(`policy ${c.policy}: the learner wrote no LoRA adapter to push to the server: ${adapterDir} lacks ${missing.join(', ')}`);
       const name = `${runName}-v${version}`;
       if (loaded.includes(name)) {
         // The same step's weights again (the run rolled back to it): vLLM refuses a name twice.

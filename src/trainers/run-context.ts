@@ -124,9 +124,20 @@ export function trainingTasks(c: TrainConfig, o: Pick<TrainOptions, 'trainTasks'
   let held = o.evalTasks ?? (c.eval_tasks ? upTo(loadTasks(c.eval_tasks)) : (fromFile ?? suiteHeld).filter((t) => t.split === 'eval'));
   if (c.eval_limit > 0) held = held.slice(0, c.eval_limit);
   const limit = c.max_difficulty < 5 || c.min_difficulty > 1 ? ` of difficulty ${c.min_difficulty}-${c.max_difficulty}` : '';
-  if (train.length === 0) throw new Error(o.trainTasks ? 'trainTasks: no tasks' : `${c.tasks ? `tasks: ${c.tasks}` : `suite '${c.suite}'`} has no train tasks${limit} (a task's "split" says where it goes)`);
+  if (train.length === 0)
+    throw new Error(
+      o.trainTasks
+        ? 'trainTasks: no tasks'
+        : `${c.tasks ? `tasks: ${c.tasks}` : `suite '${c.suite}'`} has no train tasks${limit} (a task's "split" says where it goes)`,
+    );
   if (held.length === 0) {
-    throw new Error(o.evalTasks ? 'evalTasks: no tasks' : c.eval_tasks ? `eval_tasks: ${c.eval_tasks} has no tasks${limit}` : `${c.tasks ? `tasks: ${c.tasks}` : `suite '${c.suite}'`} has no eval tasks${limit}: give held-out tasks with --eval-tasks FILE (or "split": "eval" in the task file)`);
+    throw new Error(
+      o.evalTasks
+        ? 'evalTasks: no tasks'
+        : c.eval_tasks
+          ? `eval_tasks: ${c.eval_tasks} has no tasks${limit}`
+          : `${c.tasks ? `tasks: ${c.tasks}` : `suite '${c.suite}'`} has no eval tasks${limit}: give held-out tasks with --eval-tasks FILE (or "split": "eval" in the task file)`,
+    );
   }
   return { train, held, source };
 }
@@ -159,13 +170,24 @@ export async function closeRun(x: Closers): Promise<void> {
  * judge, learner session, rollout policy, sampler, curriculum and replay buffer. What it opened is
  * put in `closers` as it goes, so that a failure half-way closes it.
  */
-export async function openRun(o: TrainOptions, run: RunDir, c: TrainConfig, closers: Closers, produce: (ctx: RunContext, step: number, signal: AbortSignal) => Promise<Produced>): Promise<RunContext> {
+export async function openRun(
+  o: TrainOptions,
+  run: RunDir,
+  c: TrainConfig,
+  closers: Closers,
+  produce: (ctx: RunContext, step: number, signal: AbortSignal) => Promise<Produced>,
+): Promise<RunContext> {
   const log = o.onLog ?? (() => {});
   if (o.resume) log(`resuming ${run.dir} at step ${run.state.step}`);
   const { train: trainTasks, held, source } = trainingTasks(c, o);
   log(`${trainTasks.length} train tasks and ${held.length} held-out tasks from ${source}`);
   // The composer's weights: the config's composer_weights, those given in environment.rewards win.
-  const env = (closers.env = new Environment({ ...o.environment, rewards: { ...o.environment?.rewards, composer: { ...c.composer_weights, ...(o.environment?.rewards?.composer as Record<string, number> | undefined) } }, bundled: c.bundled_servers, reward: o.reward ?? o.environment?.reward ?? c.reward }));
+  const env = (closers.env = new Environment({
+    ...o.environment,
+    rewards: { ...o.environment?.rewards, composer: { ...c.composer_weights, ...(o.environment?.rewards?.composer as Record<string, number> | undefined) } },
+    bundled: c.bundled_servers,
+    reward: o.reward ?? o.environment?.reward ?? c.reward,
+  }));
   const warn = o.onWarning ?? ((m: string) => log(`warning: ${m}`));
   const reportTo = parseReportTo(c.report_to);
   if (reportTo.length) {
@@ -180,16 +202,59 @@ export async function openRun(o: TrainOptions, run: RunDir, c: TrainConfig, clos
   // In-process sampling of a Hugging Face checkpoint needs its ONNX export (the learner keeps it
   // current after each step); a resumed run's is updated by exportWeights below.
   if (c.policy === 'onnx' && isHfModelDir(run.modelDir)) ensureHfOnnx(run.modelDir, log);
-  const session = (closers.session = await LearnerSession.open({ modelDir: run.modelDir, runDir: run.dir, url: c.learner, token: c.learner_token, threads: c.threads, device: c.device === 'auto' ? undefined : c.device, hf: hfLoadOptions(c), checkpoint: run.state.checkpoint, log }));
+  const session = (closers.session = await LearnerSession.open({
+    modelDir: run.modelDir,
+    runDir: run.dir,
+    url: c.learner,
+    token: c.learner_token,
+    threads: c.threads,
+    device: c.device === 'auto' ? undefined : c.device,
+    hf: hfLoadOptions(c),
+    checkpoint: run.state.checkpoint,
+    log,
+  }));
   // A resumed run samples from its checkpoint's weights: the model directory may hold weights
   // exported after that checkpoint (by the steps a kill undid).
   if (o.resume && run.state.checkpoint) await session.exportWeights();
   const policy = (closers.policy = await rolloutPolicy(c, run.modelDir, { step: run.state.step, runDir: run.dir, log }));
   // The curriculum and the replay buffer (curriculum.ts, replay.ts) live in the producer, like the
   // sampler: each batch records their state after it, which its step's checkpoint stores.
-  const curriculum = c.curriculum === 'off' ? undefined : new Curriculum(trainTasks, { mode: c.curriculum, share: c.curriculum_share, low: c.curriculum_low, high: c.curriculum_high, window: c.curriculum_window, start: c.curriculum_start, schedule: c.curriculum_schedule }, run.state.curriculum);
-  const replay = c.replay_fraction > 0 ? new ReplayBuffer({ fraction: c.replay_fraction, capacity: c.replay_capacity, maxAge: c.replay_max_age, priority: c.replay_priority, seed: c.seed + 13, advantage: c.advantage === 'dr_grpo' ? 'dr_grpo' : 'grpo' }, run.readReplay()) : undefined;
-  if (curriculum) log(`curriculum ${c.curriculum}: ${Object.entries(curriculum.levels(run.state.step + 1)).map(([s, l]) => `${s} at level ${l}`).join(', ')}`);
+  const curriculum =
+    c.curriculum === 'off'
+      ? undefined
+      : new Curriculum(
+          trainTasks,
+          {
+            mode: c.curriculum,
+            share: c.curriculum_share,
+            low: c.curriculum_low,
+            high: c.curriculum_high,
+            window: c.curriculum_window,
+            start: c.curriculum_start,
+            schedule: c.curriculum_schedule,
+          },
+          run.state.curriculum,
+        );
+  const replay =
+    c.replay_fraction > 0
+      ? new ReplayBuffer(
+          {
+            fraction: c.replay_fraction,
+            capacity: c.replay_capacity,
+            maxAge: c.replay_max_age,
+            priority: c.replay_priority,
+            seed: c.seed + 13,
+            advantage: c.advantage === 'dr_grpo' ? 'dr_grpo' : 'grpo',
+          },
+          run.readReplay(),
+        )
+      : undefined;
+  if (curriculum)
+    log(
+      `curriculum ${c.curriculum}: ${Object.entries(curriculum.levels(run.state.step + 1))
+        .map(([s, l]) => `${s} at level ${l}`)
+        .join(', ')}`,
+    );
   const budget = policyTokenBudget(c, Math.max(...trainTasks.map((t) => t.max_turns)), policy.maxLen);
   const versions = new VersionSteps(run.state.versions);
   versions.note(policy.version(), run.state.step);

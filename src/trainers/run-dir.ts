@@ -78,12 +78,51 @@ function readRows(file: string): Record<string, unknown>[] {
 }
 
 /** What makes a run the run it is: resuming with any of these changed would mix two runs in one directory. */
-export const RUN_IDENTITY = ['preset', 'model', 'suite', 'tasks', 'eval_tasks', 'max_difficulty', 'min_difficulty', 'tool_format', 'reward', 'group', 'tasks_per_step', 'loss', 'advantage', 'per_turn', 'seed', 'temperature', 'top_k', 'top_p', 'max_new_tokens', 'ruler', 'judge', 'ruler_weight', 'ruler_verifier_weight', 'ruler_rubric', 'policy', 'lora_rank', 'lora_alpha', 'lora_dropout', 'lora_targets', 'dtype', 'curriculum', 'curriculum_schedule', 'replay_fraction', 'composer_weights', 'gae_level', 'faults'] as const;
+export const RUN_IDENTITY = [
+  'preset',
+  'model',
+  'suite',
+  'tasks',
+  'eval_tasks',
+  'max_difficulty',
+  'min_difficulty',
+  'tool_format',
+  'reward',
+  'group',
+  'tasks_per_step',
+  'loss',
+  'advantage',
+  'per_turn',
+  'seed',
+  'temperature',
+  'top_k',
+  'top_p',
+  'max_new_tokens',
+  'ruler',
+  'judge',
+  'ruler_weight',
+  'ruler_verifier_weight',
+  'ruler_rubric',
+  'policy',
+  'lora_rank',
+  'lora_alpha',
+  'lora_dropout',
+  'lora_targets',
+  'dtype',
+  'curriculum',
+  'curriculum_schedule',
+  'replay_fraction',
+  'composer_weights',
+  'gae_level',
+  'faults',
+] as const;
 
 /** The differences between a run's recorded config and the one it is resumed with, as `field: was X, now Y`. */
 export function identityChanges(was: Record<string, unknown>, now: Record<string, unknown>): string[] {
   // A field the recorded config lacks came after the run was made (it ran with that field's default).
-  return RUN_IDENTITY.filter((k) => k in was && JSON.stringify(was[k]) !== JSON.stringify(now[k])).map((k) => `${k}: the run has ${JSON.stringify(was[k]) ?? '(none)'}, not ${JSON.stringify(now[k]) ?? '(none)'}`);
+  return RUN_IDENTITY.filter((k) => k in was && JSON.stringify(was[k]) !== JSON.stringify(now[k])).map(
+    (k) => `${k}: the run has ${JSON.stringify(was[k]) ?? '(none)'}, not ${JSON.stringify(now[k]) ?? '(none)'}`,
+  );
 }
 
 /** The config a run was made with (its config.json), or undefined. */
@@ -118,7 +157,8 @@ export class RunDir {
       if (!existsSync(this.stateFile)) throw new Error(`${this.dir}: nothing to resume (no state.json)`);
       const was = recordedConfig(this.dir);
       const changes = was ? identityChanges(was, o.config as Record<string, unknown>) : [];
-      if (changes.length) throw new Error(`resume: ${this.dir} holds another run (${changes.join('; ')}); resume it with its own settings, or start a new run directory`);
+      if (changes.length)
+        throw new Error(`resume: ${this.dir} holds another run (${changes.join('; ')}); resume it with its own settings, or start a new run directory`);
       this.state = JSON.parse(readFileSync(this.stateFile, 'utf8')) as RunState;
       this.metrics.push(...readRows(join(this.dir, 'metrics.jsonl')).filter((m) => Number(m.step) <= this.state.step));
     } else {
@@ -127,7 +167,10 @@ export class RunDir {
       rmSync(this.modelDir, { recursive: true, force: true });
       // A Hugging Face checkpoint's ONNX export is made again from the copy (ensureHfOnnx), never trusted from the source.
       const hfExport = isHfModelDir(o.model) ? join(o.model, 'onnx') : undefined;
-      cpSync(o.model, this.modelDir, { recursive: true, filter: (src) => !src.endsWith('sft-data.jsonl') && !(hfExport && (src === hfExport || src.startsWith(hfExport + sep))) });
+      cpSync(o.model, this.modelDir, {
+        recursive: true,
+        filter: (src) => !src.endsWith('sft-data.jsonl') && !(hfExport && (src === hfExport || src.startsWith(hfExport + sep))),
+      });
       writeJsonAtomic(join(this.dir, 'config.json'), o.config);
     }
     this.startedAt = new Date().toISOString();
@@ -141,7 +184,13 @@ export class RunDir {
 
   /** Writes status.json (running, then finished, stopped or failed with its error). */
   markStatus(status: RunStatus['status'], error?: string): void {
-    const value: RunStatus = { status, pid: process.pid, started_at: this.startedAt, updated_at: new Date().toISOString(), ...(error !== undefined ? { error } : {}) };
+    const value: RunStatus = {
+      status,
+      pid: process.pid,
+      started_at: this.startedAt,
+      updated_at: new Date().toISOString(),
+      ...(error !== undefined ? { error } : {}),
+    };
     try {
       writeJsonAtomic(join(this.dir, 'status.json'), value);
     } catch {
@@ -238,7 +287,10 @@ export class RunDir {
     e.trajectories = file;
     this.evalOut.write(e);
     this.state.evals.push(e);
-    this.samples = [...trajectories.filter((t) => t.success).slice(0, 2), ...trajectories.filter((t) => !t.success).slice(0, 2)].map((t) => ({ label: `eval @ step ${e.step}`, trajectory: t }));
+    this.samples = [...trajectories.filter((t) => t.success).slice(0, 2), ...trajectories.filter((t) => !t.success).slice(0, 2)].map((t) => ({
+      label: `eval @ step ${e.step}`,
+      trajectory: t,
+    }));
   }
 
   writeMetrics(m: Record<string, unknown>): void {

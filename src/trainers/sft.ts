@@ -30,7 +30,14 @@ export interface SftSchedule {
 
 /** The learner's `sft` schedule fields for a SftSchedule. */
 function sftSchedule(o: SftSchedule) {
-  return { steps: o.steps, batch_size: o.batchSize, lr: o.lr, seed: o.seed, warmup: o.warmup ?? Math.max(1, Math.round(o.steps * 0.05)), ...(o.minLrRatio !== undefined ? { min_lr_ratio: o.minLrRatio } : {}) };
+  return {
+    steps: o.steps,
+    batch_size: o.batchSize,
+    lr: o.lr,
+    seed: o.seed,
+    warmup: o.warmup ?? Math.max(1, Math.round(o.steps * 0.05)),
+    ...(o.minLrRatio !== undefined ? { min_lr_ratio: o.minLrRatio } : {}),
+  };
 }
 
 export interface SftOptions extends SftSchedule {
@@ -75,7 +82,10 @@ export function demoExamples(trajectories: Trajectory[], template: ChatTemplate,
   let dropped = 0;
   for (const t of trajectories) {
     if (!t.success) continue;
-    const ex = template.conversation(t.messages as never, (t.tools ?? []).map((x) => x.name));
+    const ex = template.conversation(
+      t.messages as never,
+      (t.tools ?? []).map((x) => x.name),
+    );
     if (ex.ids.length > maxLen) {
       dropped++;
       continue;
@@ -145,7 +155,9 @@ export async function runSft(o: SftOptions): Promise<SftResult> {
     await learner.request('load', { model_dir: out, device: 'cpu' });
     log(`training: ${o.steps} steps of ${o.batchSize}, lr ${o.lr}`);
     const trained = await learner.request('sft', { data, ...sftSchedule(o) });
-    log(`trained: loss ${Number(trained.loss_first).toFixed(3)} -> ${Number(trained.loss_last).toFixed(3)}, ${Math.round(Number(trained.tokens_per_s))} tokens/s`);
+    log(
+      `trained: loss ${Number(trained.loss_first).toFixed(3)} -> ${Number(trained.loss_last).toFixed(3)}, ${Math.round(Number(trained.tokens_per_s))} tokens/s`,
+    );
     const exported = await learner.request('export', { model_dir: out, full: true });
     await recordSurfaces(out, o.tasks);
     return { demos: examples.length, dropped, tokens, masked_tokens: masked, learner: trained, export: exported, seconds: (performance.now() - t0) / 1000 };
@@ -185,26 +197,45 @@ async function runHfSft(o: SftOptions, out: string, trajectories: Trajectory[], 
   // included, when mcp-gym added it): transformers and vLLM then render the prompts it learned.
   writeChatTemplate(out, turns.template);
   const { examples, dropped, unrenderable } = hfDemoExamples(trajectories, turns, maxLen);
-  if (examples.length === 0) throw new Error(`sft: none of the ${trajectories.length} demonstrations could be rendered by ${src}'s chat template within ${maxLen} tokens`);
+  if (examples.length === 0)
+    throw new Error(`sft: none of the ${trajectories.length} demonstrations could be rendered by ${src}'s chat template within ${maxLen} tokens`);
   const data = join(out, 'sft-data.jsonl');
   writeFileSync(data, examples.map((e) => JSON.stringify(e)).join('\n') + '\n');
   const tokens = examples.reduce((s, e) => s + e.ids.length, 0);
   const masked = examples.reduce((s, e) => s + e.mask.reduce((a, b) => a + b, 0), 0);
-  log(`${examples.length} demonstrations in ${turns.family} format (tools: ${turns.toolFormat}) (${dropped} longer than ${maxLen} tokens dropped${unrenderable ? `, ${unrenderable} the template cannot render` : ''}), ${tokens} tokens, ${masked} with loss`);
+  log(
+    `${examples.length} demonstrations in ${turns.family} format (tools: ${turns.toolFormat}) (${dropped} longer than ${maxLen} tokens dropped${unrenderable ? `, ${unrenderable} the template cannot render` : ''}), ${tokens} tokens, ${masked} with loss`,
+  );
   // The learner logs each step ("sft step 3/40 loss ... lr ... tok/s"): passed on as progress.
-  const learner = LearnerClient.start({ threads: o.threads, forwardStderr: false, hf: true, onLog: (l) => l.startsWith('sft step') && (o.onProgress ?? log)(l) });
+  const learner = LearnerClient.start({
+    threads: o.threads,
+    forwardStderr: false,
+    hf: true,
+    onLog: (l) => l.startsWith('sft step') && (o.onProgress ?? log)(l),
+  });
   try {
     await learner.request('load', { model_dir: out, device: 'cpu', ...(o.lora ? { lora: o.lora } : {}) });
     log(`training ${o.lora ? `LoRA r=${o.lora.r}` : 'all weights'}: ${o.steps} steps of ${o.batchSize}, lr ${o.lr}`);
     const trained = await learner.request('sft', { data, ...sftSchedule(o), ...(o.saveEpochs ? { save_epochs: resolve(o.saveEpochs) } : {}) });
-    log(`trained: loss ${Number(trained.loss_first).toFixed(3)} -> ${Number(trained.loss_last).toFixed(3)}, ${Math.round(Number(trained.tokens_per_s))} tokens/s`);
+    log(
+      `trained: loss ${Number(trained.loss_first).toFixed(3)} -> ${Number(trained.loss_last).toFixed(3)}, ${Math.round(Number(trained.tokens_per_s))} tokens/s`,
+    );
     const epochDirs = (trained.epoch_dirs as string[] | undefined) ?? [];
     for (const d of epochDirs) await recordSurfaces(d, o.tasks);
     const exported = await learner.request('export', { model_dir: out, full: true });
     // The copy has no ONNX export yet (the learner only keeps an existing one current): make it, for sampling.
     ensureHfOnnx(out, log);
     await recordSurfaces(out, o.tasks);
-    return { demos: examples.length, dropped: dropped + unrenderable, tokens, masked_tokens: masked, learner: trained, export: exported, seconds: (performance.now() - t0) / 1000, ...(o.saveEpochs ? { epochDirs } : {}) };
+    return {
+      demos: examples.length,
+      dropped: dropped + unrenderable,
+      tokens,
+      masked_tokens: masked,
+      learner: trained,
+      export: exported,
+      seconds: (performance.now() - t0) / 1000,
+      ...(o.saveEpochs ? { epochDirs } : {}),
+    };
   } finally {
     await learner.close();
   }

@@ -30,9 +30,20 @@ export async function produceBatch(ctx: RunContext, step: number, signal: AbortS
   const levels = curriculum?.levels(step);
   const replayed = replay?.draw(step, replay.target(c.tasks_per_step));
   const got = await collectGroups({
-    env: ctx.collectEnv, policy: ctx.policy.policy, sampler, curriculum, step, tasksPerStep: c.tasks_per_step - (replayed?.groups.length ?? 0), group: c.group, concurrency: c.concurrency,
-    dynamicSampling: c.dynamic_sampling, dynamicSamplingOn: c.dynamic_sampling_on, maxResampleRounds: c.max_resample_rounds,
-    overlong: { max: c.overlong_max, cache: c.overlong_cache }, judge: ctx.judge, signal,
+    env: ctx.collectEnv,
+    policy: ctx.policy.policy,
+    sampler,
+    curriculum,
+    step,
+    tasksPerStep: c.tasks_per_step - (replayed?.groups.length ?? 0),
+    group: c.group,
+    concurrency: c.concurrency,
+    dynamicSampling: c.dynamic_sampling,
+    dynamicSamplingOn: c.dynamic_sampling_on,
+    maxResampleRounds: c.max_resample_rounds,
+    overlong: { max: c.overlong_max, cache: c.overlong_cache },
+    judge: ctx.judge,
+    signal,
   });
   // In batch order, from the fresh rollouts (never from training): the same whatever the timing.
   const moves = curriculum?.update(step, got.trajectories) ?? [];
@@ -45,7 +56,10 @@ export function recordRollouts(ctx: RunContext, step: number, item: Produced): v
   const { got } = item;
   if (got.judgeError) ctx.log(`step ${step}: the judge failed on ${got.droppedJudge} group(s), dropped; first: ${got.judgeError}`);
   ctx.run.writeTrajectories(got.trajectories);
-  for (const mv of item.moves) ctx.log(`step ${step}: curriculum: ${mv.suite} level ${mv.from} -> ${mv.to} (success ${(100 * mv.rate).toFixed(0)}% over ${mv.episodes} episodes at level ${mv.from})`);
+  for (const mv of item.moves)
+    ctx.log(
+      `step ${step}: curriculum: ${mv.suite} level ${mv.from} -> ${mv.to} (success ${(100 * mv.rate).toFixed(0)}% over ${mv.episodes} episodes at level ${mv.from})`,
+    );
 }
 
 /** What stage 5 kept: the groups fresh enough (fresh and replayed), those of them with signal, and the replayed ones kept. */
@@ -61,8 +75,16 @@ export function filterGroups(ctx: RunContext, step: number, item: Produced): Fil
   const { c } = ctx;
   const replayedGroups = item.replayed?.groups ?? [];
   const replayedIds = new Set(replayedGroups.map((g) => g.group_id));
-  const stale = splitStale([...item.got.kept, ...replayedGroups], step, (g) => (replayedIds.has(g.group_id) ? c.max_staleness + c.replay_max_age : c.max_staleness), ctx.versions);
-  if (stale.dropped) ctx.log(`step ${step}: ${stale.dropped} group(s) sampled more than max_staleness ${c.max_staleness} steps ago (replayed: ${c.max_staleness + c.replay_max_age}), dropped`);
+  const stale = splitStale(
+    [...item.got.kept, ...replayedGroups],
+    step,
+    (g) => (replayedIds.has(g.group_id) ? c.max_staleness + c.replay_max_age : c.max_staleness),
+    ctx.versions,
+  );
+  if (stale.dropped)
+    ctx.log(
+      `step ${step}: ${stale.dropped} group(s) sampled more than max_staleness ${c.max_staleness} steps ago (replayed: ${c.max_staleness + c.replay_max_age}), dropped`,
+    );
   const replayedKept = stale.kept.filter((g) => replayedIds.has(g.group_id));
   // drop_zero_variance: groups whose advantages are all 0 cost the learner a pass and add no gradient.
   const signal = c.drop_zero_variance ? stale.kept.filter((g) => !isZeroVariance(g.trajectories.map((t) => t.reward))) : stale.kept;
@@ -110,7 +132,13 @@ export async function learn(ctx: RunContext, step: number, built: BuiltBatch, it
     }
     if (item.replayAfter) run.setReplay(step, item.replayAfter);
     if (checkpointDue) {
-      Object.assign(run.state, { step, rng_draws: item.drawsAfter, curriculum: item.curriculumAfter, ...stateVersions(ctx), train_seconds: (performance.now() - ctx.clock.t0) / 1000 });
+      Object.assign(run.state, {
+        step,
+        rng_draws: item.drawsAfter,
+        curriculum: item.curriculumAfter,
+        ...stateVersions(ctx),
+        train_seconds: (performance.now() - ctx.clock.t0) / 1000,
+      });
       await checkpoint(ctx, step); // state.json always describes its checkpoint: both are written here, together
     }
   } catch (err) {
@@ -123,7 +151,8 @@ export async function learn(ctx: RunContext, step: number, built: BuiltBatch, it
   // The sampler picks up the new weights between batches: turns in flight keep the version that sampled them.
   await ctx.policy.reload(step, built.batch.ids.length > 0);
   ctx.versions.note(ctx.policy.version(), step);
-  if (metrics.ref_reset === true) ctx.log(`step ${step}: the reference and the optimizer were reset to the current policy (ref_reset_every ${c.ref_reset_every})`);
+  if (metrics.ref_reset === true)
+    ctx.log(`step ${step}: the reference and the optimizer were reset to the current policy (ref_reset_every ${c.ref_reset_every})`);
   run.state.step = step;
   return { metrics, seconds, checkpointDue };
 }
@@ -157,12 +186,25 @@ function stateVersions(ctx: RunContext): { versions?: Record<string, number> } {
 }
 
 /** The step's row of metrics.jsonl: the learner's and the rollouts' (stepMetrics), the staleness, timing, curriculum and replay. */
-export function stepRecord(ctx: RunContext, step: number, item: Produced, f: Filtered, built: BuiltBatch, learned: Learned, waited: number): Record<string, unknown> {
+export function stepRecord(
+  ctx: RunContext,
+  step: number,
+  item: Produced,
+  f: Filtered,
+  built: BuiltBatch,
+  learned: Learned,
+  waited: number,
+): Record<string, unknown> {
   const { c, policy: p } = ctx;
   const stepSeconds = (performance.now() - ctx.clock.stepStart) / 1000;
   const cpu = process.cpuUsage(ctx.clock.cpuStart);
   const { stale, replayedKept } = f;
-  const m = stepMetrics(step, learned.metrics, item.got, built, { reward: ctx.env.reward.name, learnerSeconds: learned.seconds, restarts: ctx.session.restarts, version: Number(p.version() ?? 0) });
+  const m = stepMetrics(step, learned.metrics, item.got, built, {
+    reward: ctx.env.reward.name,
+    learnerSeconds: learned.seconds,
+    restarts: ctx.session.restarts,
+    version: Number(p.version() ?? 0),
+  });
   return Object.assign(m, {
     max_staleness: c.max_staleness,
     staleness_hist: stale.histogram,
@@ -194,7 +236,15 @@ export function stepRecord(ctx: RunContext, step: number, item: Produced, f: Fil
  * learner step left the weights bit-identical, is logged (`no_signal` in its row);
  * no_signal_patience of them in a row stop the run: the reason is returned, else undefined.
  */
-export function checkSignal(ctx: RunContext, step: number, f: Filtered, item: Produced, built: BuiltBatch, learned: Learned, m: Record<string, unknown>): string | undefined {
+export function checkSignal(
+  ctx: RunContext,
+  step: number,
+  f: Filtered,
+  item: Produced,
+  built: BuiltBatch,
+  learned: Learned,
+  m: Record<string, unknown>,
+): string | undefined {
   const { c, run } = ctx;
   const quiet = noSignalReason(f.stale.kept, item.got, built.batch.ids.length > 0 ? learned.metrics : undefined);
   m.no_signal = quiet !== undefined;
@@ -203,7 +253,9 @@ export function checkSignal(ctx: RunContext, step: number, f: Filtered, item: Pr
     return undefined;
   }
   ctx.quietSteps++;
-  ctx.log(`step ${step}: no learning signal: ${quiet}${c.no_signal_patience > 0 ? ` (${ctx.quietSteps} of ${c.no_signal_patience} in a row before the run stops)` : ''}`);
+  ctx.log(
+    `step ${step}: no learning signal: ${quiet}${c.no_signal_patience > 0 ? ` (${ctx.quietSteps} of ${c.no_signal_patience} in a row before the run stops)` : ''}`,
+  );
   if (c.no_signal_patience <= 0 || ctx.quietSteps < c.no_signal_patience) return undefined;
   const last = run.state.evals.at(-1);
   return `training stopped at step ${step}: ${ctx.quietSteps} steps in a row without a learning signal; the last: ${quiet}. Check that the policy can solve some of the tasks and others not (held-out success ${(100 * (last?.success ?? 0)).toFixed(1)}% at step ${last?.step ?? 0}), the reward and the learning rate; --no-signal-patience 0 trains on regardless (the run resumes with --resume)`;
@@ -228,7 +280,14 @@ export async function evaluateHeldOut(ctx: RunContext, step: number): Promise<Ev
 }
 
 /** Stage 9: the step's state (committed with its checkpoint), its metrics row, the trackers, the listener and the report; the next step's clock starts. */
-export function persistStep(ctx: RunContext, step: number, item: Produced, m: Record<string, unknown>, checkpointDue: boolean, pipe: StepPipeline<Produced>): void {
+export function persistStep(
+  ctx: RunContext,
+  step: number,
+  item: Produced,
+  m: Record<string, unknown>,
+  checkpointDue: boolean,
+  pipe: StepPipeline<Produced>,
+): void {
   const { c, run } = ctx;
   run.state.train_seconds = (performance.now() - ctx.clock.t0) / 1000;
   Object.assign(run.state, { rng_draws: item.drawsAfter, curriculum: item.curriculumAfter, ...stateVersions(ctx) });

@@ -15,7 +15,17 @@ import type { EvalResult } from './run-dir.ts';
  */
 export function evalFigures(step: number, trajectories: Trajectory[], K: number): EvalResult {
   const s = summarizeEpisodes(trajectories, K);
-  return { step, success: s.success, ci95: s.ci95, episodes: s.episodes, tasks: s.tasks, n_eff: s.n_eff, mean_reward: mean(trajectories.map((t) => t.reward)), pass_at_k: s.pass_at_k, pass_hat_k: s.pass_hat_k };
+  return {
+    step,
+    success: s.success,
+    ci95: s.ci95,
+    episodes: s.episodes,
+    tasks: s.tasks,
+    n_eff: s.n_eff,
+    mean_reward: mean(trajectories.map((t) => t.reward)),
+    pass_at_k: s.pass_at_k,
+    pass_hat_k: s.pass_hat_k,
+  };
 }
 
 /**
@@ -24,7 +34,8 @@ export function evalFigures(step: number, trajectories: Trajectory[], K: number)
  * step (`learner`, its metrics; undefined when no batch was sent) left the weights bit-identical.
  */
 export function noSignalReason(groups: { trajectories: Trajectory[] }[], got: Collected, learner: Record<string, unknown> | undefined): string | undefined {
-  if (learner && learner.weights_changed === false) return `the learner's step left the weights bit-identical (lr ${String(learner.lr)}; grad norm ${String(learner.grad_norm)}): its updates are 0 or below the weights' precision`;
+  if (learner && learner.weights_changed === false)
+    return `the learner's step left the weights bit-identical (lr ${String(learner.lr)}; grad norm ${String(learner.grad_norm)}): its updates are 0 or below the weights' precision`;
   if (groups.some((g) => !isZeroVariance(g.trajectories.map((t) => t.reward)))) return undefined;
   const all = got.trajectories;
   if (all.length > 0 && all.every((t) => t.finish === 'error')) {
@@ -38,13 +49,24 @@ export function noSignalReason(groups: { trajectories: Trajectory[] }[], got: Co
 }
 
 /** A step's row of metrics.jsonl: the learner's metrics, then the loop's (which win where both use a name). */
-export function stepMetrics(step: number, learner: Record<string, unknown>, got: Collected, built: BuiltBatch, o: { reward: string; learnerSeconds: number; restarts: number; version: number }): Record<string, unknown> {
+export function stepMetrics(
+  step: number,
+  learner: Record<string, unknown>,
+  got: Collected,
+  built: BuiltBatch,
+  o: { reward: string; learnerSeconds: number; restarts: number; version: number },
+): Record<string, unknown> {
   const all = got.trajectories;
   const scored = all.filter((t) => t.finish !== 'error'); // failed episodes and task errors are counted apart
   const calls = all.reduce((n, t) => n + t.metrics.tool_calls, 0);
   const policyTokens = all.reduce((n, t) => n + t.metrics.policy_tokens, 0);
   // What an API policy's server counted (policy openai:...): the step's requests' tokens.
-  const billed = all.flatMap((t) => t.turns).reduce((u, turn) => ({ prompt: u.prompt + (turn.usage?.prompt_tokens ?? 0), completion: u.completion + (turn.usage?.completion_tokens ?? 0) }), { prompt: 0, completion: 0 });
+  const billed = all
+    .flatMap((t) => t.turns)
+    .reduce((u, turn) => ({ prompt: u.prompt + (turn.usage?.prompt_tokens ?? 0), completion: u.completion + (turn.usage?.completion_tokens ?? 0) }), {
+      prompt: 0,
+      completion: 0,
+    });
   const drift = all.reduce((n, t) => n + t.turns.filter((turn) => turn.token_drift !== undefined).length, 0);
   return {
     ...learner,

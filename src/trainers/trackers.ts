@@ -19,7 +19,6 @@ import type { TrackerName } from './options.ts';
 const MODULES: Record<TrackerName, string> = { wandb: 'wandb', tensorboard: 'tensorboard', mlflow: 'mlflow' };
 export const TRACKERS_LOCK = join(LEARNER_DIR, 'requirements-trackers.lock');
 
-
 /** Installs the trackers' packages into the learner's venv when one is missing; returns the venv's Python. */
 export function ensureTrackerPackages(names: TrackerName[], log: (line: string) => void = () => {}): string {
   const python = learnerPython({ hf: true });
@@ -27,7 +26,10 @@ export function ensureTrackerPackages(names: TrackerName[], log: (line: string) 
   if (missing.length === 0) return python;
   log(`installing ${missing.join(', ')} into the learner's venv (${TRACKERS_LOCK}; once, about a minute)`);
   const r = spawnSync(python, ['-m', 'pip', 'install', '--quiet', '--disable-pip-version-check', '-r', TRACKERS_LOCK], { encoding: 'utf8' });
-  if (r.status !== 0) throw new StartFailure(`could not install the trackers' packages (${python} -m pip install -r ${TRACKERS_LOCK}): ${(r.stderr || r.stdout || String(r.error)).trim().split('\n').slice(-6).join('\n')}`);
+  if (r.status !== 0)
+    throw new StartFailure(
+      `could not install the trackers' packages (${python} -m pip install -r ${TRACKERS_LOCK}): ${(r.stderr || r.stdout || String(r.error)).trim().split('\n').slice(-6).join('\n')}`,
+    );
   return python;
 }
 
@@ -51,20 +53,37 @@ export class Trackers {
   ) {}
 
   /** Starts the trackers for a run (installing their packages when needed); a StartFailure when one cannot start. */
-  static async start(o: { runDir: string; names: TrackerName[]; name?: string; log?: (line: string) => void; warn?: (message: string) => void }): Promise<Trackers> {
+  static async start(o: {
+    runDir: string;
+    names: TrackerName[];
+    name?: string;
+    log?: (line: string) => void;
+    warn?: (message: string) => void;
+  }): Promise<Trackers> {
     const python = ensureTrackerPackages(o.names, o.log);
-    const child = spawn(python, ['-m', 'mcp_gym_learner.trackers', '--run-dir', o.runDir, '--report-to', o.names.join(','), ...(o.name ? ['--name', o.name] : [])], {
-      cwd: LEARNER_DIR,
-      env: { ...process.env, PYTHONPATH: LEARNER_DIR, PYTHONUNBUFFERED: '1' },
-      stdio: ['pipe', 'pipe', 'pipe'],
-    });
+    const child = spawn(
+      python,
+      ['-m', 'mcp_gym_learner.trackers', '--run-dir', o.runDir, '--report-to', o.names.join(','), ...(o.name ? ['--name', o.name] : [])],
+      {
+        cwd: LEARNER_DIR,
+        env: { ...process.env, PYTHONPATH: LEARNER_DIR, PYTHONUNBUFFERED: '1' },
+        stdio: ['pipe', 'pipe', 'pipe'],
+      },
+    );
     let stderr = '';
     child.stderr.setEncoding('utf8');
     child.stderr.on('data', (c: string) => (stderr = (stderr + c).slice(-4000)));
     const lines = createInterface({ input: child.stdout });
     const first = await new Promise<string>((resolve) => {
       lines.once('line', resolve);
-      child.once('exit', (code) => resolve(JSON.stringify({ ready: false, error: `the trackers' process exited with code ${code}${stderr ? `; its stderr ends with: ${stderr.trim().slice(-800)}` : ''}` })));
+      child.once('exit', (code) =>
+        resolve(
+          JSON.stringify({
+            ready: false,
+            error: `the trackers' process exited with code ${code}${stderr ? `; its stderr ends with: ${stderr.trim().slice(-800)}` : ''}`,
+          }),
+        ),
+      );
     });
     const ready = JSON.parse(first) as { ready: boolean; error?: string; dirs?: Record<string, string> };
     if (!ready.ready) {

@@ -159,7 +159,12 @@ function describeRun(dir: string, base: Pick<Entry, 'id' | 'name' | 'path'>, now
   const evals = readJsonl(join(dir, 'eval.jsonl'));
   const metrics = readJsonl(join(dir, 'metrics.jsonl'));
   const stepsTotal = typeof config.steps === 'number' ? config.steps : undefined;
-  const step = typeof state?.step === 'number' ? Math.max(state.step, metrics.length ? Number(metrics.at(-1)!.step) || 0 : 0) : metrics.length ? Number(metrics.at(-1)!.step) || metrics.length : 0;
+  const step =
+    typeof state?.step === 'number'
+      ? Math.max(state.step, metrics.length ? Number(metrics.at(-1)!.step) || 0 : 0)
+      : metrics.length
+        ? Number(metrics.at(-1)!.step) || metrics.length
+        : 0;
   const written = lastWrite(dir, ['metrics.jsonl', 'trajectories.jsonl', 'state.json', 'eval.jsonl', 'status.json']);
   let status: EntryStatus;
   let note: string | undefined;
@@ -204,7 +209,12 @@ function describeEval(dir: string, base: Pick<Entry, 'id' | 'name' | 'path'>, ki
   if (result) status = result.interrupted === true ? 'stopped' : 'finished';
   else status = written !== undefined && now - written < LIVE_WINDOW_MS ? 'running' : 'stopped';
   const episodes = typeof result?.episodes === 'number' ? result.episodes : readJsonl(join(dir, 'trajectories.jsonl')).length;
-  const success = kind === 'eval' ? interval(result?.pass_at_1) : typeof result?.success_rate === 'number' ? { success: result.success_rate, ...(Array.isArray(result.success_ci95) ? { ci95: result.success_ci95 as [number, number] } : {}) } : undefined;
+  const success =
+    kind === 'eval'
+      ? interval(result?.pass_at_1)
+      : typeof result?.success_rate === 'number'
+        ? { success: result.success_rate, ...(Array.isArray(result.success_ci95) ? { ci95: result.success_ci95 as [number, number] } : {}) }
+        : undefined;
   return {
     ...base,
     kind,

@@ -89,7 +89,9 @@ export function tokenMatches(given: string | undefined, token: string): boolean 
 const HEAVY_TURN_KEYS = new Set(['tokens', 'logprobs', 'env_tokens']);
 
 function lighten(t: Record<string, unknown>): Record<string, unknown> {
-  const turns = Array.isArray(t.turns) ? (t.turns as Record<string, unknown>[]).map((turn) => Object.fromEntries(Object.entries(turn).filter(([k]) => !HEAVY_TURN_KEYS.has(k)))) : t.turns;
+  const turns = Array.isArray(t.turns)
+    ? (t.turns as Record<string, unknown>[]).map((turn) => Object.fromEntries(Object.entries(turn).filter(([k]) => !HEAVY_TURN_KEYS.has(k))))
+    : t.turns;
   return { ...t, turns };
 }
 
@@ -227,7 +229,14 @@ export function failureGroups(rows: Record<string, unknown>[]): FailureGroup[] {
     if (g) {
       g.episodes++;
       g.taskSet.add(String(t.task_id));
-    } else by.set(cause, { cause, episodes: 1, tasks: 0, taskSet: new Set([String(t.task_id)]), example: { index, id: String(t.id ?? ''), detail: detail.slice(0, 300) } });
+    } else
+      by.set(cause, {
+        cause,
+        episodes: 1,
+        tasks: 0,
+        taskSet: new Set([String(t.task_id)]),
+        example: { index, id: String(t.id ?? ''), detail: detail.slice(0, 300) },
+      });
   });
   return [...by.values()].map(({ taskSet, ...g }) => ({ ...g, tasks: taskSet.size })).sort((a, b) => b.episodes - a.episodes || a.cause.localeCompare(b.cause));
 }
@@ -254,7 +263,14 @@ function apiRun(roots: readonly string[], id: string, what: string | undefined, 
     }
     case 'config':
       // Secrets (learner_token, ...) are not served, as report.html does not show them.
-      return JSON.parse(JSON.stringify(readJsonFile(join(dir, entry.kind === 'run' ? 'config.json' : entry.kind === 'bench' ? 'bench.json' : entry.kind === 'job' ? 'job.json' : 'run.json')), hideSecrets));
+      return JSON.parse(
+        JSON.stringify(
+          readJsonFile(
+            join(dir, entry.kind === 'run' ? 'config.json' : entry.kind === 'bench' ? 'bench.json' : entry.kind === 'job' ? 'job.json' : 'run.json'),
+          ),
+          hideSecrets,
+        ),
+      );
     case 'trajectories':
       return filterTrajectories(entryTrajectories(dir, entry), q);
     case 'trajectory': {
@@ -325,7 +341,8 @@ export function handler(o: { roots: string[]; token?: string; host: string; allo
       if (o.token !== undefined) {
         const auth = req.headers.authorization;
         const given = auth?.startsWith('Bearer ') ? auth.slice(7) : (url.searchParams.get('token') ?? undefined);
-        if (!tokenMatches(given, o.token)) throw new HttpError(401, 'a token is required: open the URL the viewer printed (?token=...) or send Authorization: Bearer <token>');
+        if (!tokenMatches(given, o.token))
+          throw new HttpError(401, 'a token is required: open the URL the viewer printed (?token=...) or send Authorization: Bearer <token>');
       }
       const asset = ASSETS[url.pathname];
       if (asset) {

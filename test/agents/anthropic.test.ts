@@ -82,7 +82,12 @@ describe('a tool episode through the environment', () => {
     const thinking = thinkingBlock(`The user wants ${String(args.expression)}; I will call ${tool}.\n`);
     const use = toolUseBlock(tool, args);
     const r = await replay([
-      ok(messageResponse([thinking, textBlock('Let me compute that.'), use], { stop_reason: 'tool_use', usage: { input_tokens: 500, output_tokens: 80, cache_creation_input_tokens: 40, cache_read_input_tokens: 10 } })),
+      ok(
+        messageResponse([thinking, textBlock('Let me compute that.'), use], {
+          stop_reason: 'tool_use',
+          usage: { input_tokens: 500, output_tokens: 80, cache_creation_input_tokens: 40, cache_read_input_tokens: 10 },
+        }),
+      ),
       ok(messageResponse([textBlock(answer)], { stop_reason: 'end_turn', usage: { input_tokens: 620, output_tokens: 5 } })),
     ]);
     const policy = new AnthropicPolicy(MODEL, { baseURL: r.url, thinking: { type: 'enabled', budgetTokens: 2048 } });
@@ -182,7 +187,13 @@ describe('converting the conversation', () => {
       { role: 'user', content: [{ type: 'text', text: 'Compute 2+3.' }] },
       // No empty text block for the empty content.
       { role: 'assistant', content: [{ type: 'tool_use', id: 'toolu_a', name: 'evaluate', input: { expression: '2+3' } }] },
-      { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'toolu_a', content: '5' }, { type: 'text', text: 'Error: a call did not parse' }] },
+      {
+        role: 'user',
+        content: [
+          { type: 'tool_result', tool_use_id: 'toolu_a', content: '5' },
+          { type: 'text', text: 'Error: a call did not parse' },
+        ],
+      },
     ]);
   });
 
@@ -191,7 +202,11 @@ describe('converting the conversation', () => {
     const { tool, args, answer } = solution(task);
     const thinking = thinkingBlock('Thinking of episode A.');
     const use = toolUseBlock(tool, args);
-    const r = await replay([ok(messageResponse([thinking, use], { stop_reason: 'tool_use' })), ok(messageResponse([textBlock(answer)], { stop_reason: 'end_turn' })), ok(messageResponse([textBlock(answer)], { stop_reason: 'end_turn' }))]);
+    const r = await replay([
+      ok(messageResponse([thinking, use], { stop_reason: 'tool_use' })),
+      ok(messageResponse([textBlock(answer)], { stop_reason: 'end_turn' })),
+      ok(messageResponse([textBlock(answer)], { stop_reason: 'end_turn' })),
+    ]);
     const policy = new AnthropicPolicy(MODEL, { baseURL: r.url, thinking: { type: 'enabled', budgetTokens: 1024 } });
     const first = await policy.act(observation(task, { episodeId: 'A' }));
     const id = first.toolCalls![0]!.id!;
@@ -214,7 +229,10 @@ describe('converting the conversation', () => {
 describe('retries and failures', () => {
   it('waits for retry-after on a 429, then succeeds', async () => {
     const task = tasks[0]!;
-    const r = await replay([apiError(429, 'Number of request tokens has exceeded your per-minute rate limit', { headers: { 'retry-after': '1' } }), ok(messageResponse([textBlock('94')], { stop_reason: 'end_turn' }))]);
+    const r = await replay([
+      apiError(429, 'Number of request tokens has exceeded your per-minute rate limit', { headers: { 'retry-after': '1' } }),
+      ok(messageResponse([textBlock('94')], { stop_reason: 'end_turn' })),
+    ]);
     const policy = new AnthropicPolicy(MODEL, { baseURL: r.url });
     const action = await policy.act(observation(task));
     expect(action.content).toBe('94');
@@ -320,7 +338,10 @@ describe('stop reasons and thinking', () => {
     const redacted = redactedThinkingBlock();
     const thinking = thinkingBlock('Part that was not redacted.');
     const use = toolUseBlock(tool, args);
-    const r = await replay([ok(messageResponse([redacted, thinking, use], { stop_reason: 'tool_use' })), ok(messageResponse([textBlock(answer)], { stop_reason: 'end_turn' }))]);
+    const r = await replay([
+      ok(messageResponse([redacted, thinking, use], { stop_reason: 'tool_use' })),
+      ok(messageResponse([textBlock(answer)], { stop_reason: 'end_turn' })),
+    ]);
     const policy = new AnthropicPolicy(MODEL, { baseURL: r.url, thinking: { type: 'enabled', budgetTokens: 4096 }, maxTokens: 8000 });
     const traj = await env.runEpisode(task, policy, { groupId: 'g', sample: 5 });
     expect(traj.success).toBe(true);
@@ -358,11 +379,21 @@ describe('stop reasons and thinking', () => {
 describe('complete (a judge)', () => {
   it('returns the text and usage of a plain call with a system prompt and no tools', async () => {
     const r = await replay([
-      ok(messageResponse([textBlock('Score: '), textBlock('0.8')], { stop_reason: 'end_turn', usage: { input_tokens: 300, output_tokens: 7, cache_read_input_tokens: 200 } })),
+      ok(
+        messageResponse([textBlock('Score: '), textBlock('0.8')], {
+          stop_reason: 'end_turn',
+          usage: { input_tokens: 300, output_tokens: 7, cache_read_input_tokens: 200 },
+        }),
+      ),
       ok(messageResponse([thinkingBlock('Weighing it.'), textBlock('0.5')], { stop_reason: 'end_turn' })),
     ]);
     const judge = new AnthropicPolicy(MODEL, { baseURL: r.url });
-    const result = await judge.complete({ system: 'You are a strict judge.', messages: [{ role: 'user', content: 'Rate: 2+2=4' }], maxTokens: 300, temperature: 0 });
+    const result = await judge.complete({
+      system: 'You are a strict judge.',
+      messages: [{ role: 'user', content: 'Rate: 2+2=4' }],
+      maxTokens: 300,
+      temperature: 0,
+    });
     expect(result).toEqual({ text: 'Score: 0.8', usage: { prompt_tokens: 500, completion_tokens: 7 } });
     const body = r.requests[0]!.body;
     expect(body.system).toBe('You are a strict judge.');

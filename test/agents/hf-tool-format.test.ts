@@ -11,19 +11,39 @@ import { mkdtempSync, readFileSync, writeFileSync, copyFileSync, existsSync } fr
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { ChatTemplateRenderer, HfTokenizer, hermesTemplate, isHermesTemplate, resolveToolFormat, templateHasTools, writeChatTemplate, type ChatMessage, type ToolSpec } from '../../src/agents/hf/index.ts';
+import {
+  ChatTemplateRenderer,
+  HfTokenizer,
+  hermesTemplate,
+  isHermesTemplate,
+  resolveToolFormat,
+  templateHasTools,
+  writeChatTemplate,
+  type ChatMessage,
+  type ToolSpec,
+} from '../../src/agents/hf/index.ts';
 import { HfTurns } from '../../src/agents/index.ts';
 import { generate, rollout, TOOL_POOL } from '../helpers/conversations.ts';
 import { HAVE_HF_PY, hfPython, QWEN_TOK } from '../helpers/hf-fixtures.ts';
 
 /** SmolLM2-135M-Instruct's chat template, as its tokenizer (and the GGUF file) carries it. */
-export const SMOLLM2_TEMPLATE = "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+export const SMOLLM2_TEMPLATE =
+  "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
 
 /** A tokenizer directory: Qwen3's tokenizer.json (ChatML's special tokens) with SmolLM2's template and special tokens. */
 function smolTokenizerDir(): string {
   const dir = mkdtempSync(join(tmpdir(), 'mcp-gym-smol-tok-'));
   copyFileSync(join(QWEN_TOK, 'tokenizer.json'), join(dir, 'tokenizer.json'));
-  writeFileSync(join(dir, 'tokenizer_config.json'), JSON.stringify({ bos_token: '<|im_start|>', eos_token: '<|im_end|>', pad_token: '<|im_end|>', chat_template: SMOLLM2_TEMPLATE, tokenizer_class: 'PreTrainedTokenizerFast' }));
+  writeFileSync(
+    join(dir, 'tokenizer_config.json'),
+    JSON.stringify({
+      bos_token: '<|im_start|>',
+      eos_token: '<|im_end|>',
+      pad_token: '<|im_end|>',
+      chat_template: SMOLLM2_TEMPLATE,
+      tokenizer_class: 'PreTrainedTokenizerFast',
+    }),
+  );
   return dir;
 }
 
@@ -44,7 +64,11 @@ json.dump(out, open(sys.argv[2], "w"))
 print("ok")
 `;
 
-interface Case { messages: ChatMessage[]; tools: ToolSpec[]; gen: boolean }
+interface Case {
+  messages: ChatMessage[];
+  tools: ToolSpec[];
+  gen: boolean;
+}
 
 /** transformers' apply_chat_template over `cases` (strings and token ids), with `template` set on the tokenizer (null: its own). */
 function transformersRender(dir: string, template: string | null, cases: Case[]): { text: string; ids: number[] }[] {
@@ -70,14 +94,30 @@ function cases(): Case[] {
     out.push({ messages: messages.slice(0, Math.max(1, lastUser)), tools, gen: true });
   }
   out.push({ messages: [{ role: 'user', content: 'no tools at all' }], tools: [], gen: true });
-  out.push({ messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'x' }, { role: 'assistant', content: 'y' }], tools: [], gen: false });
+  out.push({
+    messages: [
+      { role: 'system', content: 'Be brief.' },
+      { role: 'user', content: 'x' },
+      { role: 'assistant', content: 'y' },
+    ],
+    tools: [],
+    gen: false,
+  });
   // arguments given as objects (transformers' users do that): the template writes them through tojson
-  out.push({ messages: [{ role: 'user', content: 'q' }, { role: 'assistant', content: null, tool_calls: [{ id: 'a', type: 'function', function: { name: 'kv_set', arguments: { key: 'k', value: 3 } } }] }, { role: 'tool', tool_call_id: 'a', content: 'ok' }], tools: TOOL_POOL, gen: true });
+  out.push({
+    messages: [
+      { role: 'user', content: 'q' },
+      { role: 'assistant', content: null, tool_calls: [{ id: 'a', type: 'function', function: { name: 'kv_set', arguments: { key: 'k', value: 3 } } }] },
+      { role: 'tool', tool_call_id: 'a', content: 'ok' },
+    ],
+    tools: TOOL_POOL,
+    gen: true,
+  });
   return out;
 }
 
 describe('choosing the tool format', () => {
-  it('auto: the template\'s own tools when it has them, else the Hermes prelude; native and hermes on demand; errors that say what to do', () => {
+  it("auto: the template's own tools when it has them, else the Hermes prelude; native and hermes on demand; errors that say what to do", () => {
     expect(templateHasTools(SMOLLM2_TEMPLATE)).toBe(false);
     const qwen = HfTokenizer.load(QWEN_TOK).chatTemplate!;
     expect(templateHasTools(qwen)).toBe(true);
@@ -105,7 +145,7 @@ describe('choosing the tool format', () => {
   });
 });
 
-describe.skipIf(!HAVE_HF_PY)('the Hermes format against transformers\' apply_chat_template', () => {
+describe.skipIf(!HAVE_HF_PY)("the Hermes format against transformers' apply_chat_template", () => {
   it('renders 63 conversations to the same strings and token ids (tools, parallel calls, results, generation prompts)', () => {
     const dir = smolTokenizerDir();
     const template = resolveToolFormat(SMOLLM2_TEMPLATE).template;
@@ -155,13 +195,27 @@ describe('episodes in the Hermes format', () => {
 
   it('tool results of one turn go back in one user turn, each in <tool_response>', () => {
     const r = new ChatTemplateRenderer(resolveToolFormat(SMOLLM2_TEMPLATE).template);
-    const text = r.render([
-      { role: 'user', content: 'q' },
-      { role: 'assistant', content: 'Checking.', tool_calls: [{ id: 'a', function: { name: 'f', arguments: '{"x": 1}' } }, { id: 'b', function: { name: 'g', arguments: '{}' } }] },
-      { role: 'tool', tool_call_id: 'a', content: '1' },
-      { role: 'tool', tool_call_id: 'b', content: 'two\nlines' },
-    ], { tools: TOOL_POOL.slice(0, 1), addGenerationPrompt: true });
-    expect(text.endsWith('<|im_start|>assistant\nChecking.\n<tool_call>\n{"name": "f", "arguments": {"x": 1}}\n</tool_call>\n<tool_call>\n{"name": "g", "arguments": {}}\n</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\n1\n</tool_response>\n<tool_response>\ntwo\nlines\n</tool_response><|im_end|>\n<|im_start|>assistant\n')).toBe(true);
+    const text = r.render(
+      [
+        { role: 'user', content: 'q' },
+        {
+          role: 'assistant',
+          content: 'Checking.',
+          tool_calls: [
+            { id: 'a', function: { name: 'f', arguments: '{"x": 1}' } },
+            { id: 'b', function: { name: 'g', arguments: '{}' } },
+          ],
+        },
+        { role: 'tool', tool_call_id: 'a', content: '1' },
+        { role: 'tool', tool_call_id: 'b', content: 'two\nlines' },
+      ],
+      { tools: TOOL_POOL.slice(0, 1), addGenerationPrompt: true },
+    );
+    expect(
+      text.endsWith(
+        '<|im_start|>assistant\nChecking.\n<tool_call>\n{"name": "f", "arguments": {"x": 1}}\n</tool_call>\n<tool_call>\n{"name": "g", "arguments": {}}\n</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\n1\n</tool_response>\n<tool_response>\ntwo\nlines\n</tool_response><|im_end|>\n<|im_start|>assistant\n',
+      ),
+    ).toBe(true);
     expect(text.startsWith('<|im_start|>system\n# Tools\n\nYou may call one or more functions')).toBe(true);
     expect(existsSync(QWEN_TOK)).toBe(true);
   });

@@ -16,7 +16,12 @@ const dir = join(mkdtempSync(join(tmpdir(), 'mcp-gym-lp-')), 'tiny');
 
 beforeAll(async () => {
   learner = LearnerClient.start();
-  await learner.request('create', { model_dir: dir, name: 'tiny', architecture: { d_model: 64, n_layers: 2, n_heads: 4, d_ff: 256, max_seq_len: 256 }, seed: 3 });
+  await learner.request('create', {
+    model_dir: dir,
+    name: 'tiny',
+    architecture: { d_model: 64, n_layers: 2, n_heads: 4, d_ff: 256, max_seq_len: 256 },
+    seed: 3,
+  });
   await learner.request('load', { model_dir: dir, device: 'cpu' });
   await learner.request('export', { model_dir: dir, full: true });
   model = await OnnxModel.load(dir);

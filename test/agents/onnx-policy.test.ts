@@ -18,7 +18,16 @@ let policy: OnnxPolicy;
 
 beforeAll(async () => {
   const tasks = generateSuite('calculator').filter((t) => t.difficulty <= 2);
-  const r = await runSft({ tasks, demos: 24, out: dir, steps: 4, batchSize: 8, lr: 3e-3, seed: 1, architecture: { d_model: 32, n_layers: 2, n_heads: 2, d_ff: 64, max_seq_len: 256 } });
+  const r = await runSft({
+    tasks,
+    demos: 24,
+    out: dir,
+    steps: 4,
+    batchSize: 8,
+    lr: 3e-3,
+    seed: 1,
+    architecture: { d_model: 32, n_layers: 2, n_heads: 2, d_ff: 64, max_seq_len: 256 },
+  });
   expect(r.demos).toBe(24);
   expect(r.masked_tokens).toBeGreaterThan(0);
   policy = await OnnxPolicy.load(dir, { maxNewTokens: 24, seed: 3 });
@@ -51,7 +60,15 @@ describe('OnnxPolicy in episodes', () => {
     };
     // A task whose turns the toy model will fill with whatever it samples: tool calls or not,
     // malformed or not, each turn is appended.
-    const task = defineTask({ id: 'multi', split: 'eval', difficulty: 1, prompt: 'Use the calculator tool evaluate to compute 2 + 3. Answer with the exact result only.', servers: { calculator: 'calculator' }, max_turns: 3, checks: [{ kind: 'answer', expect: { kind: 'number', value: '5' } }] } as never);
+    const task = defineTask({
+      id: 'multi',
+      split: 'eval',
+      difficulty: 1,
+      prompt: 'Use the calculator tool evaluate to compute 2 + 3. Answer with the exact result only.',
+      servers: { calculator: 'calculator' },
+      max_turns: 3,
+      checks: [{ kind: 'answer', expect: { kind: 'number', value: '5' } }],
+    } as never);
     const env = new Environment();
     const t = await env.runEpisode(task, recording);
     await env.close();
@@ -69,7 +86,9 @@ describe('OnnxPolicy in episodes', () => {
   });
 
   it('samples many episodes at once in batches', async () => {
-    const tasks = generateSuite('calculator').filter((x) => x.split === 'eval').slice(0, 6);
+    const tasks = generateSuite('calculator')
+      .filter((x) => x.split === 'eval')
+      .slice(0, 6);
     const env = new Environment();
     const trajs = await Promise.all(tasks.flatMap((task) => [0, 1].map((sample) => env.runEpisode(task, policy, { sample }))));
     await env.close();
@@ -81,7 +100,9 @@ describe('OnnxPolicy in episodes', () => {
   it('a seeded rollout is reproducible, however the turns happen to be batched and whatever the threads', async () => {
     // Each turn samples from its own random source (the policy's seed, the episode's group and
     // sample, the turn), so which turns share a batch (a matter of timing) changes nothing.
-    const tasks = generateSuite('calculator').filter((x) => x.split === 'eval').slice(0, 6);
+    const tasks = generateSuite('calculator')
+      .filter((x) => x.split === 'eval')
+      .slice(0, 6);
     const runOnce = async (concurrency: number, threads = 1) => {
       const env = new Environment();
       const p = await OnnxPolicy.load(BUNDLED_MODEL_DIR, { temperature: 1, maxNewTokens: 64, seed: 5, threads });

@@ -25,7 +25,10 @@ const tasks = generateSuite('calculator', { eval: 12 })
   .slice(0, 6);
 
 /** A proxy in front of `target` that answers the first requests from `faults` itself (429, 503, ...), or edits a response. */
-async function proxy(target: string, o: { faults?: { status: number; headers?: Record<string, string> }[]; edit?: (body: Record<string, unknown>, n: number) => void }) {
+async function proxy(
+  target: string,
+  o: { faults?: { status: number; headers?: Record<string, string> }[]; edit?: (body: Record<string, unknown>, n: number) => void },
+) {
   const faults = [...(o.faults ?? [])];
   const arrivals: number[] = [];
   let completions = 0;
@@ -38,7 +41,16 @@ async function proxy(target: string, o: { faults?: { status: number; headers?: R
       const fault = isCompletion ? faults.shift() : undefined;
       if (fault) {
         res.writeHead(fault.status, { 'content-type': 'application/json', ...fault.headers });
-        res.end(JSON.stringify({ error: { message: `injected ${fault.status}; key ${KEY} must not leak`, type: fault.status === 429 ? 'rate_limit_exceeded' : 'server_error', param: null, code: null } }));
+        res.end(
+          JSON.stringify({
+            error: {
+              message: `injected ${fault.status}; key ${KEY} must not leak`,
+              type: fault.status === 429 ? 'rate_limit_exceeded' : 'server_error',
+              param: null,
+              code: null,
+            },
+          }),
+        );
         return;
       }
       const n = isCompletion ? completions++ : -1;
@@ -160,7 +172,10 @@ describe('OpenAIPolicy through serve-policy', () => {
     try {
       const env = new Environment();
       const api = new OpenAIPolicy('calc-tiny', { baseURL: q.url, temperature: 0, maxRetries: 1 });
-      const [bad, good] = [await env.runEpisode(tasks[0]!, api, { groupId: 'g', sample: 0 }), await env.runEpisode(tasks[1]!, api, { groupId: 'g', sample: 1 })];
+      const [bad, good] = [
+        await env.runEpisode(tasks[0]!, api, { groupId: 'g', sample: 0 }),
+        await env.runEpisode(tasks[1]!, api, { groupId: 'g', sample: 1 }),
+      ];
       expect(bad.finish).toBe('error');
       expect(bad.error).toMatch(/the policy failed: openai calc-tiny: HTTP 500/);
       expect(JSON.stringify(bad)).not.toContain(KEY);
@@ -237,13 +252,28 @@ describe('training through serve-policy', () => {
     const suite = generateSuite('calculator').filter((t) => t.difficulty === 1);
     const runDir = join(tmp, 'run');
     const r = await train({
-      config: { preset: 'grpo', policy: 'openai:calc-tiny', base_url: server.url, steps: 2, tasks_per_step: 3, group: 4, eval_every: 0, eval_samples: 1, max_new_tokens: 48, lr: 1e-3, epochs: 1 },
+      config: {
+        preset: 'grpo',
+        policy: 'openai:calc-tiny',
+        base_url: server.url,
+        steps: 2,
+        tasks_per_step: 3,
+        group: 4,
+        eval_every: 0,
+        eval_samples: 1,
+        max_new_tokens: 48,
+        lr: 1e-3,
+        epochs: 1,
+      },
       runDir,
       trainTasks: suite.filter((t) => t.split === 'train').slice(0, 8),
       evalTasks: suite.filter((t) => t.split === 'eval').slice(0, 3),
     });
     expect(r.steps).toBe(2);
-    const rows = readFileSync(join(runDir, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Record<string, number>);
+    const rows = readFileSync(join(runDir, 'metrics.jsonl'), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as Record<string, number>);
     expect(rows.some((m) => typeof m.loss === 'number')).toBe(true);
     for (const m of rows) expect(m.api_completion_tokens).toBeGreaterThan(0); // the server's usage, summed per step
     // The server now serves the run's model directory, at the version the learner's last export wrote.
@@ -253,7 +283,10 @@ describe('training through serve-policy', () => {
     expect(stats.version).toBe(version);
     expect(rows.at(-1)!.policy_version).toBe(version);
     // Every training episode was sampled through the server with its tokens (trainable).
-    const trajs = readFileSync(join(runDir, 'trajectories.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Trajectory);
+    const trajs = readFileSync(join(runDir, 'trajectories.jsonl'), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as Trajectory);
     expect(trajs.length % 4).toBe(0); // groups of 4 (a step's tasks are drawn with repeats, run once each)
     expect(trajs.length).toBeGreaterThanOrEqual(2 * 4);
     expect(trajs.every((t) => t.policy.id === 'openai:calc-tiny')).toBe(true);
@@ -269,14 +302,27 @@ describe('training through serve-policy', () => {
     const before = server.stats().requests;
     const logs: string[] = [];
     const r = await train({
-      config: { preset: 'ruler', judge: 'openai:calc-tiny', judge_base_url: server.url, steps: 2, tasks_per_step: 2, group: 4, eval_every: 0, eval_samples: 1, max_new_tokens: 48 },
+      config: {
+        preset: 'ruler',
+        judge: 'openai:calc-tiny',
+        judge_base_url: server.url,
+        steps: 2,
+        tasks_per_step: 2,
+        group: 4,
+        eval_every: 0,
+        eval_samples: 1,
+        max_new_tokens: 48,
+      },
       runDir,
       trainTasks: suite.filter((t) => t.split === 'train').slice(0, 6),
       evalTasks: suite.filter((t) => t.split === 'eval').slice(0, 2),
       onLog: (l) => logs.push(l),
     });
     expect(r.steps).toBe(2);
-    const rows = readFileSync(join(runDir, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Record<string, number>);
+    const rows = readFileSync(join(runDir, 'metrics.jsonl'), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as Record<string, number>);
     for (const m of rows) {
       expect(m.judge_failures).toBeGreaterThan(0);
       expect(m.judge_calls).toBeGreaterThanOrEqual(m.judge_failures!);
@@ -285,7 +331,9 @@ describe('training through serve-policy', () => {
     }
     expect(logs.some((l) => /the judge failed on \d+ group\(s\), dropped; first: /.test(l))).toBe(true);
     // The server answered each judge request: here with its 400 for a prompt longer than the model's context.
-    expect(logs.some((l) => /judge openai:calc-tiny: the request failed: openai calc-tiny: HTTP 400: This model's maximum context length is 384 tokens/.test(l))).toBe(true);
+    expect(
+      logs.some((l) => /judge openai:calc-tiny: the request failed: openai calc-tiny: HTTP 400: This model's maximum context length is 384 tokens/.test(l)),
+    ).toBe(true);
     expect(server.stats().requests).toBe(before); // refused before sampling
   }, 240_000);
 });

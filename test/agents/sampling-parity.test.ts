@@ -12,7 +12,13 @@ import { processedLogprobs, sampleToken, type SamplingOptions } from '../../src/
 import { rng } from '../helpers/conversations.ts';
 import { learnerModule } from '../helpers/hf-fixtures.ts';
 
-interface Case { logits: number[]; temperature: number; top_k: number; top_p: number; min_p: number }
+interface Case {
+  logits: number[];
+  temperature: number;
+  top_k: number;
+  top_p: number;
+  min_p: number;
+}
 
 function reference(cases: Case[]): { probs: number[]; learner: number[] | null }[] {
   const out = learnerModule('sampling_reference', [], JSON.stringify(cases));
@@ -50,11 +56,11 @@ function makeCases(n: number): Case[] {
   });
 }
 
-describe('sampling: the distribution drawn from is transformers\' and the learner\'s', () => {
+describe("sampling: the distribution drawn from is transformers' and the learner's", () => {
   const cases = makeCases(96);
   const ref = reference(cases);
 
-  it('processed probabilities equal transformers\' warpers (temperature, top-k, top-p, min-p in its order) and the learner\'s', () => {
+  it("processed probabilities equal transformers' warpers (temperature, top-k, top-p, min-p in its order) and the learner's", () => {
     let learnerCompared = 0;
     let topPTies = 0;
     cases.forEach((c, i) => {
@@ -64,7 +70,7 @@ describe('sampling: the distribution drawn from is transformers\' and the learne
       // The same tokens kept, and the same probabilities; except for a tie at the top-p boundary,
       // where transformers' unstable sort keeps an arbitrary part of the tied tokens and mcp-gym
       // (and the learner) keep them all.
-      const differ = a.map((x, j) => (x > 0) !== (b[j]! > 0));
+      const differ = a.map((x, j) => x > 0 !== b[j]! > 0);
       if (differ.some(Boolean)) {
         const lowest = Math.min(...c.logits.filter((_, j) => a[j]! > 0));
         differ.forEach((d, j) => {
@@ -81,7 +87,9 @@ describe('sampling: the distribution drawn from is transformers\' and the learne
       }
     });
     expect(learnerCompared).toBeGreaterThan(40);
-    console.log(`${cases.length} cases: equal to transformers' warpers in ${cases.length - topPTies}, a tie at the top-p boundary in ${topPTies}; ${learnerCompared} compared with the learner too`);
+    console.log(
+      `${cases.length} cases: equal to transformers' warpers in ${cases.length - topPTies}, a tie at the top-p boundary in ${topPTies}; ${learnerCompared} compared with the learner too`,
+    );
     expect(topPTies).toBeLessThan(cases.length / 4);
   });
 

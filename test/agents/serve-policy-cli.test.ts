@@ -45,7 +45,26 @@ describe('mcp-gym serve-policy and eval through it', () => {
   it('evaluates the embedded model through the server on two suites, k = 4; the key appears nowhere', async () => {
     const out = join(tmp, 'eval');
     process.env.MCP_GYM_TEST_KEY = KEY;
-    const r = await runCli(['eval', '--suite', 'calculator,kv', '--limit', '3', '--max-difficulty', '2', '-k', '4', '--policy', 'openai:calc-tiny', '--base-url', url, '--api-key-env', 'MCP_GYM_TEST_KEY', '--out', out, '--json']);
+    const r = await runCli([
+      'eval',
+      '--suite',
+      'calculator,kv',
+      '--limit',
+      '3',
+      '--max-difficulty',
+      '2',
+      '-k',
+      '4',
+      '--policy',
+      'openai:calc-tiny',
+      '--base-url',
+      url,
+      '--api-key-env',
+      'MCP_GYM_TEST_KEY',
+      '--out',
+      out,
+      '--json',
+    ]);
     delete process.env.MCP_GYM_TEST_KEY;
     expect(r.code).toBe(0);
     const report = JSON.parse(r.stdout.trim().split('\n').at(-1)!);
@@ -67,7 +86,22 @@ describe('mcp-gym serve-policy and eval through it', () => {
   });
 
   it('refuses requests without the key, and a missing key variable is named', async () => {
-    const r = await runCli(['eval', '--suite', 'calculator', '--limit', '1', '-k', '1', '--policy', 'openai:calc-tiny', '--base-url', url, '--out', join(tmp, 'nokey'), '--json']);
+    const r = await runCli([
+      'eval',
+      '--suite',
+      'calculator',
+      '--limit',
+      '1',
+      '-k',
+      '1',
+      '--policy',
+      'openai:calc-tiny',
+      '--base-url',
+      url,
+      '--out',
+      join(tmp, 'nokey'),
+      '--json',
+    ]);
     // The evaluation runs and writes its report; its every episode failed (the server's 401): exit 4, the cause named.
     expect(r.code).toBe(4);
     expect(r.stderr).toMatch(/eval: every one of the 1 episodes failed:\n {2}1 x the policy failed: openai calc-tiny: HTTP 401/);

@@ -29,8 +29,22 @@ import { seededRandom } from '../../lib/index.ts';
 import { buildLlama31TokenizerDir, callText, END_TOKEN, HAVE_HF_PY, HF_PY, makeTinyCheckpoints, QWEN_TOK, type CallFamily } from '../helpers/hf-fixtures.ts';
 
 const TOOLS: ChatCompletionTool[] = [
-  { type: 'function', function: { name: 'add', description: 'Adds two numbers.', parameters: { type: 'object', properties: { a: { type: 'number' }, b: { type: 'number' } }, required: ['a', 'b'] } } },
-  { type: 'function', function: { name: 'kv_set', description: 'Stores a value.', parameters: { type: 'object', properties: { key: { type: 'string' }, value: { type: 'string' } }, required: ['key', 'value'] } } },
+  {
+    type: 'function',
+    function: {
+      name: 'add',
+      description: 'Adds two numbers.',
+      parameters: { type: 'object', properties: { a: { type: 'number' }, b: { type: 'number' } }, required: ['a', 'b'] },
+    },
+  },
+  {
+    type: 'function',
+    function: {
+      name: 'kv_set',
+      description: 'Stores a value.',
+      parameters: { type: 'object', properties: { key: { type: 'string' }, value: { type: 'string' } }, required: ['key', 'value'] },
+    },
+  },
 ];
 const conversation = (messages: TemplateMessage[]): Conversation => ({
   messages,
@@ -55,17 +69,30 @@ describe('(a) hfDialect: completions read as messages that render back, streamed
       const tok = turns.tokenizer;
       const c = conversation(OPENING);
       const prompt = dialect.prompt(c);
-      expect(tok.decode(prompt)).toBe(turns.renderer.render(OPENING.map((m) => ({ role: m.role, content: m.content })), { tools: c.tools, addGenerationPrompt: true }));
+      expect(tok.decode(prompt)).toBe(
+        turns.renderer.render(
+          OPENING.map((m) => ({ role: m.role, content: m.content })),
+          { tools: c.tools, addGenerationPrompt: true },
+        ),
+      );
 
       // Llama 3.1's template writes one call per turn; Qwen's several.
-      const calls = family === 'qwen'
-        ? [callText(family, 'add', { a: 2, b: 3 }), callText(family, 'kv_set', { key: 'sum', value: '5' })]
-        : [callText(family, 'add', { a: 2, b: 3 })];
+      const calls =
+        family === 'qwen'
+          ? [callText(family, 'add', { a: 2, b: 3 }), callText(family, 'kv_set', { key: 'sum', value: '5' })]
+          : [callText(family, 'add', { a: 2, b: 3 })];
       const text = family === 'qwen' ? `I will add first.\n${calls.join('\n')}${END_TOKEN[family]}` : `${calls[0]}${END_TOKEN[family]}`;
       const tokens = tok.encode(text);
       const turn = dialect.parse(c, tokens);
       expect(turn.toolCalls.map((t) => t.name)).toEqual(family === 'qwen' ? ['add', 'kv_set'] : ['add']);
-      expect(turn.toolCalls.map((t) => JSON.parse(t.arguments))).toEqual(family === 'qwen' ? [{ a: 2, b: 3 }, { key: 'sum', value: '5' }] : [{ a: 2, b: 3 }]);
+      expect(turn.toolCalls.map((t) => JSON.parse(t.arguments))).toEqual(
+        family === 'qwen'
+          ? [
+              { a: 2, b: 3 },
+              { key: 'sum', value: '5' },
+            ]
+          : [{ a: 2, b: 3 }],
+      );
       if (family === 'qwen') expect(turn.content).toBe('I will add first.');
       expect(turn.rendersBack).toBe(true);
 
@@ -141,7 +168,15 @@ describe.skipIf(!HAVE_HF_PY)(`(b) a tiny Qwen3 checkpoint served (learner Python
   it('prompt ids are the template rendering of messages and tools; greedy tokens and logprobs are OnnxModel.generate’s', async () => {
     expect(prepared).toEqual([dir]);
     expect(server.modelName).toBe('qwen3');
-    const r = (await client.chat.completions.create({ model: server.modelName, messages: OPENING, tools: TOOLS, temperature: 0, max_tokens: 24, logprobs: true, return_token_ids: true } as Params)) as Completion;
+    const r = (await client.chat.completions.create({
+      model: server.modelName,
+      messages: OPENING,
+      tools: TOOLS,
+      temperature: 0,
+      max_tokens: 24,
+      logprobs: true,
+      return_token_ids: true,
+    } as Params)) as Completion;
     const turns = HfTurns.load(dir);
     const expected = hfDialect(turns).prompt(conversation(OPENING));
     expect(r.prompt_token_ids).toEqual(expected);
@@ -173,6 +208,8 @@ describe.skipIf(!HAVE_HF_PY)(`(b) a tiny Qwen3 checkpoint served (learner Python
     const same = await fetch(`${server.url}/reload`, { method: 'POST', body: '{}' });
     expect(await same.json()).toMatchObject({ reloaded: false, model_dir: dir });
     await expect(client.post('/reload', { body: { model_dir: BUNDLED_MODEL_DIR } })).rejects.toThrow(BadRequestError);
-    await expect(client.post('/reload', { body: { model_dir: BUNDLED_MODEL_DIR } })).rejects.toThrow(/embedded GPT; the served one is a Hugging Face checkpoint/);
+    await expect(client.post('/reload', { body: { model_dir: BUNDLED_MODEL_DIR } })).rejects.toThrow(
+      /embedded GPT; the served one is a Hugging Face checkpoint/,
+    );
   });
 });

@@ -111,11 +111,26 @@ describe('serve-policy', () => {
     expect(choice.logprobs!.content).toHaveLength(choice.token_ids!.length);
     expect(choice.logprobs!.content!.map((e) => e.logprob)).toEqual(inProcess!.logprobs);
     expect(choice.finish_reason).toBe(!inProcess!.stopped ? 'length' : choice.message.tool_calls?.length ? 'tool_calls' : 'stop');
-    expect(greedy.usage).toEqual({ prompt_tokens: prompt.length, completion_tokens: inProcess!.tokens.length, total_tokens: prompt.length + inProcess!.tokens.length });
+    expect(greedy.usage).toEqual({
+      prompt_tokens: prompt.length,
+      completion_tokens: inProcess!.tokens.length,
+      total_tokens: prompt.length + inProcess!.tokens.length,
+    });
 
     // Seeded sampling at temperature 1 (and with top-k / top-p): the same tokens, logprobs to 1e-4.
-    for (const s of [{ temperature: 1, top_p: 1, top_k: 0 }, { temperature: 0.8, top_p: 0.9, top_k: 40 }]) {
-      const r = await complete({ messages: withSystem, ...s, seed: 42, max_tokens: 40, logprobs: true, return_token_ids: true, return_tokens_as_token_ids: true });
+    for (const s of [
+      { temperature: 1, top_p: 1, top_k: 0 },
+      { temperature: 0.8, top_p: 0.9, top_k: 40 },
+    ]) {
+      const r = await complete({
+        messages: withSystem,
+        ...s,
+        seed: 42,
+        max_tokens: 40,
+        logprobs: true,
+        return_token_ids: true,
+        return_tokens_as_token_ids: true,
+      });
       const [g] = await model.generate([prompt], { temperature: s.temperature, topK: s.top_k, topP: s.top_p, maxNewTokens: 40, rng: seededRandom(42) });
       const c = r.choices[0]!;
       expect(c.token_ids).toEqual(g!.tokens);
@@ -188,7 +203,12 @@ describe('serve-policy', () => {
     const c = plain.choices[0]!;
     expect(role).toBe('assistant');
     expect(content).toBe(c.message.content ?? '');
-    expect(calls).toEqual((c.message.tool_calls ?? []).map((t) => ({ name: (t as { function: { name: string } }).function.name, arguments: (t as { function: { arguments: string } }).function.arguments })));
+    expect(calls).toEqual(
+      (c.message.tool_calls ?? []).map((t) => ({
+        name: (t as { function: { name: string } }).function.name,
+        arguments: (t as { function: { arguments: string } }).function.arguments,
+      })),
+    );
     expect(ids).toEqual(c.token_ids);
     expect(lps).toEqual(c.logprobs!.content!.map((e) => e.logprob));
     expect(finish).toBe(c.finish_reason);
@@ -199,7 +219,9 @@ describe('serve-policy', () => {
     const final = await helper.finalChatCompletion();
     expect(final.choices[0]!.finish_reason).toBe(c.finish_reason);
     expect(final.choices[0]!.message.content ?? '').toBe(c.message.content ?? '');
-    expect(final.choices[0]!.message.tool_calls?.map((t) => (t as { function: unknown }).function)).toEqual(c.message.tool_calls?.map((t) => (t as { function: unknown }).function));
+    expect(final.choices[0]!.message.tool_calls?.map((t) => (t as { function: unknown }).function)).toEqual(
+      c.message.tool_calls?.map((t) => (t as { function: unknown }).function),
+    );
   });
 
   it('refuses requests without the bearer token (any case of the scheme) and foreign Host headers', async () => {
@@ -220,10 +242,13 @@ describe('serve-policy', () => {
       expect((await fetch(`${secured.url}/reload`, { method: 'POST', body: '{}' })).status).toBe(401);
 
       const status = await new Promise<number>((resolve, reject) => {
-        const req = httpRequest({ host: '127.0.0.1', port: secured.port, path: '/v1/models', headers: { host: 'evil.example', authorization: 'Bearer sekrit-42' } }, (res) => {
-          res.resume();
-          resolve(res.statusCode!);
-        });
+        const req = httpRequest(
+          { host: '127.0.0.1', port: secured.port, path: '/v1/models', headers: { host: 'evil.example', authorization: 'Bearer sekrit-42' } },
+          (res) => {
+            res.resume();
+            resolve(res.statusCode!);
+          },
+        );
         req.on('error', reject);
         req.end();
       });
@@ -236,7 +261,9 @@ describe('serve-policy', () => {
 
   it('samples concurrent requests together (continuous batching), each as it would be alone', async () => {
     const before = server.stats();
-    const rs = await Promise.all(Array.from({ length: 16 }, (_, i) => client.chat.completions.create({ model: 'calc-tiny', messages: opening, max_tokens: 24, seed: i })));
+    const rs = await Promise.all(
+      Array.from({ length: 16 }, (_, i) => client.chat.completions.create({ model: 'calc-tiny', messages: opening, max_tokens: 24, seed: i })),
+    );
     expect(rs.every((r) => r.choices.length === 1 && r.usage!.completion_tokens > 0)).toBe(true);
     const s = server.stats();
     expect(s.requests - before.requests).toBe(16);
@@ -246,7 +273,10 @@ describe('serve-policy', () => {
     expect(s.rowSteps - before.rowSteps).toBeGreaterThan(s.steps - before.steps); // rows shared decode steps
     // A seed gives the same sample whatever else is in the batch.
     const alone = await client.chat.completions.create({ model: 'calc-tiny', messages: opening, max_tokens: 24, seed: 5 });
-    const turn = (r: ChatCompletion) => ({ content: r.choices[0]!.message.content, calls: r.choices[0]!.message.tool_calls?.map((t) => (t as { function: unknown }).function) });
+    const turn = (r: ChatCompletion) => ({
+      content: r.choices[0]!.message.content,
+      calls: r.choices[0]!.message.tool_calls?.map((t) => (t as { function: unknown }).function),
+    });
     expect(turn(alone)).toEqual(turn(rs[5]!));
     expect(alone.usage).toEqual(rs[5]!.usage);
   });
@@ -267,7 +297,10 @@ describe('serve-policy', () => {
         expect(t).toBeLessThan(2000);
         await new Promise((r) => setTimeout(r, 5));
       }
-      expect(await post({ model_dir: BUNDLED_MODEL_DIR })).toEqual({ status: 200, body: { version: model.version, model_dir: BUNDLED_MODEL_DIR, reloaded: true } });
+      expect(await post({ model_dir: BUNDLED_MODEL_DIR })).toEqual({
+        status: 200,
+        body: { version: model.version, model_dir: BUNDLED_MODEL_DIR, reloaded: true },
+      });
       const old = await inFlight;
       expect(old.system_fingerprint).toBe('v5');
       expect(old.choices[0]!.logprobs!.content!.every((e) => Math.abs(e.logprob - uniform) < 1e-4)).toBe(true);
@@ -339,7 +372,12 @@ describe('GenerationBatcher (continuous batching)', () => {
     const user = (text: string) => model.template.prompt([{ role: 'user', content: text }], []);
     const jobs = [
       { prompt: user('Use the calculator tool evaluate to compute 2 + 3.'), maxNewTokens: 30, seed: 11, sampling: { temperature: 1, topK: 0, topP: 1 } },
-      { prompt: user('Use the calculator tool evaluate to compute 98 - 4. Answer with the exact result only.'), maxNewTokens: 90, seed: 12, sampling: { temperature: 1.2, topK: 0, topP: 1 } },
+      {
+        prompt: user('Use the calculator tool evaluate to compute 98 - 4. Answer with the exact result only.'),
+        maxNewTokens: 90,
+        seed: 12,
+        sampling: { temperature: 1.2, topK: 0, topP: 1 },
+      },
       { prompt: user(`${'A longer question. '.repeat(8)}What is 7 * 6?`), maxNewTokens: 120, seed: 13, sampling: { temperature: 0.9, topK: 50, topP: 0.95 } },
       { prompt: user('Divide 144 by 12, then add 7.'), maxNewTokens: 8, seed: 14, sampling: { temperature: 1, topK: 0, topP: 1 } },
     ];
@@ -414,10 +452,31 @@ describe('parseCompletion (the message a completion becomes)', () => {
   const { callOpen, callClose, end, user } = TOKENS;
   const call = (text: string) => [callOpen, ...bytes(text), callClose];
   const cases: { name: string; tokens: number[]; content: string; calls: { name: string; arguments: string }[]; rendersBack: boolean }[] = [
-    { name: 'a tool call', tokens: [...call('evaluate {"expression":"2 + 3"}'), end], content: '', calls: [{ name: 'evaluate', arguments: '{"expression":"2 + 3"}' }], rendersBack: true },
-    { name: 'text and two calls', tokens: [...bytes('Let me see.'), ...call('add {"a":"1","b":"2"}'), ...call('multiply {"a":"3","b":"4"}'), end], content: 'Let me see.', calls: [{ name: 'add', arguments: '{"a":"1","b":"2"}' }, { name: 'multiply', arguments: '{"a":"3","b":"4"}' }], rendersBack: true },
+    {
+      name: 'a tool call',
+      tokens: [...call('evaluate {"expression":"2 + 3"}'), end],
+      content: '',
+      calls: [{ name: 'evaluate', arguments: '{"expression":"2 + 3"}' }],
+      rendersBack: true,
+    },
+    {
+      name: 'text and two calls',
+      tokens: [...bytes('Let me see.'), ...call('add {"a":"1","b":"2"}'), ...call('multiply {"a":"3","b":"4"}'), end],
+      content: 'Let me see.',
+      calls: [
+        { name: 'add', arguments: '{"a":"1","b":"2"}' },
+        { name: 'multiply', arguments: '{"a":"3","b":"4"}' },
+      ],
+      rendersBack: true,
+    },
     { name: 'an answer, untrimmed', tokens: [...bytes(' 5 '), end], content: ' 5 ', calls: [], rendersBack: true },
-    { name: 'arguments that are not JSON, as sampled', tokens: [...call('evaluate {"expression":'), end], content: '', calls: [{ name: 'evaluate', arguments: '{"expression":' }], rendersBack: true },
+    {
+      name: 'arguments that are not JSON, as sampled',
+      tokens: [...call('evaluate {"expression":'), end],
+      content: '',
+      calls: [{ name: 'evaluate', arguments: '{"expression":' }],
+      rendersBack: true,
+    },
     { name: 'a name and one space only', tokens: [...call('evaluate '), end], content: '', calls: [{ name: 'evaluate', arguments: '' }], rendersBack: true },
     { name: 'UTF-8 characters across tokens', tokens: [...bytes('é = ½'), end], content: 'é = ½', calls: [], rendersBack: true },
     { name: 'cut off in the text (the rendering adds <|end|>)', tokens: bytes('12'), content: '12', calls: [], rendersBack: true },
@@ -426,8 +485,20 @@ describe('parseCompletion (the message a completion becomes)', () => {
     { name: 'cut off inside a character', tokens: [...bytes('x'), 0xc3], content: 'x\ufffd', calls: [], rendersBack: false },
     { name: 'a call never closed', tokens: [callOpen, ...bytes('evaluate {}'), end], content: '', calls: [], rendersBack: false },
     { name: 'a call without a tool name', tokens: [...call('{"a":1}'), end], content: '', calls: [], rendersBack: false },
-    { name: 'text after a call', tokens: [...call('evaluate {}'), ...bytes('done'), end], content: '', calls: [{ name: 'evaluate', arguments: '{}' }], rendersBack: false },
-    { name: 'no space between name and arguments', tokens: [...call('evaluate{}'), end], content: '', calls: [{ name: 'evaluate', arguments: '{}' }], rendersBack: false },
+    {
+      name: 'text after a call',
+      tokens: [...call('evaluate {}'), ...bytes('done'), end],
+      content: '',
+      calls: [{ name: 'evaluate', arguments: '{}' }],
+      rendersBack: false,
+    },
+    {
+      name: 'no space between name and arguments',
+      tokens: [...call('evaluate{}'), end],
+      content: '',
+      calls: [{ name: 'evaluate', arguments: '{}' }],
+      rendersBack: false,
+    },
     { name: 'a byte that is not UTF-8', tokens: [0xff, end], content: '\ufffd', calls: [], rendersBack: false },
     { name: 'a special token inside the text', tokens: [...bytes('a'), user, ...bytes('b'), end], content: 'ab', calls: [], rendersBack: false },
     { name: 'a closing marker without an opening one', tokens: [...bytes('7'), callClose, end], content: '7', calls: [], rendersBack: false },

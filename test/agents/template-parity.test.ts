@@ -45,7 +45,10 @@ describe('chat templates: mcp-gym against transformers apply_chat_template', () 
     });
     console.log(table.join('\n'));
     const bad = results.filter((r) => !r.equal);
-    const report = bad.slice(0, 5).map((r) => `${r.case.id} (${r.case.conversation}, generation prompt ${r.case.addGenerationPrompt}):\n${r.diff}`).join('\n\n');
+    const report = bad
+      .slice(0, 5)
+      .map((r) => `${r.case.id} (${r.case.conversation}, generation prompt ${r.case.addGenerationPrompt}):\n${r.diff}`)
+      .join('\n\n');
     expect(bad.length, `${bad.length} of ${results.length} cases differ from transformers:\n\n${report}`).toBe(0);
     // Every template rendered most of the corpus (a template that refused everything would compare nothing).
     for (const v of vs) expect(results.filter((r) => r.case.variant === v.name && r.ours.text !== undefined).length, v.name).toBeGreaterThan(200);
@@ -59,9 +62,12 @@ const EXPRESSIONS: [string, Record<string, unknown>][] = [
   ["{{ x.strip('ab') }}|{{ x.rstrip('b') }}|{{ x.lstrip('') }}", { x: 'abxyzba' }],
   ["{{ x.split() }}|{{ x.split(none, 1) }}|{{ x.split(',') }}", { x: ' a  b\u2003c,d ' }],
   ['{{ a }}|{{ b }}|{{ c }}|{{ d }}|{{ e }}|{{ f }}|{{ g }}', { a: 1e-5, b: 0.0001, c: 2.5e30, d: 1e16, e: 123456.789, f: -0.5, g: 1e21 }],
-  ['{{ t | tojson }}', { t: { a: 1e-5, b: [0.1, 2, 1e16, 1.5e300], c: 'é"\\\n\u0001', d: null, e: true, f: {} , g: [] } }],
+  ['{{ t | tojson }}', { t: { a: 1e-5, b: [0.1, 2, 1e16, 1.5e300], c: 'é"\\\n\u0001', d: null, e: true, f: {}, g: [] } }],
   ['{{ t | tojson(indent=2) }}', { t: { a: [1, { b: 2.5 }], c: [], d: {} } }],
-  ["{{ t | tojson(sort_keys=true) }}|{{ t | tojson(ensure_ascii=true) }}|{{ t | tojson(separators=(',', ':')) }}", { t: { 'é': 1, Z: 2, a: '東京 🎉', B: [1, 2] } }],
+  [
+    "{{ t | tojson(sort_keys=true) }}|{{ t | tojson(ensure_ascii=true) }}|{{ t | tojson(separators=(',', ':')) }}",
+    { t: { é: 1, Z: 2, a: '東京 🎉', B: [1, 2] } },
+  ],
   ['{{ d }}|{{ l }}|{{ t }}|{{ f }}|{{ n }}', { d: { a: 1, b: "it's", c: [true, null, 0.5] }, l: ['x', 1.5], t: true, f: false, n: null }],
   ["{{ 'n=' ~ x ~ ';' ~ b ~ ';' ~ d }}|{{ x | string }}|{{ l | join(', ') }}", { x: 1e-7, b: true, d: { k: 'v' }, l: [1, 2.5, 'z'] }],
   ["{{ 1 == '1' }}|{{ l == [1, 2] }}|{{ d == {'a': 1} }}|{{ 1 == 1.0 }}|{{ true == 1 }}", { l: [1, 2], d: { a: 1 } }],
@@ -74,10 +80,15 @@ const ONE = [{ role: 'user' as const, content: 'hi' }];
 describe('the Python semantics (jinja-python.ts) expression by expression against jinja2', () => {
   it('renders each expression as jinja2 does; the library alone differs on most of them', () => {
     const dir = mkdtempSync(join(tmpdir(), 'mcp-gym-parity-expr-'));
-    const lines = EXPRESSIONS.map(([template, context], i) => JSON.stringify({ id: String(i), tokenizer: QWEN_TOK, template, messages: ONE, tools: null, add_generation_prompt: false, context }));
+    const lines = EXPRESSIONS.map(([template, context], i) =>
+      JSON.stringify({ id: String(i), tokenizer: QWEN_TOK, template, messages: ONE, tools: null, add_generation_prompt: false, context }),
+    );
     writeFileSync(join(dir, 'cases.jsonl'), lines.join('\n') + '\n');
     learnerModule('template_parity', ['render', '--cases', join(dir, 'cases.jsonl'), '--out', join(dir, 'ref.jsonl')]);
-    const ref = readFileSync(join(dir, 'ref.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { text?: string; error?: string });
+    const ref = readFileSync(join(dir, 'ref.jsonl'), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { text?: string; error?: string });
     let libraryDiffers = 0;
     EXPRESSIONS.forEach(([template, context], i) => {
       expect(ref[i]!.error, template).toBeUndefined();
@@ -98,7 +109,20 @@ describe('the Python semantics (jinja-python.ts) expression by expression agains
   }, 120_000);
 
   it('pyFloatRepr writes floats as Python repr does; pyStrip strips as str.strip does', () => {
-    const cases: [number, string][] = [[1e-5, '1e-05'], [0.0001, '0.0001'], [1e16, '1e+16'], [1e15, '1000000000000000.0'], [2.5e30, '2.5e+30'], [0.1 + 0.2, '0.30000000000000004'], [-1.5e-7, '-1.5e-07'], [5e-324, '5e-324'], [1.7976931348623157e308, '1.7976931348623157e+308'], [100, '100.0'], [-0, '-0.0'], [123456.789, '123456.789']];
+    const cases: [number, string][] = [
+      [1e-5, '1e-05'],
+      [0.0001, '0.0001'],
+      [1e16, '1e+16'],
+      [1e15, '1000000000000000.0'],
+      [2.5e30, '2.5e+30'],
+      [0.1 + 0.2, '0.30000000000000004'],
+      [-1.5e-7, '-1.5e-07'],
+      [5e-324, '5e-324'],
+      [1.7976931348623157e308, '1.7976931348623157e+308'],
+      [100, '100.0'],
+      [-0, '-0.0'],
+      [123456.789, '123456.789'],
+    ];
     for (const [x, want] of cases) expect(pyFloatRepr(x), String(x)).toBe(want);
     expect(pyStrip('\n x \n', '\n')).toBe(' x ');
     expect(pyStrip('\ufeffx\ufeff')).toBe('\ufeffx\ufeff');
@@ -107,5 +131,4 @@ describe('the Python semantics (jinja-python.ts) expression by expression agains
     // A bad argument is an error that names the method, as Python's TypeError does.
     expect(() => new ChatTemplateRenderer("{{ 'x'.strip(1) }}").render(ONE)).toThrow(/strip\(\) argument must be a string or None/);
   });
-
 });

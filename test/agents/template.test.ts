@@ -19,11 +19,18 @@ describe('tokenizer and chat template', () => {
       { role: 'assistant' as const, content: '3' },
     ];
     const { ids, mask } = tpl.conversation(msgs, ['evaluate']);
-    expect(decode(ids)).toBe('<|system|>tools: evaluate<|end|><|user|>add<|end|><|assistant|><|tool_call|>evaluate {"expression":"1+2"}<|/tool_call|><|end|><|tool|>3<|end|><|assistant|>3<|end|>');
+    expect(decode(ids)).toBe(
+      '<|system|>tools: evaluate<|end|><|user|>add<|end|><|assistant|><|tool_call|>evaluate {"expression":"1+2"}<|/tool_call|><|end|><|tool|>3<|end|><|assistant|>3<|end|>',
+    );
     const masked = decode(ids.filter((_, i) => mask[i]));
     expect(masked).toBe('<|tool_call|>evaluate {"expression":"1+2"}<|/tool_call|><|end|>3<|end|>');
     // The same pieces the policy appends turn by turn.
-    const incremental = [...tpl.prompt(msgs.slice(0, 1), ['evaluate']), ...tpl.assistantBody('', [{ name: 'evaluate', arguments: '{"expression":"1+2"}' }]), ...tpl.continuation(['3']), ...tpl.assistantBody('3', [])];
+    const incremental = [
+      ...tpl.prompt(msgs.slice(0, 1), ['evaluate']),
+      ...tpl.assistantBody('', [{ name: 'evaluate', arguments: '{"expression":"1+2"}' }]),
+      ...tpl.continuation(['3']),
+      ...tpl.assistantBody('3', []),
+    ];
     expect(incremental).toEqual(ids);
   });
 
@@ -39,7 +46,15 @@ describe('tokenizer and chat template', () => {
     const ok = parseAssistantTokens([...bytes('thinking'), T.callOpen, ...bytes('evaluate {"expression":"2*3"}'), T.callClose, T.end]);
     expect(ok).toEqual({ content: 'thinking', calls: [{ name: 'evaluate', arguments: { expression: '2*3' } }] });
     expect(parseAssistantTokens([...bytes('42'), T.end])).toEqual({ content: '42', calls: [] });
-    const two = parseAssistantTokens([T.callOpen, ...bytes('get {"key":"a"}'), T.callClose, T.callOpen, ...bytes('set {"key":"b","value":"1"}'), T.callClose, T.end]);
+    const two = parseAssistantTokens([
+      T.callOpen,
+      ...bytes('get {"key":"a"}'),
+      T.callClose,
+      T.callOpen,
+      ...bytes('set {"key":"b","value":"1"}'),
+      T.callClose,
+      T.end,
+    ]);
     expect(two.calls.map((c) => c.name)).toEqual(['get', 'set']);
     const badJson = parseAssistantTokens([T.callOpen, ...bytes('evaluate {"expression": 2*3}'), T.callClose, T.end]);
     expect(badJson.calls).toEqual([]);

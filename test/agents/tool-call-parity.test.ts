@@ -18,14 +18,25 @@ import { describe, expect, it } from 'vitest';
 import { parseToolCalls } from '../../src/agents/hf/index.ts';
 import { learnerModule, REPO } from '../helpers/hf-fixtures.ts';
 
-interface Output { family: 'hermes' | 'llama3_json'; text: string; note: string }
-interface VllmResult { called: boolean; calls: { name: string; arguments: string }[]; content: string | null }
+interface Output {
+  family: 'hermes' | 'llama3_json';
+  text: string;
+  note: string;
+}
+interface VllmResult {
+  called: boolean;
+  calls: { name: string; arguments: string }[];
+  content: string | null;
+}
 
 const hand = JSON.parse(readFileSync(join(REPO, 'test', 'fixtures', 'tool-call-parity.json'), 'utf8')) as Output[];
-const real = readFileSync(join(REPO, 'test', 'fixtures', 'smollm2-turns.jsonl'), 'utf8').trim().split('\n').map((l) => {
-  const r = JSON.parse(l) as { text: string; source: string };
-  return { family: 'hermes' as const, text: r.text, note: `real: ${r.source}` };
-});
+const real = readFileSync(join(REPO, 'test', 'fixtures', 'smollm2-turns.jsonl'), 'utf8')
+  .trim()
+  .split('\n')
+  .map((l) => {
+    const r = JSON.parse(l) as { text: string; source: string };
+    return { family: 'hermes' as const, text: r.text, note: `real: ${r.source}` };
+  });
 
 function vllm(outputs: Output[]): VllmResult[] {
   const out = learnerModule('vllm_tool_parsers', [], JSON.stringify(outputs));
@@ -69,7 +80,8 @@ describe("tool-call parsing against vLLM's hermes and llama3_json parsers", () =
     all.forEach((o, i) => {
       const c = classify(o, results[i]!);
       counts.set(c, (counts.get(c) ?? 0) + 1);
-      if (!['same calls', 'both plain text', 'tool error (vLLM: plain text)', 'lenient (vLLM hermes: plain text)', "vLLM's regex misreads"].includes(c)) bad.push(`${o.family} "${o.note}": ${c}\n  ${JSON.stringify(o.text).slice(0, 200)}`);
+      if (!['same calls', 'both plain text', 'tool error (vLLM: plain text)', 'lenient (vLLM hermes: plain text)', "vLLM's regex misreads"].includes(c))
+        bad.push(`${o.family} "${o.note}": ${c}\n  ${JSON.stringify(o.text).slice(0, 200)}`);
     });
     console.log(`${all.length} outputs (${real.length} real SmolLM2 turns):\n${[...counts].map(([k, n]) => `  ${k}: ${n}`).join('\n')}`);
     expect(bad, bad.join('\n')).toEqual([]);

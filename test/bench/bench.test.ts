@@ -39,7 +39,13 @@ const tmp = mkdtempSync(join(tmpdir(), 'mcp-gym-bench-'));
 const FRAGILE = fileURLToPath(new URL('./fragile-server.ts', import.meta.url));
 const EVERYTHING = join(ROOT, 'node_modules/@modelcontextprotocol/server-everything/dist/index.js');
 /** Tools of server-everything left out: network access, 10 s operations, task-only, toggles. */
-const EVERYTHING_EXCLUDE = ['gzip-file-as-resource', 'trigger-long-running-operation', 'simulate-research-query', 'toggle-simulated-logging', 'toggle-subscriber-updates'];
+const EVERYTHING_EXCLUDE = [
+  'gzip-file-as-resource',
+  'trigger-long-running-operation',
+  'simulate-research-query',
+  'toggle-simulated-logging',
+  'toggle-subscriber-updates',
+];
 const fragileSpec = { transport: 'stdio' as const, command: process.execPath, args: ['--import', 'tsx', FRAGILE], cwd: ROOT };
 
 const cli = runCli;
@@ -75,7 +81,13 @@ describe('bench building blocks', () => {
 
     // Per task, then averaged over tasks.
     const traj = (task: string, success: boolean) =>
-      ({ task_id: task, success, finish: 'answer', metrics: { turns: 2, tool_calls: 1, tool_errors: success ? 0 : 1, policy_tokens: 0 }, timings: { total_ms: 10, tool_ms: 4, policy_ms: 0, started_at: '' } }) as unknown as Trajectory;
+      ({
+        task_id: task,
+        success,
+        finish: 'answer',
+        metrics: { turns: 2, tool_calls: 1, tool_errors: success ? 0 : 1, policy_tokens: 0 },
+        timings: { total_ms: 10, tool_ms: 4, policy_ms: 0, started_at: '' },
+      }) as unknown as Trajectory;
     const a = taskStats('a', [traj('a', true), traj('a', false), traj('a', false), traj('a', true)]);
     const b = taskStats('b', [traj('b', true), traj('b', true), traj('b', true), traj('b', true)]);
     expect(a.pass_at).toEqual([0.5, 1 - 1 / 6, 1, 1]);
@@ -106,8 +118,13 @@ describe('bench building blocks', () => {
     const json = parseExamples('{"get": [{"key": "a"}, {"key": "b"}], "list": [{}]}');
     expect(json.get('get')).toEqual([{ key: 'a' }, { key: 'b' }]);
     const jsonl = parseExamples('// calls\n{"tool": "get", "arguments": {"key": "a"}}\n\n{"tool": "list"}\n');
-    expect([...jsonl.entries()]).toEqual([['get', [{ key: 'a' }]], ['list', [{}]]]);
-    expect(() => parseExamples('{"tool": "get", "arguments": 3}\n{"tool": "x"}', 'ex.jsonl')).toThrow(/ex.jsonl:1: the arguments of 'get' must be a JSON object/);
+    expect([...jsonl.entries()]).toEqual([
+      ['get', [{ key: 'a' }]],
+      ['list', [{}]],
+    ]);
+    expect(() => parseExamples('{"tool": "get", "arguments": 3}\n{"tool": "x"}', 'ex.jsonl')).toThrow(
+      /ex.jsonl:1: the arguments of 'get' must be a JSON object/,
+    );
   });
 
   it('generates arguments that validate against each schema, the same for the same seed', async () => {
@@ -125,12 +142,32 @@ describe('bench building blocks', () => {
       await client.close();
     }
     // Formats, patterns, exclusive bounds.
-    const s = { type: 'object', properties: { url: { type: 'string', format: 'uri' }, code: { type: 'string', pattern: '^[0-9]+$' }, n: { type: 'integer', exclusiveMinimum: 5, maximum: 7 } }, required: ['url', 'code', 'n'] };
+    const s = {
+      type: 'object',
+      properties: {
+        url: { type: 'string', format: 'uri' },
+        code: { type: 'string', pattern: '^[0-9]+$' },
+        n: { type: 'integer', exclusiveMinimum: 5, maximum: 7 },
+      },
+      required: ['url', 'code', 'n'],
+    };
     expect(generateArguments(s, 4, 1).valid).toBe(true);
   });
 
   it('generates the same fuzz inputs for the same seed, covering every kind', () => {
-    const tool = { name: 't', inputSchema: { type: 'object', properties: { s: { type: 'string', maxLength: 10 }, n: { type: 'integer', minimum: 0 }, xs: { type: 'array', items: { type: 'number' } }, o: { type: 'object', properties: { b: { type: 'boolean' } }, required: ['b'] } }, required: ['s'] } };
+    const tool = {
+      name: 't',
+      inputSchema: {
+        type: 'object',
+        properties: {
+          s: { type: 'string', maxLength: 10 },
+          n: { type: 'integer', minimum: 0 },
+          xs: { type: 'array', items: { type: 'number' } },
+          o: { type: 'object', properties: { b: { type: 'boolean' } }, required: ['b'] },
+        },
+        required: ['s'],
+      },
+    };
     const a = fuzzCases(tool, { seed: 5, count: 60, hugeLength: 1000 });
     const b = fuzzCases(tool, { seed: 5, count: 60, hugeLength: 1000 });
     const c = fuzzCases(tool, { seed: 6, count: 60, hugeLength: 1000 });
@@ -138,7 +175,23 @@ describe('bench building blocks', () => {
     expect(JSON.stringify(a)).not.toBe(JSON.stringify(c));
     expect(a).toHaveLength(60);
     const kinds = new Set(a.map((x) => x.kind));
-    for (const k of ['missing_required', 'wrong_type', 'unknown_field', 'empty_string', 'huge_string', 'deep_nesting', 'odd_unicode', 'number_edge', 'null', 'out_of_range', 'huge_array', 'empty_object', 'redos', 'redos_subject', 'huge_output']) {
+    for (const k of [
+      'missing_required',
+      'wrong_type',
+      'unknown_field',
+      'empty_string',
+      'huge_string',
+      'deep_nesting',
+      'odd_unicode',
+      'number_edge',
+      'null',
+      'out_of_range',
+      'huge_array',
+      'empty_object',
+      'redos',
+      'redos_subject',
+      'huge_output',
+    ]) {
       expect(kinds, k).toContain(k);
     }
     expect(a.find((x) => x.kind === 'huge_string')!.arguments.s).toHaveLength(1000);
@@ -180,7 +233,12 @@ describe('bench building blocks', () => {
     expect(BACKTRACKING_SUBJECT).toBe('a'.repeat(40) + '!');
     // Other string fields get a pattern too, and the subject on its own; an enum field gets neither.
     expect(all.some((c) => c.kind === 'redos' && c.path === 'note' && c.arguments.note === '(a+)+$')).toBe(true);
-    expect(all.filter((c) => c.kind === 'redos_subject' && c.path === 'text').map((c) => c.arguments.text).sort()).toEqual([BACKTRACKING_SUBJECT, 'x'.repeat(40)]);
+    expect(
+      all
+        .filter((c) => c.kind === 'redos_subject' && c.path === 'text')
+        .map((c) => c.arguments.text)
+        .sort(),
+    ).toEqual([BACKTRACKING_SUBJECT, 'x'.repeat(40)]);
     expect(all.filter((c) => c.kind === 'redos_subject' && c.path === 'note').map((c) => c.arguments.note)).toEqual([BACKTRACKING_SUBJECT]);
     expect(all.some((c) => ['redos', 'redos_subject'].includes(c.kind) && c.path === 'mode')).toBe(false);
     // Huge outputs, every one within the schema.
@@ -213,13 +271,30 @@ describe('load against servers', () => {
   it('mcp-gym bench over stdio (kv): sane figures, process stats, --json last line, --html with an <svg> per chart', async () => {
     const html = join(tmp, 'kv.html');
     // kv keeps its data in memory, one episode at a time: its writing tools are safe to call.
-    const r = await cli(['bench', '--stdio', `"${process.execPath}" ${CLI} serve kv`, '--calls', '40', '--concurrency', '1,4,16', '--duration-ms', '3000', '--allow-writes', '--json', '--html', html]);
+    const r = await cli([
+      'bench',
+      '--stdio',
+      `"${process.execPath}" ${CLI} serve kv`,
+      '--calls',
+      '40',
+      '--concurrency',
+      '1,4,16',
+      '--duration-ms',
+      '3000',
+      '--allow-writes',
+      '--json',
+      '--html',
+      html,
+    ]);
     expect(r.stderr).not.toMatch(/Error|Warning|warning:/);
     expect(r.code).toBe(0);
     expect(r.stderr).toContain('--allow-writes: calling 5 tools with generated arguments: get, set, delete, list, incr');
     expect(r.stderr).toMatch(/may change or delete data: set \(readOnlyHint: false, no destructiveHint/);
     const lines = r.stdout.trim().split('\n');
-    const report = JSON.parse(lines[lines.length - 1]!) as Record<string, unknown> & { tools: Record<string, ToolLoad>; process: { cpu_ms: number; peak_rss_mb: number } };
+    const report = JSON.parse(lines[lines.length - 1]!) as Record<string, unknown> & {
+      tools: Record<string, ToolLoad>;
+      process: { cpu_ms: number; peak_rss_mb: number };
+    };
     expect(report).toMatchObject({ allow_writes: true, skipped: [] });
     expect((report.may_write as { tool: string }[]).map((w) => w.tool)).toEqual(['set', 'delete', 'incr']);
     for (const key of ['connect_ms', 'list_tools_ms', 'tools', 'process']) expect(report).toHaveProperty(key);
@@ -243,12 +318,20 @@ describe('load against servers', () => {
   it('over streamable HTTP (kv, with a token): sane figures and no false crash reports under fuzz', async () => {
     const serving = await serveOverHttp(bundledServer('kv'), { port: 0, token: 'T0k' });
     try {
-      const report = await runBench({ server: { transport: 'http', url: serving.url, token: 'T0k' }, calls: 30, concurrency: [1, 4], fuzz: { count: 12 }, exclude: ['set', 'delete'] });
+      const report = await runBench({
+        server: { transport: 'http', url: serving.url, token: 'T0k' },
+        calls: 30,
+        concurrency: [1, 4],
+        fuzz: { count: 12 },
+        exclude: ['set', 'delete'],
+      });
       expect(report.server).toMatchObject({ transport: 'http', name: 'mcp-gym-kv' });
       // incr may write (readOnlyHint: false): skipped, as no allowWrites; set and delete were excluded.
       expect(Object.keys(report.tools).sort()).toEqual(['get', 'list']);
       expect(report.excluded.sort()).toEqual(['delete', 'set']);
-      expect(report.skipped).toEqual([{ tool: 'incr', reason: 'readOnlyHint: false, no destructiveHint (destructive by default)', annotations: { readOnlyHint: false } }]);
+      expect(report.skipped).toEqual([
+        { tool: 'incr', reason: 'readOnlyHint: false, no destructiveHint (destructive by default)', annotations: { readOnlyHint: false } },
+      ]);
       expect(Object.keys(report.fuzz!.tools).sort()).toEqual(['get', 'list']);
       for (const t of Object.values(report.tools)) {
         expectSane(t, [1, 4]);
@@ -310,8 +393,15 @@ describe('fuzz against a deliberately fragile server', () => {
   it('detects each class (rejected, accepted, protocol error, crash, hang), saves the failures and replays them', async () => {
     const saved = join(tmp, 'fragile-failures.jsonl');
     const strictCases: { args: Record<string, unknown>; outcome: string }[] = [];
-    const onCase: NonNullable<FuzzOptions['onCase']> = (tool, _i, _n, c, r) => void (tool === 'strict' && strictCases.push({ args: c.arguments, outcome: r.outcome }));
-    const report = await runBench({ server: fragileSpec, calls: 0, exclude: ['blocky'], fuzz: { count: 30, timeoutMs: 800, seed: 9, onCase }, saveFailuresTo: saved });
+    const onCase: NonNullable<FuzzOptions['onCase']> = (tool, _i, _n, c, r) =>
+      void (tool === 'strict' && strictCases.push({ args: c.arguments, outcome: r.outcome }));
+    const report = await runBench({
+      server: fragileSpec,
+      calls: 0,
+      exclude: ['blocky'],
+      fuzz: { count: 30, timeoutMs: 800, seed: 9, onCase },
+      saveFailuresTo: saved,
+    });
     const t = report.fuzz!.tools;
     expect(t.crashy!.crash).toBe(1); // only the empty string kills it
     expect(t.crashy!.accepted).toBeGreaterThan(0);
@@ -337,8 +427,15 @@ describe('fuzz against a deliberately fragile server', () => {
       expect(f.arguments.n as number).toBeLessThan(0);
     }
     // The same seed gives the same inputs, and so the same failures.
-    const again = await runBench({ server: fragileSpec, calls: 0, exclude: ['strict', 'rude', 'hangy', 'blocky'], fuzz: { count: 30, timeoutMs: 800, seed: 9 } });
-    expect(again.fuzz!.failures.map((f) => JSON.stringify(f.arguments))).toEqual(failures.filter((f) => f.tool === 'crashy').map((f) => JSON.stringify(f.arguments)));
+    const again = await runBench({
+      server: fragileSpec,
+      calls: 0,
+      exclude: ['strict', 'rude', 'hangy', 'blocky'],
+      fuzz: { count: 30, timeoutMs: 800, seed: 9 },
+    });
+    expect(again.fuzz!.failures.map((f) => JSON.stringify(f.arguments))).toEqual(
+      failures.filter((f) => f.tool === 'crashy').map((f) => JSON.stringify(f.arguments)),
+    );
 
     // Replay through the command line: every saved failure reproduces.
     const r = await cli(['bench', '--stdio', `"${process.execPath}" --import tsx ${FRAGILE}`, '--replay', saved, '--timeout-ms', '800', '--json']);
@@ -392,7 +489,13 @@ describe('slow tools that report progress', () => {
   }, 60_000);
 
   it('load figures keep the calls that succeeded apart from the error path, and warn when most calls fail', async () => {
-    const report = await runBench({ server: fragileSpec, calls: 20, concurrency: [1], exclude: ['crashy', 'hangy', 'blocky', 'rude'], examples: new Map([['strict', [{ name: 'ok' }, { name: '' }, { name: '' }, { name: '' }]]]) });
+    const report = await runBench({
+      server: fragileSpec,
+      calls: 20,
+      concurrency: [1],
+      exclude: ['crashy', 'hangy', 'blocky', 'rude'],
+      examples: new Map([['strict', [{ name: 'ok' }, { name: '' }, { name: '' }, { name: '' }]]]),
+    });
     const t = report.tools.strict!;
     expect(t.error_rate).toBeCloseTo(0.75, 1);
     expect(t.ok_p50_ms).toBeGreaterThan(0);
@@ -404,7 +507,9 @@ describe('slow tools that report progress', () => {
 
 describe('agent success and reports', () => {
   it('runs K rollouts per task through the environment: pass@k and pass^k per task', async () => {
-    const tasks = generateSuite('kv').filter((t) => t.split === 'eval').slice(0, 3);
+    const tasks = generateSuite('kv')
+      .filter((t) => t.split === 'eval')
+      .slice(0, 3);
     const expert = await runAgentBench(new ExpertPolicy(), tasks, { k: 3 });
     expect(expert).toMatchObject({ tasks: 3, episodes: 9, success_rate: 1, failed_episodes: 0 });
     expect(expert.pass_at_k).toEqual({ 1: 1, 2: 1, 3: 1 });
@@ -440,6 +545,8 @@ describe('agent success and reports', () => {
     const unknown = await cli(['bench', '--stdio', 'x', '--no-such-flag']);
     expect(unknown.code).toBe(2);
     expect(unknown.stderr).toMatch(/no-such-flag/);
-    await expect(runBench({ server: { transport: 'stdio', command: 'no-such-command-mcp-gym' }, concurrency: [0] })).rejects.toThrow(/concurrency levels must be positive integers, got 0/);
+    await expect(runBench({ server: { transport: 'stdio', command: 'no-such-command-mcp-gym' }, concurrency: [0] })).rejects.toThrow(
+      /concurrency levels must be positive integers, got 0/,
+    );
   });
 });

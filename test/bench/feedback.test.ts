@@ -44,9 +44,16 @@ describe('validateArguments', () => {
     expect(problems({ expression: '', limit: 0 })).toEqual(['expression: expected at least 1 characters', 'limit: expected >= 1']);
     expect(problems({ expression: '123456', limit: 11 })).toEqual(['expression: expected at most 5 characters', 'limit: expected <= 10']);
     expect(problems({ expression: '1', mode: 'slow' })).toEqual(['mode: expected one of fast, exact']);
-    expect(problems({ expression: '1', tags: ['ok', 'NO', 3, 'a'] })).toEqual(['tags: expected at most 3 items', 'tags[1]: does not match ^[a-z]+$', 'tags[2]: expected string, got integer']);
+    expect(problems({ expression: '1', tags: ['ok', 'NO', 3, 'a'] })).toEqual([
+      'tags: expected at most 3 items',
+      'tags[1]: does not match ^[a-z]+$',
+      'tags[2]: expected string, got integer',
+    ]);
     expect(problems({ expression: '1', by: 'x' })).toEqual(['by: does not match ^-?\\d+$']);
-    expect(problems({ expression: '1', by: true, note: 3 })).toEqual(['by: expected integer or string, got boolean', 'note: expected string or null, got integer']);
+    expect(problems({ expression: '1', by: true, note: 3 })).toEqual([
+      'by: expected integer or string, got boolean',
+      'note: expected string or null, got integer',
+    ]);
     expect(problems({ expression: '1', point: {} })).toEqual(['point.x: required']);
     expect(problems({ expression: '1', colour: 'red' })).toEqual(['colour: unknown field']);
     expect(problems([1])).toEqual(['(arguments): expected object, got array']);
@@ -55,35 +62,64 @@ describe('validateArguments', () => {
   });
 
   it("reads the fields out of the MCP SDK's argument errors", () => {
-    expect(parseServerArgumentError('Input validation error: Invalid arguments for tool get: key: Invalid input: expected string, received undefined, limit: Invalid input: expected number, received string')).toEqual([
+    expect(
+      parseServerArgumentError(
+        'Input validation error: Invalid arguments for tool get: key: Invalid input: expected string, received undefined, limit: Invalid input: expected number, received string',
+      ),
+    ).toEqual([
       { path: 'key', problem: 'required' },
       { path: 'limit', problem: 'expected number, got string' },
     ]);
-    expect(parseServerArgumentError('Input validation error: Invalid arguments for tool incr: by: by must be an integer')).toEqual([{ path: 'by', problem: 'by must be an integer' }]);
-    expect(parseServerArgumentError('MCP error -32602: Input validation error: Invalid arguments for tool t: Required at items.0.name\nToo big at limit')).toEqual([
+    expect(parseServerArgumentError('Input validation error: Invalid arguments for tool incr: by: by must be an integer')).toEqual([
+      { path: 'by', problem: 'by must be an integer' },
+    ]);
+    expect(
+      parseServerArgumentError('MCP error -32602: Input validation error: Invalid arguments for tool t: Required at items.0.name\nToo big at limit'),
+    ).toEqual([
       { path: 'items.0.name', problem: 'Required' },
       { path: 'limit', problem: 'Too big' },
     ]);
     // As the client wraps a protocol error: the server's own message is read.
-    expect(parseServerArgumentError("Invalid arguments for tool 'get': MCP error -32602: Input validation error: Invalid arguments for tool get: key: Invalid input: expected string, received number")).toEqual([
-      { path: 'key', problem: 'expected string, got number' },
-    ]);
+    expect(
+      parseServerArgumentError(
+        "Invalid arguments for tool 'get': MCP error -32602: Input validation error: Invalid arguments for tool get: key: Invalid input: expected string, received number",
+      ),
+    ).toEqual([{ path: 'key', problem: 'expected string, got number' }]);
     expect(parseServerArgumentError('something else went wrong')).toEqual([]);
   });
 });
 
 type OfferedTool = { name: string; description: string; parameters: Record<string, unknown> };
 const KV_TOOLS: OfferedTool[] = [
-  { name: 'get', description: '', parameters: { type: 'object', properties: { key: { type: 'string', minLength: 1 } }, required: ['key'], additionalProperties: false } },
-  { name: 'set', description: '', parameters: { type: 'object', properties: { key: { type: 'string' }, value: { type: 'string' } }, required: ['key', 'value'] } },
+  {
+    name: 'get',
+    description: '',
+    parameters: { type: 'object', properties: { key: { type: 'string', minLength: 1 } }, required: ['key'], additionalProperties: false },
+  },
+  {
+    name: 'set',
+    description: '',
+    parameters: { type: 'object', properties: { key: { type: 'string' }, value: { type: 'string' } }, required: ['key', 'value'] },
+  },
   { name: 'list', description: '', parameters: { type: 'object', properties: { limit: { type: 'integer', minimum: 1 } } } },
   { name: 'delete', description: '', parameters: { type: 'object', properties: { key: { type: 'string' } }, required: ['key'] } },
 ];
-const CALC_TOOLS: OfferedTool[] = [{ name: 'evaluate', description: '', parameters: { type: 'object', properties: { expression: { type: 'string' } }, required: ['expression'] } }];
+const CALC_TOOLS: OfferedTool[] = [
+  { name: 'evaluate', description: '', parameters: { type: 'object', properties: { expression: { type: 'string' } }, required: ['expression'] } },
+];
 
 let stepNo = 0;
 function step(server: string | undefined, tool: string, args: unknown, o: { isError?: boolean; errorKind?: string; ms: number; text?: string }): ToolStep {
-  return { id: `c${stepNo++}`, name: tool, ...(server ? { server, tool } : {}), arguments: args, isError: o.isError ?? false, ...(o.errorKind ? { errorKind: o.errorKind } : {}), ms: o.ms, text: o.text ?? '{"ok":true}' };
+  return {
+    id: `c${stepNo++}`,
+    name: tool,
+    ...(server ? { server, tool } : {}),
+    arguments: args,
+    isError: o.isError ?? false,
+    ...(o.errorKind ? { errorKind: o.errorKind } : {}),
+    ms: o.ms,
+    text: o.text ?? '{"ok":true}',
+  };
 }
 
 function traj(id: string, tools: Trajectory['tools'], steps: ToolStep[], totalMs: number): Trajectory {
@@ -113,20 +149,50 @@ describe('toolFeedback on hand-made trajectories', () => {
   const withServers = (tools: OfferedTool[], server: string) => tools.map((t) => ({ ...t, server, tool: t.name }));
   const ts = [
     // Its tools say their server (as the environment records them).
-    traj('t1', [...withServers(KV_TOOLS, 'kv'), ...withServers(CALC_TOOLS, 'calc')], [
-      step('kv', 'get', { key: 'a' }, { ms: 10 }),
-      step('kv', 'get', {}, { isError: true, errorKind: 'invalid_arguments', ms: 2, text: 'Input validation error: Invalid arguments for tool get: key: Invalid input: expected string, received undefined' }),
-      step('kv', 'list', { limit: 'x' }, { isError: true, errorKind: 'invalid_arguments', ms: 4, text: 'Input validation error: Invalid arguments for tool list: limit: Invalid input: expected number, received string' }),
-      step('calc', 'evaluate', { expression: '1+1' }, { ms: 4, text: '  \n ' }),
-    ], 100),
+    traj(
+      't1',
+      [...withServers(KV_TOOLS, 'kv'), ...withServers(CALC_TOOLS, 'calc')],
+      [
+        step('kv', 'get', { key: 'a' }, { ms: 10 }),
+        step(
+          'kv',
+          'get',
+          {},
+          {
+            isError: true,
+            errorKind: 'invalid_arguments',
+            ms: 2,
+            text: 'Input validation error: Invalid arguments for tool get: key: Invalid input: expected string, received undefined',
+          },
+        ),
+        step(
+          'kv',
+          'list',
+          { limit: 'x' },
+          {
+            isError: true,
+            errorKind: 'invalid_arguments',
+            ms: 4,
+            text: 'Input validation error: Invalid arguments for tool list: limit: Invalid input: expected number, received string',
+          },
+        ),
+        step('calc', 'evaluate', { expression: '1+1' }, { ms: 4, text: '  \n ' }),
+      ],
+      100,
+    ),
     // An older trajectory: its tools do not say their server; its calls do.
-    traj('t2', [...KV_TOOLS, ...CALC_TOOLS], [
-      step('kv', 'get', { key: 'b', extra: 1 }, { ms: 6, text: '' }),
-      step('kv', 'set', { key: 5, value: 'x' }, { isError: true, errorKind: 'tool', ms: 3, text: 'key must be a string' }),
-      step('calc', 'evaluate', { expression: 'x' }, { isError: true, errorKind: 'tool', ms: 5, text: 'bad expression' }),
-      step(undefined, 'frobnicate', {}, { isError: true, errorKind: 'unknown_tool', ms: 0, text: 'Unknown tool' }),
-      step('kv', 'get', '{bad', { isError: true, errorKind: 'invalid_arguments', ms: 0, text: "Invalid arguments for tool 'get': not a JSON object" }),
-    ], 300),
+    traj(
+      't2',
+      [...KV_TOOLS, ...CALC_TOOLS],
+      [
+        step('kv', 'get', { key: 'b', extra: 1 }, { ms: 6, text: '' }),
+        step('kv', 'set', { key: 5, value: 'x' }, { isError: true, errorKind: 'tool', ms: 3, text: 'key must be a string' }),
+        step('calc', 'evaluate', { expression: 'x' }, { isError: true, errorKind: 'tool', ms: 5, text: 'bad expression' }),
+        step(undefined, 'frobnicate', {}, { isError: true, errorKind: 'unknown_tool', ms: 0, text: 'Unknown tool' }),
+        step('kv', 'get', '{bad', { isError: true, errorKind: 'invalid_arguments', ms: 0, text: "Invalid arguments for tool 'get': not a JSON object" }),
+      ],
+      300,
+    ),
     // Given only the calculator, and made no call.
     traj('t3', withServers(CALC_TOOLS, 'calc'), [], 100),
   ];
@@ -160,7 +226,12 @@ describe('toolFeedback on hand-made trajectories', () => {
     });
     expect(tool('kv', 'list').field_errors).toEqual([{ field: 'limit', problem: 'expected integer, got string', calls: 1 }]);
     // A tool error whose arguments break the schema is an argument error.
-    expect(tool('kv', 'set')).toMatchObject({ argument_errors: 1, errors: 1, errors_by_kind: { tool: 1 }, field_errors: [{ field: 'key', problem: 'expected string, got integer', calls: 1 }] });
+    expect(tool('kv', 'set')).toMatchObject({
+      argument_errors: 1,
+      errors: 1,
+      errors_by_kind: { tool: 1 },
+      field_errors: [{ field: 'key', problem: 'expected string, got integer', calls: 1 }],
+    });
     expect(tool('calc', 'evaluate')).toMatchObject({ argument_errors: 0, field_errors: [], errors: 1, errors_by_kind: { tool: 1 } });
   });
 
@@ -188,10 +259,35 @@ describe('toolFeedback on hand-made trajectories', () => {
   });
 
   it("reads the fields out of the server's error when the schema finds nothing wrong", () => {
-    const tools = [{ name: 'tag', description: '', parameters: { type: 'object', properties: { tags: { type: 'array', items: { type: 'string' } } } }, server: 's', tool: 'tag' }];
-    const refused = (i: number) => step('s', 'tag', { tags: ['x', 'y'] }, { isError: true, errorKind: 'invalid_arguments', ms: 1, text: `Input validation error: Invalid arguments for tool tag: tags.${i}: Too long, tags: Too many` });
+    const tools = [
+      {
+        name: 'tag',
+        description: '',
+        parameters: { type: 'object', properties: { tags: { type: 'array', items: { type: 'string' } } } },
+        server: 's',
+        tool: 'tag',
+      },
+    ];
+    const refused = (i: number) =>
+      step(
+        's',
+        'tag',
+        { tags: ['x', 'y'] },
+        {
+          isError: true,
+          errorKind: 'invalid_arguments',
+          ms: 1,
+          text: `Input validation error: Invalid arguments for tool tag: tags.${i}: Too long, tags: Too many`,
+        },
+      );
     const g = toolFeedback([traj('s1', tools, [refused(0), refused(1)], 10)]);
-    expect(g.servers[0]!.tools[0]).toMatchObject({ argument_errors: 2, field_errors: [{ field: 'tags', problem: 'Too many', calls: 2 }, { field: 'tags[]', problem: 'Too long', calls: 2 }] });
+    expect(g.servers[0]!.tools[0]).toMatchObject({
+      argument_errors: 2,
+      field_errors: [
+        { field: 'tags', problem: 'Too many', calls: 2 },
+        { field: 'tags[]', problem: 'Too long', calls: 2 },
+      ],
+    });
   });
 
   it('finds the server of a tool never called from the task when the trajectory does not say it', () => {
@@ -222,7 +318,9 @@ function countSteps(ts: Trajectory[]) {
 
 describe('feedback under injected faults', () => {
   it('leaves out sabotaged calls and distractor tools: the server is not blamed for what was injected', async () => {
-    const tasks = generateSuite('kv').filter((t) => t.split === 'eval').slice(0, 8);
+    const tasks = generateSuite('kv')
+      .filter((t) => t.split === 'eval')
+      .slice(0, 8);
     const env = new Environment({ faults: { spec: parseFaults('error=0.5,distractors=3'), seed: 1 } });
     try {
       const r = await rollout(env, new RandomPolicy(3, 0.1), tasks, { group: 2, concurrency: 1 });
@@ -255,7 +353,15 @@ describe('feedback end to end: the expert replays calls with bad arguments again
       { server: 'kv', tool: 'list', arguments: { limit: 'many' } },
       { server: 'kv', tool: 'get', arguments: { key: 'c' } },
     ];
-    const task = (id: string, n: number) => ({ id, split: 'eval', difficulty: 1, prompt: 'Store 10 under c and read it back.', servers: { kv: 'kv' }, checks: [{ kind: 'answer', expect: { kind: 'number', value: 10 } }], solution: { calls: calls.slice(0, n), answer: '10' } });
+    const task = (id: string, n: number) => ({
+      id,
+      split: 'eval',
+      difficulty: 1,
+      prompt: 'Store 10 under c and read it back.',
+      servers: { kv: 'kv' },
+      checks: [{ kind: 'answer', expect: { kind: 'number', value: 10 } }],
+      solution: { calls: calls.slice(0, n), answer: '10' },
+    });
     writeFileSync(tasks, [task('fb-a', 4), task('fb-b', 1)].map((t) => JSON.stringify(t)).join('\n') + '\n');
   });
   afterAll(() => rmSync(tmp, { recursive: true, force: true }));
@@ -297,7 +403,14 @@ describe('feedback end to end: the expert replays calls with bad arguments again
         expect(t.time_share).toBeCloseTo(c.ms / ts.reduce((s, x) => s + x.timings.total_ms, 0), 9);
       }
       const get = kv.tools.find((t: ToolFeedback) => t.tool === 'get');
-      expect(get).toMatchObject({ episodes: 2, argument_errors: 2, errors: 2, errors_by_kind: { invalid_arguments: 2 }, empty: 0, field_errors: [{ field: 'key', problem: 'required', calls: 2 }] });
+      expect(get).toMatchObject({
+        episodes: 2,
+        argument_errors: 2,
+        errors: 2,
+        errors_by_kind: { invalid_arguments: 2 },
+        empty: 0,
+        field_errors: [{ field: 'key', problem: 'required', calls: 2 }],
+      });
       expect(kv.tools.find((t: ToolFeedback) => t.tool === 'set')).toMatchObject({ episodes: 4, argument_errors: 0, errors: 0 });
     }
     const html = readFileSync(join(out, 'report.html'), 'utf8');

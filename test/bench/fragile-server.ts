@@ -14,14 +14,31 @@ import { StdioServerTransport } from '@modelcontextprotocol/server/stdio';
 
 const server = new Server({ name: 'fragile', version: '1.0.0' }, { capabilities: { tools: {} } });
 const tools: Tool[] = [
-  { name: 'crashy', description: 'Echoes text; dies on the empty string', inputSchema: { type: 'object' as const, properties: { text: { type: 'string' } }, required: ['text'] } },
-  { name: 'hangy', description: 'Doubles n; never answers for negative n', inputSchema: { type: 'object' as const, properties: { n: { type: 'number' } }, required: ['n'] } },
+  {
+    name: 'crashy',
+    description: 'Echoes text; dies on the empty string',
+    inputSchema: { type: 'object' as const, properties: { text: { type: 'string' } }, required: ['text'] },
+  },
+  {
+    name: 'hangy',
+    description: 'Doubles n; never answers for negative n',
+    inputSchema: { type: 'object' as const, properties: { n: { type: 'number' } }, required: ['n'] },
+  },
   {
     name: 'strict',
     description: 'Repeats name count times; validates its input',
-    inputSchema: { type: 'object' as const, properties: { name: { type: 'string', minLength: 1, maxLength: 20 }, count: { type: 'integer', minimum: 0, maximum: 5 } }, required: ['name'], additionalProperties: false },
+    inputSchema: {
+      type: 'object' as const,
+      properties: { name: { type: 'string', minLength: 1, maxLength: 20 }, count: { type: 'integer', minimum: 0, maximum: 5 } },
+      required: ['name'],
+      additionalProperties: false,
+    },
   },
-  { name: 'rude', description: 'Answers bad input with a JSON-RPC error', inputSchema: { type: 'object' as const, properties: { flag: { type: 'boolean' } }, required: ['flag'] } },
+  {
+    name: 'rude',
+    description: 'Answers bad input with a JSON-RPC error',
+    inputSchema: { type: 'object' as const, properties: { flag: { type: 'boolean' } }, required: ['flag'] },
+  },
   {
     name: 'blocky',
     description: 'Whether text matches pattern (a regular expression), matched in the server thread',

@@ -28,7 +28,16 @@ function snapshot(dir: string): Map<string, string> {
     const abs = join(dir, rel);
     const st = lstatSync(abs, { bigint: true });
     const type = st.isFile() ? 'file' : st.isDirectory() ? 'dir' : st.isSymbolicLink() ? 'link' : 'other';
-    out.set(rel || '.', JSON.stringify({ type, mode: String(st.mode), size: String(st.size), mtimeNs: String(st.mtimeNs), bytes: st.isFile() ? readFileSync(abs).toString('base64') : undefined }));
+    out.set(
+      rel || '.',
+      JSON.stringify({
+        type,
+        mode: String(st.mode),
+        size: String(st.size),
+        mtimeNs: String(st.mtimeNs),
+        bytes: st.isFile() ? readFileSync(abs).toString('base64') : undefined,
+      }),
+    );
     if (st.isDirectory()) for (const name of readdirSync(abs).sort()) visit(join(rel, name));
   };
   visit('');
@@ -49,10 +58,36 @@ function servedDir(): string {
 /** A short benchmark run with fuzzing of the filesystem server serving `dir`. */
 function benchArgs(dir: string, extra: string[]): string[] {
   const failures = join(dir, '..', 'failures.jsonl');
-  return ['bench', '--stdio', `"${process.execPath}" "${FILESYSTEM}" "${dir}"`, '--fuzz', '--fuzz-cases', '15', '--calls', '20', '--concurrency', '1,4', '--duration-ms', '2000', '--timeout-ms', '3000', '--save-failures', failures, '--json', ...extra];
+  return [
+    'bench',
+    '--stdio',
+    `"${process.execPath}" "${FILESYSTEM}" "${dir}"`,
+    '--fuzz',
+    '--fuzz-cases',
+    '15',
+    '--calls',
+    '20',
+    '--concurrency',
+    '1,4',
+    '--duration-ms',
+    '2000',
+    '--timeout-ms',
+    '3000',
+    '--save-failures',
+    failures,
+    '--json',
+    ...extra,
+  ];
 }
 
-type Json = { tools: Record<string, unknown>; fuzz: { tools: Record<string, { cases: number }>; totals: { cases: number } }; skipped: { tool: string; reason: string }[]; excluded: string[]; allow_writes: boolean; may_write?: { tool: string; reason: string }[] };
+type Json = {
+  tools: Record<string, unknown>;
+  fuzz: { tools: Record<string, { cases: number }>; totals: { cases: number } };
+  skipped: { tool: string; reason: string }[];
+  excluded: string[];
+  allow_writes: boolean;
+  may_write?: { tool: string; reason: string }[];
+};
 const lastJson = (stdout: string) => JSON.parse(stdout.trim().split('\n').pop()!) as Json;
 
 describe('bench against the official filesystem server (npm)', () => {
@@ -69,7 +104,17 @@ describe('bench against the official filesystem server (npm)', () => {
     expect(report.excluded).toEqual(['list_allowed_directories']);
     expect(Object.fromEntries(report.skipped.map((s) => [s.tool, s.reason]))).toEqual(WRITERS);
     // The rest was really benchmarked: loaded and fuzzed.
-    const called = ['read_file', 'read_text_file', 'read_media_file', 'read_multiple_files', 'list_directory', 'list_directory_with_sizes', 'directory_tree', 'search_files', 'get_file_info'];
+    const called = [
+      'read_file',
+      'read_text_file',
+      'read_media_file',
+      'read_multiple_files',
+      'list_directory',
+      'list_directory_with_sizes',
+      'directory_tree',
+      'search_files',
+      'get_file_info',
+    ];
     expect(Object.keys(report.tools).sort()).toEqual([...called].sort());
     expect(Object.keys(report.fuzz.tools).sort()).toEqual([...called].sort());
     expect(report.fuzz.totals.cases).toBeGreaterThan(called.length * 10);
@@ -91,7 +136,9 @@ describe('bench against the official filesystem server (npm)', () => {
     const said = r.stderr.split('\n');
     const first = said.findIndex((l) => l.startsWith('--allow-writes: calling 14 tools with generated arguments: read_file, '));
     expect(first, r.stderr).toBeGreaterThanOrEqual(0);
-    expect(said[first + 1]).toMatch(/^ +of which may change or delete data: write_file \(destructiveHint: true\), edit_file \(destructiveHint: true\), create_directory \(readOnlyHint: false, destructiveHint: false \(it only adds\)\), move_file \(destructiveHint: true\)$/);
+    expect(said[first + 1]).toMatch(
+      /^ +of which may change or delete data: write_file \(destructiveHint: true\), edit_file \(destructiveHint: true\), create_directory \(readOnlyHint: false, destructiveHint: false \(it only adds\)\), move_file \(destructiveHint: true\)$/,
+    );
     // Said before the first call.
     expect(said.findIndex((l) => l.startsWith('load '))).toBeGreaterThan(first);
 

@@ -24,10 +24,19 @@ const write = (name: string, tasks: unknown[]) => {
 // A server command that cannot start: it says why on stderr and exits 3.
 const dead = write(
   'dead.jsonl',
-  calc.map((t) => ({ ...t, servers: { calculator: { transport: 'stdio', command: process.execPath, args: ['-e', 'console.error("boom: DATABASE_URL is not set"); process.exit(3)'] } } })),
+  calc.map((t) => ({
+    ...t,
+    servers: { calculator: { transport: 'stdio', command: process.execPath, args: ['-e', 'console.error("boom: DATABASE_URL is not set"); process.exit(3)'] } },
+  })),
 );
 // A server that starts, then dies on the call every episode makes (test/bench/fragile-server.ts's crashy with '').
-const fragile = { transport: 'stdio', command: process.execPath, args: ['--import', 'tsx', join(ROOT, 'test', 'bench', 'fragile-server.ts')], cwd: ROOT, restart: true };
+const fragile = {
+  transport: 'stdio',
+  command: process.execPath,
+  args: ['--import', 'tsx', join(ROOT, 'test', 'bench', 'fragile-server.ts')],
+  cwd: ROOT,
+  restart: true,
+};
 const crashing = write(
   'crashing.jsonl',
   [0, 1].map((i) => ({
@@ -45,7 +54,21 @@ const python = existsSync('/usr/bin/python3') ? '/usr/bin/python3' : 'python3';
 
 describe('exit codes', () => {
   it('3: a tool server that cannot start, with its command and the end of its stderr (train, rollout, eval)', async () => {
-    const train = await runCli(['train', '--tasks', dead, '--steps', '2', '--tasks-per-step', '2', '--group', '2', '--run', join(dir, 'train-dead'), '--model', BUNDLED_MODEL_DIR]);
+    const train = await runCli([
+      'train',
+      '--tasks',
+      dead,
+      '--steps',
+      '2',
+      '--tasks-per-step',
+      '2',
+      '--group',
+      '2',
+      '--run',
+      join(dir, 'train-dead'),
+      '--model',
+      BUNDLED_MODEL_DIR,
+    ]);
     expect(train.code, train.stderr).toBe(3);
     expect(train.stderr).toContain('the held-out evaluation before training: every one of the');
     expect(train.stderr).toContain('a tool server could not be started');
@@ -59,7 +82,15 @@ describe('exit codes', () => {
     const junit = join(dir, 'dead.xml');
     const ev = await runCli(['eval', '--tasks', dead, '-k', '1', '--out', join(dir, 'eval-dead'), '--junit', junit]);
     expect(ev.code, ev.stderr).toBe(3);
-    const parsed = spawnSync(python, ['-c', 'import sys,xml.etree.ElementTree as E; r=E.parse(sys.argv[1]).getroot(); print(r.get("tests"), r.get("errors"), len(r.iter("testcase").__next__().findall("error")))', junit], { encoding: 'utf8' });
+    const parsed = spawnSync(
+      python,
+      [
+        '-c',
+        'import sys,xml.etree.ElementTree as E; r=E.parse(sys.argv[1]).getroot(); print(r.get("tests"), r.get("errors"), len(r.iter("testcase").__next__().findall("error")))',
+        junit,
+      ],
+      { encoding: 'utf8' },
+    );
     expect(parsed.stdout.trim()).toBe(`${calc.filter((t) => t.split === 'eval').length} ${calc.filter((t) => t.split === 'eval').length} 1`);
   }, 120_000);
 
@@ -71,7 +102,17 @@ describe('exit codes', () => {
     const r = await runCli(['rollout', '--suite', 'calculator', '--limit', '2', '--policy', `onnx:${broken}`, '--out', join(dir, 'rollout-broken')]);
     expect(r.code, r.stderr).toBe(3);
     expect(r.stderr).toContain(`could not start the model ${broken}: onnxruntime cannot load`);
-    const missing = await runCli(['rollout', '--suite', 'calculator', '--limit', '2', '--policy', `onnx:${join(dir, 'no-such-model')}`, '--out', join(dir, 'rollout-missing')]);
+    const missing = await runCli([
+      'rollout',
+      '--suite',
+      'calculator',
+      '--limit',
+      '2',
+      '--policy',
+      `onnx:${join(dir, 'no-such-model')}`,
+      '--out',
+      join(dir, 'rollout-missing'),
+    ]);
     expect(missing.code).toBe(2);
     expect(missing.stderr).toContain('no-such-model/config.json');
   }, 60_000);
@@ -82,7 +123,10 @@ describe('exit codes', () => {
     expect(r.stderr).toContain('rollout: every one of the 2 episodes failed');
     expect(r.stderr).toMatch(/2 x a tool server failed during the episode/);
     // The trajectories say what failed.
-    const t = readFileSync(join(dir, 'rollout-crash', 'trajectories.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { error_kind?: string });
+    const t = readFileSync(join(dir, 'rollout-crash', 'trajectories.jsonl'), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { error_kind?: string });
     expect(t.map((x) => x.error_kind)).toEqual(['server', 'server']);
   }, 60_000);
 
@@ -116,17 +160,73 @@ describe('exit codes', () => {
 
   it('6: below --fail-under, with a JUnit case per task that names the failed ones; 0 at or above it', async () => {
     const junit = join(dir, 'random.xml');
-    const low = await runCli(['eval', '--suite', 'calculator', '--max-difficulty', '1', '--limit', '5', '-k', '2', '--policy', 'random:1', '--out', join(dir, 'eval-random'), '--fail-under', '0.8', '--junit', junit]);
+    const low = await runCli([
+      'eval',
+      '--suite',
+      'calculator',
+      '--max-difficulty',
+      '1',
+      '--limit',
+      '5',
+      '-k',
+      '2',
+      '--policy',
+      'random:1',
+      '--out',
+      join(dir, 'eval-random'),
+      '--fail-under',
+      '0.8',
+      '--junit',
+      junit,
+    ]);
     expect(low.code, low.stderr).toBe(6);
     expect(low.stderr).toMatch(/eval: success \d+\.\d% \[\d+\.\d%, \d+\.\d%\] is below --fail-under 0\.8 \(80\.0%\)/);
-    const cases = spawnSync(python, ['-c', 'import sys,xml.etree.ElementTree as E; r=E.parse(sys.argv[1]).getroot(); print(r.get("tests")); [print(c.get("name"), "fail" if c.find("failure") is not None else "pass") for c in r.iter("testcase")]', junit], { encoding: 'utf8' });
+    const cases = spawnSync(
+      python,
+      [
+        '-c',
+        'import sys,xml.etree.ElementTree as E; r=E.parse(sys.argv[1]).getroot(); print(r.get("tests")); [print(c.get("name"), "fail" if c.find("failure") is not None else "pass") for c in r.iter("testcase")]',
+        junit,
+      ],
+      { encoding: 'utf8' },
+    );
     const lines = cases.stdout.trim().split('\n');
     expect(lines[0]).toBe('5');
     expect(lines.slice(1).filter((l) => l.endsWith(' fail')).length).toBeGreaterThan(0);
-    const ok = await runCli(['eval', '--suite', 'calculator', '--max-difficulty', '1', '--limit', '5', '-k', '1', '--out', join(dir, 'eval-expert'), '--fail-under', '0.8', '--junit', join(dir, 'expert.xml')]);
+    const ok = await runCli([
+      'eval',
+      '--suite',
+      'calculator',
+      '--max-difficulty',
+      '1',
+      '--limit',
+      '5',
+      '-k',
+      '1',
+      '--out',
+      join(dir, 'eval-expert'),
+      '--fail-under',
+      '0.8',
+      '--junit',
+      join(dir, 'expert.xml'),
+    ]);
     expect(ok.code, ok.stderr).toBe(0);
     expect(readFileSync(join(dir, 'expert.xml'), 'utf8')).not.toContain('<failure');
-    const bench = await runCli(['bench', '--tasks', 'calculator', '--limit', '3', '-k', '1', '--policy', 'random:2', '--fail-under', '0.9', '--junit', join(dir, 'bench.xml')]);
+    const bench = await runCli([
+      'bench',
+      '--tasks',
+      'calculator',
+      '--limit',
+      '3',
+      '-k',
+      '1',
+      '--policy',
+      'random:2',
+      '--fail-under',
+      '0.9',
+      '--junit',
+      join(dir, 'bench.xml'),
+    ]);
     expect(bench.code, bench.stderr).toBe(6);
     expect(bench.stderr).toContain('bench --tasks: success');
     expect(readFileSync(join(dir, 'bench.xml'), 'utf8')).toContain('<testsuites name="mcp-gym bench random');
@@ -134,11 +234,42 @@ describe('exit codes', () => {
 
   it('5: training whose learner steps leave the weights unchanged (lr 0 in a constant schedule) stops, naming why', async () => {
     const run = join(dir, 'train-lr0');
-    const r = await runCli(['train', '--suite', 'calculator', '--max-difficulty', '1', '--steps', '6', '--tasks-per-step', '4', '--group', '4', '--eval-limit', '4', '--eval-samples', '1', '--eval-every', '0', '--warmup-steps', '0', '--lr', '1e-30', '--no-signal-patience', '2', '--run', run, '--model', BUNDLED_MODEL_DIR]);
+    const r = await runCli([
+      'train',
+      '--suite',
+      'calculator',
+      '--max-difficulty',
+      '1',
+      '--steps',
+      '6',
+      '--tasks-per-step',
+      '4',
+      '--group',
+      '4',
+      '--eval-limit',
+      '4',
+      '--eval-samples',
+      '1',
+      '--eval-every',
+      '0',
+      '--warmup-steps',
+      '0',
+      '--lr',
+      '1e-30',
+      '--no-signal-patience',
+      '2',
+      '--run',
+      run,
+      '--model',
+      BUNDLED_MODEL_DIR,
+    ]);
     expect(r.code, r.stdout + r.stderr).toBe(5);
     expect(r.stdout).toContain("no learning signal: the learner's step left the weights bit-identical");
     expect(r.stderr).toContain('training stopped at step 2: 2 steps in a row without a learning signal');
-    const rows = readFileSync(join(run, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { no_signal: boolean; weights_changed: boolean });
+    const rows = readFileSync(join(run, 'metrics.jsonl'), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { no_signal: boolean; weights_changed: boolean });
     expect(rows.map((m) => [m.no_signal, m.weights_changed])).toEqual([
       [true, false],
       [true, false],

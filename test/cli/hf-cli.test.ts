@@ -24,13 +24,35 @@ const tmp = (name: string) => mkdtempSync(join(tmpdir(), `mcp-gym-hf-cli-${name}
 
 describe('usage errors of --model and --lora-rank', () => {
   it('--model with --policy names both; a missing --model directory is named; sft --lora-rank needs --model', async () => {
-    const both = await runCli(['rollout', '--model', tmp('both'), '--policy', 'expert', '--suite', 'calculator', '--limit', '1', '--out', join(tmp('both-out'), 'r')]);
+    const both = await runCli([
+      'rollout',
+      '--model',
+      tmp('both'),
+      '--policy',
+      'expert',
+      '--suite',
+      'calculator',
+      '--limit',
+      '1',
+      '--out',
+      join(tmp('both-out'), 'r'),
+    ]);
     expect(both.code).toBe(2);
     expect(both.stderr).toMatch(/--model/);
     expect(both.stderr).toMatch(/--policy/);
     expect(both.stderr).toContain('not both');
 
-    const missing = await runCli(['rollout', '--model', '/nonexistent/tiny-qwen3', '--suite', 'calculator', '--limit', '1', '--out', join(tmp('missing'), 'r')]);
+    const missing = await runCli([
+      'rollout',
+      '--model',
+      '/nonexistent/tiny-qwen3',
+      '--suite',
+      'calculator',
+      '--limit',
+      '1',
+      '--out',
+      join(tmp('missing'), 'r'),
+    ]);
     expect(missing.code).toBe(2);
     expect(missing.stderr).toContain('/nonexistent/tiny-qwen3');
 
@@ -61,7 +83,10 @@ describe.skipIf(!HAVE_HF_PY)(`the CLI on a tiny Hugging Face Qwen3 (learner Pyth
     expect(summary.episodes).toBe(2);
     const run = JSON.parse(readFileSync(join(out, 'run.json'), 'utf8')) as { policy: string };
     expect(run.policy).toBe(`onnx:${src}`);
-    const ts = readFileSync(join(out, 'trajectories.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Trajectory);
+    const ts = readFileSync(join(out, 'trajectories.jsonl'), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as Trajectory);
     expect(ts).toHaveLength(2);
     const tok = HfTokenizer.load(src);
     for (const t of ts) {
@@ -85,7 +110,12 @@ describe.skipIf(!HAVE_HF_PY)(`the CLI on a tiny Hugging Face Qwen3 (learner Pyth
     const suite = generateSuite('calculator').filter((t) => t.difficulty === 1);
     const dir = tmp('sft');
     const tasks = join(dir, 'tasks.jsonl');
-    writeFileSync(tasks, [...suite.filter((t) => t.split === 'train').slice(0, 16), ...suite.filter((t) => t.split === 'eval').slice(0, 2)].map((t) => JSON.stringify(t)).join('\n') + '\n');
+    writeFileSync(
+      tasks,
+      [...suite.filter((t) => t.split === 'train').slice(0, 16), ...suite.filter((t) => t.split === 'eval').slice(0, 2)]
+        .map((t) => JSON.stringify(t))
+        .join('\n') + '\n',
+    );
     const out = join(dir, 'model');
     const t0 = performance.now();
     const r = await runCli(['sft', '--model', src, '--tasks', tasks, '--out', out, '--demos', '8', '--steps', '2', '--batch', '2', '--lr', '1e-3', '--json']);
@@ -110,14 +140,21 @@ describe.skipIf(!HAVE_HF_PY)(`the CLI on a tiny Hugging Face Qwen3 (learner Pyth
     expect(sha(join(out, 'model.safetensors'))).not.toBe(sha(join(src, 'model.safetensors')));
     expect(existsSync(join(out, 'tokenizer.json'))).toBe(true);
     // transformers loads it, as a standard checkpoint.
-    const loaded = JSON.parse(hfPython(`
+    const loaded = JSON.parse(
+      hfPython(
+        `
 import json, sys, torch, transformers
 m = transformers.AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=torch.float32)
 t = transformers.AutoTokenizer.from_pretrained(sys.argv[1])
 print(json.dumps({"type": m.config.model_type, "params": sum(p.numel() for p in m.parameters()), "finite": all(bool(torch.isfinite(p).all()) for p in m.parameters()), "im_end": t.convert_tokens_to_ids("<|im_end|>")}))
-`, [out])) as { type: string; params: number; finite: boolean; im_end: number };
+`,
+        [out],
+      ),
+    ) as { type: string; params: number; finite: boolean; im_end: number };
     expect(loaded).toMatchObject({ type: 'qwen3', finite: true, im_end: 151645 });
     expect(loaded.params).toBeGreaterThan(1e6);
-    console.log(`sft --model: exit ${r.code} in ${seconds.toFixed(1)} s; loss ${lossFirst} -> ${lossLast}; ${loaded.params} parameters loaded by transformers; onnx/ ${existsSync(join(out, 'onnx', 'config.json')) ? 'written' : 'missing'}`);
+    console.log(
+      `sft --model: exit ${r.code} in ${seconds.toFixed(1)} s; loss ${lossFirst} -> ${lossLast}; ${loaded.params} parameters loaded by transformers; onnx/ ${existsSync(join(out, 'onnx', 'config.json')) ? 'written' : 'missing'}`,
+    );
   }, 150_000);
 });

@@ -11,7 +11,8 @@ describe('mcp-gym pipeline', () => {
     expect(main.stdout).toContain('pipeline r1');
     const r = await runCli(['pipeline', '--help']);
     expect(r.code).toBe(0);
-    for (const s of ['1-sft', '2-grpo', '3-rs-sft', '4-grpo', '--rs-max-per-task', '--grpo2-steps', '--sft-demos', '--train-config', '--out DIR']) expect(r.stdout).toContain(s);
+    for (const s of ['1-sft', '2-grpo', '3-rs-sft', '4-grpo', '--rs-max-per-task', '--grpo2-steps', '--sft-demos', '--train-config', '--out DIR'])
+      expect(r.stdout).toContain(s);
   });
 
   it('refuses an unknown pipeline, a missing --out and bad values, naming the flag or field (exit 2)', async () => {

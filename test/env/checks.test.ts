@@ -1,5 +1,18 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { codeOf, defineTask, extractAnswer, isSubset, match, parseExact, runChecks, schemaAllowsPath, stateCallFault, taskProblem, type Task, type TaskCall } from '../../src/env/index.ts';
+import {
+  codeOf,
+  defineTask,
+  extractAnswer,
+  isSubset,
+  match,
+  parseExact,
+  runChecks,
+  schemaAllowsPath,
+  stateCallFault,
+  taskProblem,
+  type Task,
+  type TaskCall,
+} from '../../src/env/index.ts';
 import { ToolClient, type ToolInfo } from '../../src/tools/index.ts';
 import { serverFactory } from '../../servers/index.ts';
 import { kvServer } from '../../servers/kv.ts';
@@ -17,8 +30,11 @@ function task(checks: unknown[]): Task {
   return defineTask({ id: 'c', split: 'eval', difficulty: 1, prompt: 'p', servers: { kv: 'kv' }, checks } as never);
 }
 
-const score = async (t: Task, record: { answer: string | null; calls?: { server?: string; tool?: string; arguments: unknown; isError: boolean }[] }, episode = 'none') =>
-  (await runChecks(t, { answer: record.answer, calls: record.calls ?? [] }, state(episode))).map((r) => r.score);
+const score = async (
+  t: Task,
+  record: { answer: string | null; calls?: { server?: string; tool?: string; arguments: unknown; isError: boolean }[] },
+  episode = 'none',
+) => (await runChecks(t, { answer: record.answer, calls: record.calls ?? [] }, state(episode))).map((r) => r.score);
 
 describe('answer extraction and matching', () => {
   it('takes the answer out of \\boxed{}, <answer> and 答案是', () => {
@@ -55,16 +71,26 @@ describe('answer extraction and matching', () => {
 
 describe('every check kind scores 1 when right and 0 when wrong', () => {
   it('state: the end state of the episode', async () => {
-    const t = task([{ kind: 'state', call: { server: 'kv', tool: 'get', arguments: { key: 'total' } }, path: 'value', expect: { kind: 'number', value: '42' } }]);
+    const t = task([
+      { kind: 'state', call: { server: 'kv', tool: 'get', arguments: { key: 'total' } }, path: 'value', expect: { kind: 'number', value: '42' } },
+    ]);
     await kv.call({ name: 'set', arguments: { key: 'total', value: '42' } }, { episode: 'right' });
     await kv.call({ name: 'set', arguments: { key: 'total', value: '41' } }, { episode: 'wrong' });
     expect(await score(t, { answer: 'done' }, 'right')).toEqual([1]);
     expect(await score(t, { answer: 'done' }, 'wrong')).toEqual([0]);
     expect(await score(t, { answer: 'done' }, 'empty')).toEqual([0]);
-    const subset = task([{ kind: 'state', call: { server: 'kv', tool: 'list', arguments: { prefix: '' } }, expect: { kind: 'subset', value: { entries: [{ key: 'total', value: '42' }] } } }]);
+    const subset = task([
+      {
+        kind: 'state',
+        call: { server: 'kv', tool: 'list', arguments: { prefix: '' } },
+        expect: { kind: 'subset', value: { entries: [{ key: 'total', value: '42' }] } },
+      },
+    ]);
     expect(await score(subset, { answer: null }, 'right')).toEqual([1]);
     expect(await score(subset, { answer: null }, 'wrong')).toEqual([0]);
-    const contains = task([{ kind: 'state', call: { server: 'kv', tool: 'get', arguments: { key: 'total' } }, path: 'value', expect: { kind: 'contains', value: '2' } }]);
+    const contains = task([
+      { kind: 'state', call: { server: 'kv', tool: 'get', arguments: { key: 'total' } }, path: 'value', expect: { kind: 'contains', value: '2' } },
+    ]);
     expect(await score(contains, { answer: null }, 'right')).toEqual([1]);
     expect(await score(contains, { answer: null }, 'wrong')).toEqual([0]);
     const failing = task([{ kind: 'state', call: { server: 'kv', tool: 'nope', arguments: {} }, expect: { kind: 'equals', value: 1 } }]);
@@ -106,7 +132,18 @@ describe('every check kind scores 1 when right and 0 when wrong', () => {
   });
 
   it('code: the fraction of test cases passed', async () => {
-    const t = task([{ kind: 'code', function: 'add', tests: [{ input: [1, 2], output: 3 }, { input: [2, 2], output: 4 }, { input: [-1, 1], output: 0 }, { input: [0, 0], output: 0 }] }]);
+    const t = task([
+      {
+        kind: 'code',
+        function: 'add',
+        tests: [
+          { input: [1, 2], output: 3 },
+          { input: [2, 2], output: 4 },
+          { input: [-1, 1], output: 0 },
+          { input: [0, 0], output: 0 },
+        ],
+      },
+    ]);
     expect(await score(t, { answer: 'Here:\n```js\nfunction add(a, b) { return a + b; }\n```' })).toEqual([1]);
     expect(await score(t, { answer: 'function add(a, b) { return a - b; }' })).toEqual([0.25]);
     expect(await score(t, { answer: 'function add(a, b) { return 0; }' })).toEqual([0.5]);
@@ -114,7 +151,16 @@ describe('every check kind scores 1 when right and 0 when wrong', () => {
   });
 
   it('code: taken out of <answer>…</answer> and \\boxed{} as answers are, then out of a fenced block', async () => {
-    const t = task([{ kind: 'code', function: 'add', tests: [{ input: [1, 2], output: 3 }, { input: [2, 5], output: 7 }] }]);
+    const t = task([
+      {
+        kind: 'code',
+        function: 'add',
+        tests: [
+          { input: [1, 2], output: 3 },
+          { input: [2, 5], output: 7 },
+        ],
+      },
+    ]);
     const fn = 'function add(a, b) { return a + b; }';
     expect(await score(t, { answer: `<think>easy</think><answer>${fn}</answer>` })).toEqual([1]);
     expect(await score(t, { answer: `Here it is: <answer>\n\`\`\`js\n${fn}\n\`\`\`\n</answer>` })).toEqual([1]);
@@ -136,12 +182,20 @@ describe('broken tasks are found before an episode runs', () => {
   const kvGet: ToolInfo = {
     name: 'get',
     inputSchema: { type: 'object' },
-    outputSchema: { type: 'object', properties: { key: { type: 'string' }, value: { type: ['string', 'null'] }, found: { type: 'boolean' } }, additionalProperties: false },
+    outputSchema: {
+      type: 'object',
+      properties: { key: { type: 'string' }, value: { type: ['string', 'null'] }, found: { type: 'boolean' } },
+      additionalProperties: false,
+    },
   };
   const rows: ToolInfo = {
     name: 'query',
     inputSchema: { type: 'object' },
-    outputSchema: { type: 'object', properties: { rows: { type: 'array', items: { type: 'array', items: { type: ['string', 'number'] } } } }, additionalProperties: false },
+    outputSchema: {
+      type: 'object',
+      properties: { rows: { type: 'array', items: { type: 'array', items: { type: ['string', 'number'] } } } },
+      additionalProperties: false,
+    },
   };
 
   it('schemaAllowsPath: false only where the schema rules the path out', () => {
@@ -167,7 +221,15 @@ describe('broken tasks are found before an episode runs', () => {
     expect(taskProblem(badTool, tools)).toBe("checks[0] (state kv.gett): unknown tool 'gett' on server 'kv' (its tools: get, set)");
     const badPath = task([{ kind: 'state', call: { server: 'kv', tool: 'get', arguments: {} }, path: 'vale', expect: { kind: 'equals', value: 1 } }]);
     expect(taskProblem(badPath, tools)).toBe("checks[0] (state kv.get): path 'vale' cannot be in the result of kv.get (its fields: key, value, found)");
-    const badSetup = defineTask({ id: 'c', split: 'eval', difficulty: 1, prompt: 'p', servers: { kv: 'kv' }, setup: [{ server: 'kv', tool: 'put', arguments: {} }], checks: [{ kind: 'answer', expect: { kind: 'equals', value: 1 } }] } as never);
+    const badSetup = defineTask({
+      id: 'c',
+      split: 'eval',
+      difficulty: 1,
+      prompt: 'p',
+      servers: { kv: 'kv' },
+      setup: [{ server: 'kv', tool: 'put', arguments: {} }],
+      checks: [{ kind: 'answer', expect: { kind: 'equals', value: 1 } }],
+    } as never);
     expect(taskProblem(badSetup, tools)).toMatch(/^setup\[0\] \(kv\.put\): unknown tool 'put'/);
   });
 });

@@ -4,7 +4,18 @@ import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { extractCode, jsonEqual, LOCKDOWN_FILE, networkNamespaceLauncher, runCode, sandboxFlags, sandboxLaunch, stripExports, type CodeRunResult, type CodeTest } from '../../src/env/code-runner.ts';
+import {
+  extractCode,
+  jsonEqual,
+  LOCKDOWN_FILE,
+  networkNamespaceLauncher,
+  runCode,
+  sandboxFlags,
+  sandboxLaunch,
+  stripExports,
+  type CodeRunResult,
+  type CodeTest,
+} from '../../src/env/code-runner.ts';
 
 const ADD_TESTS: CodeTest[] = [
   { input: [1, 2], output: 3 },
@@ -173,7 +184,11 @@ describe('runCode', () => {
     const r = await run('function add(a, b) { if (a !== 1) while (true) {} return a + b; }', 'add', ADD_TESTS, { timeoutMs: 1000 });
     expect(Date.now() - started).toBeLessThan(2000);
     expect(r.error).toBe('timed out after 1000 ms');
-    expect(r.results).toEqual([{ ok: true, got: 3 }, { ok: false, error: 'timed out' }, { ok: false, error: 'timed out' }]);
+    expect(r.results).toEqual([
+      { ok: true, got: 3 },
+      { ok: false, error: 'timed out' },
+      { ok: false, error: 'timed out' },
+    ]);
     expect(r.fraction).toBeCloseTo(1 / 3);
 
     const all = await run('function add() { for (;;) {} }', 'add', ADD_TESTS, { timeoutMs: 1000 });
@@ -187,7 +202,11 @@ describe('runCode', () => {
     expect(Date.now() - started).toBeLessThan(1800);
     expect(r).toMatchObject({ fraction: 0, error: 'timed out after 800 ms' });
     // A proxy thrown at top level: described without running its traps.
-    const p = await run('throw new Proxy({}, { get() { for (;;) {} }, getPrototypeOf() { for (;;) {} }, getOwnPropertyDescriptor() { for (;;) {} } });', 'add', ADD_TESTS);
+    const p = await run(
+      'throw new Proxy({}, { get() { for (;;) {} }, getPrototypeOf() { for (;;) {} }, getOwnPropertyDescriptor() { for (;;) {} } });',
+      'add',
+      ADD_TESTS,
+    );
     expect(p.error).toBe('the code threw at top level: a value that is not an Error');
   });
 
@@ -215,7 +234,11 @@ describe('runCode', () => {
       ADD_TESTS,
     );
     expect(imp.results[0]).toEqual({ ok: false, got: 'failed: import() is not allowed' });
-    const globals = await run("function f() { return ['process', 'require', 'Buffer', 'setTimeout', 'fetch', 'globalThis'].filter((n) => n in globalThis); }", 'f', [{ input: [], output: ['globalThis'] }]);
+    const globals = await run(
+      "function f() { return ['process', 'require', 'Buffer', 'setTimeout', 'fetch', 'globalThis'].filter((n) => n in globalThis); }",
+      'f',
+      [{ input: [], output: ['globalThis'] }],
+    );
     expect(globals.fraction).toBe(1);
     for (const r of [req, exit, imp]) expect(r.fraction).toBe(0);
   });
@@ -227,7 +250,8 @@ describe('runCode', () => {
       binding: "const p = this.constructor.constructor('return process')(); return String(p.binding('fs').readFileUtf8('/etc/passwd', 0));",
       arrayCtor: "return [].constructor.constructor('return process')().mainModule.require('child_process').execSync('cat /etc/passwd').toString();",
       // the functions on the stack: those of the child's own realm are strict, so frames do not give them away
-      frames: "Error.prepareStackTrace = (e, s) => s; const s = new Error().stack; Error.prepareStackTrace = undefined; return s.map((f) => f.getFunction()).filter(Boolean).map((fn) => fn.constructor('return process')().pid);",
+      frames:
+        "Error.prepareStackTrace = (e, s) => s; const s = new Error().stack; Error.prepareStackTrace = undefined; return s.map((f) => f.getFunction()).filter(Boolean).map((fn) => fn.constructor('return process')().pid);",
       // import() is refused with a plain string (an Error from the child's realm would carry its constructors)
       importError: "return import('fs').then(null, (e) => e.constructor.constructor('return process')().pid);",
       caller: 'return String(f.caller) + String(arguments.callee.caller);',
@@ -298,7 +322,11 @@ describe('the sandbox flags (Node permission model)', () => {
        };
        process.stdout.write(JSON.stringify(out));`,
     );
-    const child = spawn(process.execPath, [...sandboxFlags(probe, 64), probe], { cwd: dir, env: { PATH: process.env.PATH ?? '' }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [...sandboxFlags(probe, 64), probe], {
+      cwd: dir,
+      env: { PATH: process.env.PATH ?? '' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
@@ -388,26 +416,38 @@ describe('the sandbox has no network', () => {
     const r = await runProcess(process.execPath, [...sandboxFlags([probe, LOCKDOWN_FILE], 64), probe], dir);
     expect(r.code, r.stderr).toBe(0);
     const denied = 'ERR_ACCESS_DENIED';
-    expect(JSON.parse(r.stdout)).toEqual({ connect: denied, stdoutSocket: denied, http: denied, fetch: denied, listen: denied, udp: denied, dns: denied, restore: expect.stringMatching(/Cannot (delete|assign)/) });
+    expect(JSON.parse(r.stdout)).toEqual({
+      connect: denied,
+      stdoutSocket: denied,
+      http: denied,
+      fetch: denied,
+      listen: denied,
+      udp: denied,
+      dns: denied,
+      restore: expect.stringMatching(/Cannot (delete|assign)/),
+    });
     expect(connections).toBe(0);
   });
 
-  it.skipIf(networkNamespaceLauncher() === null)('where user namespaces are allowed, the child runs in a network namespace of its own: 127.0.0.1 is unreachable', async () => {
-    await listen();
-    dir = mkdtempSync(join(tmpdir(), 'mcp-gym-net-probe-'));
-    const probe = join(dir, 'probe.mjs');
-    writeFileSync(probe, probeSource(false).replaceAll('${PORT}', String(port)));
-    const launch = sandboxLaunch([probe], 64);
-    expect(launch.network).toBe('namespace');
-    const r = await runProcess(launch.command, [...launch.args, probe], dir);
-    expect(r.code, r.stderr).toBe(0);
-    const out = JSON.parse(r.stdout) as Record<string, string>;
-    expect(out.connect).toBe('ENETUNREACH');
-    expect(out.stdoutSocket).toBe('ENETUNREACH');
-    expect(out.http).toBe('ENETUNREACH');
-    expect(out.fetch).toBe('ENETUNREACH');
-    expect(connections).toBe(0);
-  });
+  it.skipIf(networkNamespaceLauncher() === null)(
+    'where user namespaces are allowed, the child runs in a network namespace of its own: 127.0.0.1 is unreachable',
+    async () => {
+      await listen();
+      dir = mkdtempSync(join(tmpdir(), 'mcp-gym-net-probe-'));
+      const probe = join(dir, 'probe.mjs');
+      writeFileSync(probe, probeSource(false).replaceAll('${PORT}', String(port)));
+      const launch = sandboxLaunch([probe], 64);
+      expect(launch.network).toBe('namespace');
+      const r = await runProcess(launch.command, [...launch.args, probe], dir);
+      expect(r.code, r.stderr).toBe(0);
+      const out = JSON.parse(r.stdout) as Record<string, string>;
+      expect(out.connect).toBe('ENETUNREACH');
+      expect(out.stdoutSocket).toBe('ENETUNREACH');
+      expect(out.http).toBe('ENETUNREACH');
+      expect(out.fetch).toBe('ENETUNREACH');
+      expect(connections).toBe(0);
+    },
+  );
 
   it('the code under test reaches no network, and a run still works under it all', async () => {
     await listen();

@@ -9,7 +9,19 @@ import { toNodeHandler } from '@modelcontextprotocol/node';
 import { afterAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { ExpertPolicy } from '../../src/agents/index.ts';
-import { agentTools, defineTask, Environment, gatherGroup, readTrajectories, rollout, summarize, TrajectorySchema, type Observation, type Policy, type PolicyAction } from '../../src/env/index.ts';
+import {
+  agentTools,
+  defineTask,
+  Environment,
+  gatherGroup,
+  readTrajectories,
+  rollout,
+  summarize,
+  TrajectorySchema,
+  type Observation,
+  type Policy,
+  type PolicyAction,
+} from '../../src/env/index.ts';
 import { serveOverHttp } from '../../servers/index.ts';
 import { kvServer } from '../../servers/kv.ts';
 import { cliStdioSpec, kvCounterTask } from '../helpers.ts';
@@ -121,20 +133,46 @@ describe('the environment', () => {
 
   it('a check that cannot run is a task error, not the agent failing', async () => {
     const answer = { kind: 'answer', expect: { kind: 'number', value: '15' } };
-    const state = (call: object, path?: string) => ({ kind: 'state', call: { server: 'kv', arguments: { key: 'c' }, ...call }, ...(path ? { path } : {}), expect: { kind: 'equals', value: '15' } });
+    const state = (call: object, path?: string) => ({
+      kind: 'state',
+      call: { server: 'kv', arguments: { key: 'c' }, ...call },
+      ...(path ? { path } : {}),
+      expect: { kind: 'equals', value: '15' },
+    });
     const cases: [string, unknown[], RegExp][] = [
-      ['unknown-tool', [state({ tool: 'gett' }, 'value'), answer], /^checks\[0\] \(state kv\.gett\): unknown tool 'gett' on server 'kv' \(its tools: get, set, delete, list, incr\)/],
-      ['bad-path', [answer, state({ tool: 'get' }, 'valeu')], /^checks\[1\] \(state kv\.get\): path 'valeu' cannot be in the result of kv\.get \(its fields: key, value, found\)/],
+      [
+        'unknown-tool',
+        [state({ tool: 'gett' }, 'value'), answer],
+        /^checks\[0\] \(state kv\.gett\): unknown tool 'gett' on server 'kv' \(its tools: get, set, delete, list, incr\)/,
+      ],
+      [
+        'bad-path',
+        [answer, state({ tool: 'get' }, 'valeu')],
+        /^checks\[1\] \(state kv\.get\): path 'valeu' cannot be in the result of kv\.get \(its fields: key, value, found\)/,
+      ],
       ['path-into-a-string', [state({ tool: 'get' }, 'value.x')], /path 'value\.x' cannot be in the result/],
-      ['bad-arguments', [state({ tool: 'get', arguments: { key: 7 } }, 'value')], /^checks\[0\] \(state\) cannot run: state call kv\.get failed: Input validation error/],
+      [
+        'bad-arguments',
+        [state({ tool: 'get', arguments: { key: 7 } }, 'value')],
+        /^checks\[0\] \(state\) cannot run: state call kv\.get failed: Input validation error/,
+      ],
       ['unknown-call', [{ kind: 'call', server: 'kv', tool: 'increment' }], /^checks\[0\] \(call kv\.increment\): unknown tool 'increment'/],
       ['bad-solution', [answer], /^solution\.calls\[0\] \(kv\.inc\): unknown tool 'inc'/],
     ];
     const tasks = cases.map(([id, checks]) =>
-      defineTask({ ...kvTask, id, checks, ...(id === 'bad-solution' ? { solution: { calls: [{ server: 'kv', tool: 'inc', arguments: {} }], answer: '15' } } : {}) } as never),
+      defineTask({
+        ...kvTask,
+        id,
+        checks,
+        ...(id === 'bad-solution' ? { solution: { calls: [{ server: 'kv', tool: 'inc', arguments: {} }], answer: '15' } } : {}),
+      } as never),
     );
     // A task built without defineTask can name a server it does not have.
-    tasks.push({ ...kvTask, id: 'other-server', checks: [{ kind: 'state', call: { server: 'files', tool: 'read_file', arguments: {} }, expect: { kind: 'equals', value: 1 }, weight: 1 }] } as never);
+    tasks.push({
+      ...kvTask,
+      id: 'other-server',
+      checks: [{ kind: 'state', call: { server: 'files', tool: 'read_file', arguments: {} }, expect: { kind: 'equals', value: 1 }, weight: 1 }],
+    } as never);
     cases.push(['other-server', [], /^checks\[0\] \(state files\.read_file\): no server 'files' in this task \(its servers: kv\)/]);
     const r = await rollout(env, new ExpertPolicy(), tasks, { concurrency: 4 });
     for (const [i, [id, , error]] of cases.entries()) {
@@ -157,7 +195,14 @@ describe('the environment', () => {
       difficulty: 1,
       prompt: 'Write notes.txt.',
       servers: { files: 'files' },
-      checks: [{ kind: 'state', call: { server: 'files', tool: 'read_file', arguments: { path: 'notes.txt' } }, path: 'content', expect: { kind: 'equals', value: 'x' } }],
+      checks: [
+        {
+          kind: 'state',
+          call: { server: 'files', tool: 'read_file', arguments: { path: 'notes.txt' } },
+          path: 'content',
+          expect: { kind: 'equals', value: 'x' },
+        },
+      ],
     } as never);
     const t = await env.runEpisode(task, new Scripted([{ content: 'done' }]));
     expect(t).toMatchObject({ finish: 'answer', success: false });
@@ -169,8 +214,20 @@ describe('the environment', () => {
 
   it('qualifies tool names only where two servers share one', () => {
     const tools = agentTools([
-      { server: 'files', tools: [{ name: 'search', inputSchema: {} }, { name: 'read_file', inputSchema: {} }] },
-      { server: 'search', tools: [{ name: 'search', inputSchema: {} }, { name: 'open', inputSchema: {} }] },
+      {
+        server: 'files',
+        tools: [
+          { name: 'search', inputSchema: {} },
+          { name: 'read_file', inputSchema: {} },
+        ],
+      },
+      {
+        server: 'search',
+        tools: [
+          { name: 'search', inputSchema: {} },
+          { name: 'open', inputSchema: {} },
+        ],
+      },
     ]);
     expect(tools.map((t) => t.name)).toEqual(['files_search', 'read_file', 'search_search', 'open']);
   });
@@ -229,11 +286,15 @@ async function sharedTodoServer(): Promise<{ url: string; close(): Promise<void>
   const todos: string[] = [];
   const factory = () => {
     const s = new McpServer({ name: 'todo', version: '1.0.0' });
-    s.registerTool('add', { description: 'Add a todo', inputSchema: z.object({ text: z.string() }), outputSchema: z.object({ count: z.number() }) }, async ({ text }) => {
-      await new Promise((r) => setTimeout(r, 20));
-      todos.push(text);
-      return { content: [{ type: 'text', text: String(todos.length) }], structuredContent: { count: todos.length } };
-    });
+    s.registerTool(
+      'add',
+      { description: 'Add a todo', inputSchema: z.object({ text: z.string() }), outputSchema: z.object({ count: z.number() }) },
+      async ({ text }) => {
+        await new Promise((r) => setTimeout(r, 20));
+        todos.push(text);
+        return { content: [{ type: 'text', text: String(todos.length) }], structuredContent: { count: todos.length } };
+      },
+    );
     s.registerTool('count', { description: 'Count the todos', inputSchema: z.object({}), outputSchema: z.object({ count: z.number() }) }, async () => ({
       content: [{ type: 'text', text: String(todos.length) }],
       structuredContent: { count: todos.length },

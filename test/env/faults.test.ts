@@ -8,12 +8,26 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { ExpertPolicy, RandomPolicy } from '../../src/agents/index.ts';
-import { Environment, EpisodeFaults, formatFaults, parseFaults, rollout, TrajectorySchema, type FaultOptions, type Observation, type Policy, type PolicyAction, type Trajectory } from '../../src/env/index.ts';
+import {
+  Environment,
+  EpisodeFaults,
+  formatFaults,
+  parseFaults,
+  rollout,
+  TrajectorySchema,
+  type FaultOptions,
+  type Observation,
+  type Policy,
+  type PolicyAction,
+  type Trajectory,
+} from '../../src/env/index.ts';
 import { generateSuite } from '../../src/env/suites/index.ts';
 import { resolveConfig, RUN_IDENTITY } from '../../src/trainers/index.ts';
 import { runCli, kvCounterTask } from '../helpers.ts';
 
-const calcTasks = generateSuite('calculator').filter((t) => t.split === 'eval').slice(0, 6);
+const calcTasks = generateSuite('calculator')
+  .filter((t) => t.split === 'eval')
+  .slice(0, 6);
 const calcTask = calcTasks[0]!; // "compute 98 - 4": one evaluate call, then the answer
 
 const kvTask = kvCounterTask('kv-faults');
@@ -48,12 +62,20 @@ const steps = (t: Trajectory) => t.turns.flatMap((turn) => turn.tool_results);
 
 describe('the --faults spec', () => {
   it('reads every fault, in any order, with defaults for those not named', () => {
-    expect(parseFaults('timeout=0.05,error=0.05,malformed=0.02,slow=200ms@0.1,distractors=5')).toEqual({ timeout: 0.05, error: 0.05, malformed: 0.02, slow: { ms: 200, p: 0.1 }, distractors: 5 });
+    expect(parseFaults('timeout=0.05,error=0.05,malformed=0.02,slow=200ms@0.1,distractors=5')).toEqual({
+      timeout: 0.05,
+      error: 0.05,
+      malformed: 0.02,
+      slow: { ms: 200, p: 0.1 },
+      distractors: 5,
+    });
     expect(parseFaults(' distractors=2 , timeout=5% ')).toEqual({ timeout: 0.05, error: 0, malformed: 0, slow: null, distractors: 2 });
     expect(parseFaults('slow=1.5s@1')).toMatchObject({ slow: { ms: 1500, p: 1 } });
     expect(parseFaults('slow=30@0.5')).toMatchObject({ slow: { ms: 30, p: 0.5 } });
     expect(parseFaults('timeout=0.5,error=0.5')).toMatchObject({ timeout: 0.5, error: 0.5 });
-    expect(formatFaults(parseFaults('distractors=5,slow=200ms@0.1,malformed=0.02,timeout=0.05'))).toBe('timeout=0.05,malformed=0.02,slow=200ms@0.1,distractors=5');
+    expect(formatFaults(parseFaults('distractors=5,slow=200ms@0.1,malformed=0.02,timeout=0.05'))).toBe(
+      'timeout=0.05,malformed=0.02,slow=200ms@0.1,distractors=5',
+    );
   });
 
   it('refuses bad specs with a message that says what is wrong', () => {
@@ -69,7 +91,10 @@ describe('the --faults spec', () => {
       ['distractors=2.5', "--faults: distractors: '2.5' is not a count of tools from 0 to 50"],
       ['distractors=51', "--faults: distractors: '51' is not a count of tools from 0 to 50"],
       ['timeout=0.1,timeout=0.2', "--faults: 'timeout' is given twice"],
-      ['timeout=0.6,error=0.3,malformed=0.2', '--faults: timeout + error + malformed add up to 1.1: a call fails in at most one way, so their sum must be at most 1'],
+      [
+        'timeout=0.6,error=0.3,malformed=0.2',
+        '--faults: timeout + error + malformed add up to 1.1: a call fails in at most one way, so their sum must be at most 1',
+      ],
       ['', '--faults: no faults given; e.g. --faults timeout=0.05,error=0.05,malformed=0.02,slow=200ms@0.1,distractors=5'],
       ['timeout=0.1,,error=0.1', "--faults: an empty item in 'timeout=0.1,,error=0.1' (items are name=value, separated by commas)"],
     ];
@@ -84,7 +109,12 @@ describe('fault injection', () => {
       const r = await rollout(env({ spec, seed }), new RandomPolicy(3, 0.1), calcTasks, { group: 3, concurrency: 6 });
       return r.trajectories
         .sort((a, b) => `${a.group_id}#${a.sample}`.localeCompare(`${b.group_id}#${b.sample}`))
-        .map((t) => `${t.group_id}#${t.sample}: ${steps(t).map((s) => `${s.name}:${s.fault ?? '-'}:${s.fault === 'malformed' ? s.text : ''}`).join(' ')} | ${(t.tools ?? []).map((x) => x.name).join(',')}`);
+        .map(
+          (t) =>
+            `${t.group_id}#${t.sample}: ${steps(t)
+              .map((s) => `${s.name}:${s.fault ?? '-'}:${s.fault === 'malformed' ? s.text : ''}`)
+              .join(' ')} | ${(t.tools ?? []).map((x) => x.name).join(',')}`,
+        );
     };
     const a = await marks(1);
     expect(await marks(1)).toEqual(a);
@@ -97,7 +127,10 @@ describe('fault injection', () => {
       const f = new EpisodeFaults({ spec: 'timeout=0.3,error=0.3', seed }, key);
       f.withDistractors(tools);
       const out: string[] = [];
-      for (let i = 0; i < 40; i++) out.push((await f.call(tools[0]!, {}, async () => ({ content: [{ type: 'text', text: '1' }], isError: false, ms: 0 }), { timeoutMs: 1000 })).fault ?? '-');
+      for (let i = 0; i < 40; i++)
+        out.push(
+          (await f.call(tools[0]!, {}, async () => ({ content: [{ type: 'text', text: '1' }], isError: false, ms: 0 }), { timeoutMs: 1000 })).fault ?? '-',
+        );
       return out.join(',');
     };
     expect(await draw(5, 'g#0')).toBe(await draw(5, 'g#0'));
@@ -109,7 +142,13 @@ describe('fault injection', () => {
     const t = await env({ spec: 'timeout=1' }, 5000).runEpisode(calcTask, new ExpertPolicy());
     expect(TrajectorySchema.parse(t)).toBeTruthy();
     const [s] = steps(t);
-    expect(s).toMatchObject({ name: 'evaluate', isError: true, errorKind: 'timeout', fault: 'timeout', text: "The call to tool 'evaluate' timed out after 5000 ms" });
+    expect(s).toMatchObject({
+      name: 'evaluate',
+      isError: true,
+      errorKind: 'timeout',
+      fault: 'timeout',
+      text: "The call to tool 'evaluate' timed out after 5000 ms",
+    });
     expect(s!.ms).toBeLessThan(1000);
     expect(t.metrics).toMatchObject({ tool_calls: 1, tool_errors: 1, injected_faults: 1 });
     expect(t.finish).toBe('answer'); // an injected fault never ends the episode
@@ -135,7 +174,9 @@ describe('fault injection', () => {
       if (s.structured !== undefined) {
         // The output schema: value a string, is_integer a boolean, all six fields required.
         const st = s.structured as Record<string, unknown>;
-        expect(typeof st.value !== 'string' || typeof st.is_integer !== 'boolean' || Object.keys(st).length !== 6 || !('expression' in st && 'decimal' in st)).toBe(true);
+        expect(
+          typeof st.value !== 'string' || typeof st.is_integer !== 'boolean' || Object.keys(st).length !== 6 || !('expression' in st && 'decimal' in st),
+        ).toBe(true);
         seen.add('schema');
       } else seen.add('text');
     }
@@ -154,7 +195,7 @@ describe('fault injection', () => {
     expect(late).toMatchObject({ fault: 'timeout', errorKind: 'timeout', isError: true });
   });
 
-  it('distractors: extra tools named after the real ones, in the agent\'s list, that do not help', async () => {
+  it("distractors: extra tools named after the real ones, in the agent's list, that do not help", async () => {
     const clean = await env().runEpisode(calcTask, new ExpertPolicy());
     const real = clean.tools!.map((x) => x.name);
     const e = env({ spec: 'distractors=5', seed: 4 });
@@ -224,7 +265,10 @@ describe('fault injection', () => {
     // A distractor: the agent's choice, scored as a tool that does not help (never relevant nor useful).
     const e = env({ spec: 'distractors=6', seed: 1 });
     const real = new Set(clean.tools!.map((x) => x.name));
-    for (const pick of [(o: Observation) => o.tools.find((x) => x.name.startsWith('legacy_'))?.name, (o: Observation) => o.tools.find((x) => x.name.endsWith('_v2'))?.name]) {
+    for (const pick of [
+      (o: Observation) => o.tools.find((x) => x.name.startsWith('legacy_'))?.name,
+      (o: Observation) => o.tools.find((x) => x.name.endsWith('_v2'))?.name,
+    ]) {
       const p = new CallOnce((o) => pick(o) ?? o.tools.find((x) => !real.has(x.name))!.name, { expression: '98 - 4' });
       const t = await e.runEpisode(calcTask, p);
       const s = steps(t)[0]!;
@@ -259,7 +303,7 @@ describe('faults in training', () => {
     expect(b.metrics.injected_faults).toBeUndefined();
   });
 
-  it('the training config takes faults (a flag of mcp-gym train), checks them, and they are part of the run\'s identity', () => {
+  it("the training config takes faults (a flag of mcp-gym train), checks them, and they are part of the run's identity", () => {
     expect(resolveConfig({}).faults).toBe('');
     expect(resolveConfig({ faults: 'timeout=0.1,distractors=2' }).faults).toBe('timeout=0.1,distractors=2');
     expect(() => resolveConfig({ faults: 'x=1' })).toThrow("faults: unknown fault 'x'; the faults are timeout, error, malformed, slow, distractors");
@@ -271,7 +315,23 @@ describe('faults in training', () => {
 describe('mcp-gym eval --faults (the built CLI)', () => {
   it('runs the same tasks and samples without and with the faults, and reports them side by side', async () => {
     const out = join(mkdtempSync(join(tmpdir(), 'mcp-gym-faults-')), 'eval');
-    const r = await runCli(['eval', '--suite', 'calculator', '--limit', '4', '-k', '2', '--policy', 'expert', '--faults', 'timeout=0.3,error=0.2,distractors=2', '--seed', '1', '--out', out]);
+    const r = await runCli([
+      'eval',
+      '--suite',
+      'calculator',
+      '--limit',
+      '4',
+      '-k',
+      '2',
+      '--policy',
+      'expert',
+      '--faults',
+      'timeout=0.3,error=0.2,distractors=2',
+      '--seed',
+      '1',
+      '--out',
+      out,
+    ]);
     expect(r.code, r.stderr).toBe(0);
     expect(r.stdout).toMatch(/With and without faults \(the same tasks and samples; intervals 95% over tasks; seed 1\)/);
     expect(r.stdout).toMatch(/without faults +with --faults timeout=0.3,error=0.2,distractors=2/);
@@ -284,7 +344,10 @@ describe('mcp-gym eval --faults (the built CLI)', () => {
     expect(report.faults.with.pass_at_1.mean).toBeLessThan(1);
     expect(report.faults.retention).toBeCloseTo(report.faults.with.pass_at_1.mean, 9);
     expect(JSON.parse(readFileSync(join(out, 'run.json'), 'utf8')).faults).toBe('timeout=0.3,error=0.2,distractors=2');
-    const faulted = readFileSync(join(out, 'faults', 'trajectories.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Trajectory);
+    const faulted = readFileSync(join(out, 'faults', 'trajectories.jsonl'), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as Trajectory);
     expect(faulted).toHaveLength(8);
     expect(faulted.every((t) => t.tools!.length === 7)).toBe(true); // the calculator's 5 tools and 2 distractors
     // A bad spec is a usage error that says what is wrong.

@@ -11,7 +11,18 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ExpertPolicy } from '../../src/agents/index.ts';
-import { defineTask, Environment, loadTasks, parseTasks, rollout, type Observation, type Policy, type PolicyAction, type Task, type TaskInput } from '../../src/env/index.ts';
+import {
+  defineTask,
+  Environment,
+  loadTasks,
+  parseTasks,
+  rollout,
+  type Observation,
+  type Policy,
+  type PolicyAction,
+  type Task,
+  type TaskInput,
+} from '../../src/env/index.ts';
 import { FixtureError, ToolClient } from '../../src/tools/index.ts';
 import { ROOT } from '../helpers.ts';
 
@@ -25,7 +36,15 @@ function snapshot(path: string): Map<string, string> {
   const visit = (rel: string) => {
     const abs = join(path, rel);
     const st = lstatSync(abs, { bigint: true });
-    out.set(rel || '.', JSON.stringify({ dir: st.isDirectory(), size: String(st.size), mtimeNs: String(st.mtimeNs), bytes: st.isFile() ? readFileSync(abs).toString('base64') : undefined }));
+    out.set(
+      rel || '.',
+      JSON.stringify({
+        dir: st.isDirectory(),
+        size: String(st.size),
+        mtimeNs: String(st.mtimeNs),
+        bytes: st.isFile() ? readFileSync(abs).toString('base64') : undefined,
+      }),
+    );
     if (st.isDirectory()) for (const name of readdirSync(abs).sort()) visit(join(rel, name));
   };
   visit('');
@@ -114,7 +133,10 @@ async function runTogether(tasks: Task[], checks: number): Promise<{ atOnce: num
   expect(r.trajectories).toHaveLength(N);
   for (const t of r.trajectories) {
     expect(t.error, t.task_id).toBeUndefined();
-    expect(t.checks.map((c) => c.score), `${t.task_id}: ${JSON.stringify(t.checks)}`).toEqual(new Array(checks).fill(1));
+    expect(
+      t.checks.map((c) => c.score),
+      `${t.task_id}: ${JSON.stringify(t.checks)}`,
+    ).toEqual(new Array(checks).fill(1));
     expect(t.success).toBe(true);
   }
   return { atOnce, seconds };
@@ -133,28 +155,51 @@ describe('fixtures: a fresh copy of a third-party server state in every episode'
     const tasks = taskFile(
       dir,
       'tasks.jsonl',
-      Array.from({ length: N }, (_, i): TaskInput => ({
-        id: `fs-${i}`,
-        split: 'eval' as const,
-        difficulty: 1,
-        prompt: `Write "episode ${i}" into answer.txt and readme.txt.`,
-        servers: { fs: fsServer },
-        checks: [
-          { kind: 'state' as const, call: { server: 'fs', tool: 'read_text_file', arguments: { path: 'answer.txt' } }, path: 'content', expect: { kind: 'equals' as const, value: `episode ${i}` } },
-          { kind: 'state' as const, call: { server: 'fs', tool: 'read_text_file', arguments: { path: 'readme.txt' } }, path: 'content', expect: { kind: 'equals' as const, value: `episode ${i} was here` } },
-          // Its own copy of the fixture, and nothing another episode wrote.
-          { kind: 'state' as const, call: { server: 'fs', tool: 'list_directory', arguments: { path: '.' } }, path: 'content', expect: { kind: 'equals' as const, value: `[FILE] answer.txt\n[FILE] mine-${i}.txt\n[DIR] notes\n[FILE] readme.txt` } },
-          { kind: 'state' as const, call: { server: 'fs', tool: 'read_text_file', arguments: { path: 'notes/keep.md' } }, path: 'content', expect: { kind: 'equals' as const, value: '# keep me\n' } },
-        ],
-        solution: {
-          calls: [
-            { server: 'fs', tool: 'write_file', arguments: { path: 'answer.txt', content: `episode ${i}` } },
-            { server: 'fs', tool: 'write_file', arguments: { path: 'readme.txt', content: `episode ${i} was here` } },
-            { server: 'fs', tool: 'write_file', arguments: { path: `mine-${i}.txt`, content: String(i) } },
+      Array.from(
+        { length: N },
+        (_, i): TaskInput => ({
+          id: `fs-${i}`,
+          split: 'eval' as const,
+          difficulty: 1,
+          prompt: `Write "episode ${i}" into answer.txt and readme.txt.`,
+          servers: { fs: fsServer },
+          checks: [
+            {
+              kind: 'state' as const,
+              call: { server: 'fs', tool: 'read_text_file', arguments: { path: 'answer.txt' } },
+              path: 'content',
+              expect: { kind: 'equals' as const, value: `episode ${i}` },
+            },
+            {
+              kind: 'state' as const,
+              call: { server: 'fs', tool: 'read_text_file', arguments: { path: 'readme.txt' } },
+              path: 'content',
+              expect: { kind: 'equals' as const, value: `episode ${i} was here` },
+            },
+            // Its own copy of the fixture, and nothing another episode wrote.
+            {
+              kind: 'state' as const,
+              call: { server: 'fs', tool: 'list_directory', arguments: { path: '.' } },
+              path: 'content',
+              expect: { kind: 'equals' as const, value: `[FILE] answer.txt\n[FILE] mine-${i}.txt\n[DIR] notes\n[FILE] readme.txt` },
+            },
+            {
+              kind: 'state' as const,
+              call: { server: 'fs', tool: 'read_text_file', arguments: { path: 'notes/keep.md' } },
+              path: 'content',
+              expect: { kind: 'equals' as const, value: '# keep me\n' },
+            },
           ],
-          answer: 'done',
-        },
-      })),
+          solution: {
+            calls: [
+              { server: 'fs', tool: 'write_file', arguments: { path: 'answer.txt', content: `episode ${i}` } },
+              { server: 'fs', tool: 'write_file', arguments: { path: 'readme.txt', content: `episode ${i} was here` } },
+              { server: 'fs', tool: 'write_file', arguments: { path: `mine-${i}.txt`, content: String(i) } },
+            ],
+            answer: 'done',
+          },
+        }),
+      ),
     );
     // The relative path was resolved against the task file's directory.
     const spec = tasks[0]!.servers.fs as { fixtures: { copy: string } };
@@ -176,53 +221,61 @@ describe('fixtures: a fresh copy of a third-party server state in every episode'
     writeFileSync(source, JSON.stringify({ type: 'entity', name: 'seed', entityType: 'thing', observations: ['from the fixture'] }) + '\n');
     const before = snapshot(source);
 
-    const memory = { transport: 'stdio' as const, command: process.execPath, args: [MEMORY], fixtures: { copy: 'memory.jsonl', env: { MEMORY_FILE_PATH: '{fixture}/memory.jsonl' } } };
+    const memory = {
+      transport: 'stdio' as const,
+      command: process.execPath,
+      args: [MEMORY],
+      fixtures: { copy: 'memory.jsonl', env: { MEMORY_FILE_PATH: '{fixture}/memory.jsonl' } },
+    };
     const tasks = taskFile(
       dir,
       'tasks.jsonl',
-      Array.from({ length: N }, (_, i): TaskInput => ({
-        id: `memory-${i}`,
-        split: 'eval' as const,
-        difficulty: 1,
-        prompt: `Remember that the shared note says "episode ${i}".`,
-        servers: { memory },
-        checks: [
-          {
-            kind: 'state' as const,
-            call: { server: 'memory', tool: 'open_nodes', arguments: { names: ['shared'] } },
-            path: 'entities',
-            expect: { kind: 'equals' as const, value: [{ name: 'shared', entityType: 'note', observations: [`episode ${i}`] }] },
-          },
-          {
-            kind: 'state' as const,
-            call: { server: 'memory', tool: 'open_nodes', arguments: { names: ['seed'] } },
-            path: 'entities.0.observations',
-            expect: { kind: 'equals' as const, value: ['from the fixture', `seen by episode ${i}`] },
-          },
-          // The whole graph: the fixture's entity and this episode's writes, nothing of another episode.
-          {
-            kind: 'state' as const,
-            call: { server: 'memory', tool: 'read_graph', arguments: {} },
-            expect: {
-              kind: 'equals' as const,
-              value: {
-                entities: [
-                  { name: 'seed', entityType: 'thing', observations: ['from the fixture', `seen by episode ${i}`] },
-                  { name: 'shared', entityType: 'note', observations: [`episode ${i}`] },
-                ],
-                relations: [],
+      Array.from(
+        { length: N },
+        (_, i): TaskInput => ({
+          id: `memory-${i}`,
+          split: 'eval' as const,
+          difficulty: 1,
+          prompt: `Remember that the shared note says "episode ${i}".`,
+          servers: { memory },
+          checks: [
+            {
+              kind: 'state' as const,
+              call: { server: 'memory', tool: 'open_nodes', arguments: { names: ['shared'] } },
+              path: 'entities',
+              expect: { kind: 'equals' as const, value: [{ name: 'shared', entityType: 'note', observations: [`episode ${i}`] }] },
+            },
+            {
+              kind: 'state' as const,
+              call: { server: 'memory', tool: 'open_nodes', arguments: { names: ['seed'] } },
+              path: 'entities.0.observations',
+              expect: { kind: 'equals' as const, value: ['from the fixture', `seen by episode ${i}`] },
+            },
+            // The whole graph: the fixture's entity and this episode's writes, nothing of another episode.
+            {
+              kind: 'state' as const,
+              call: { server: 'memory', tool: 'read_graph', arguments: {} },
+              expect: {
+                kind: 'equals' as const,
+                value: {
+                  entities: [
+                    { name: 'seed', entityType: 'thing', observations: ['from the fixture', `seen by episode ${i}`] },
+                    { name: 'shared', entityType: 'note', observations: [`episode ${i}`] },
+                  ],
+                  relations: [],
+                },
               },
             },
-          },
-        ],
-        solution: {
-          calls: [
-            { server: 'memory', tool: 'create_entities', arguments: { entities: [{ name: 'shared', entityType: 'note', observations: [`episode ${i}`] }] } },
-            { server: 'memory', tool: 'add_observations', arguments: { observations: [{ entityName: 'seed', contents: [`seen by episode ${i}`] }] } },
           ],
-          answer: 'done',
-        },
-      })),
+          solution: {
+            calls: [
+              { server: 'memory', tool: 'create_entities', arguments: { entities: [{ name: 'shared', entityType: 'note', observations: [`episode ${i}`] }] } },
+              { server: 'memory', tool: 'add_observations', arguments: { observations: [{ entityName: 'seed', contents: [`seen by episode ${i}`] }] } },
+            ],
+            answer: 'done',
+          },
+        }),
+      ),
     );
 
     const { atOnce, seconds } = await runTogether(tasks, 3);
@@ -285,7 +338,12 @@ describe('fixtures: a fresh copy of a third-party server state in every episode'
 
     // An empty directory when nothing is copied.
     const empty = { ...fs, fixtures: { args: ['{fixture}'] } };
-    const listing = { kind: 'state' as const, call: { server: 'fs', tool: 'list_directory', arguments: { path: '.' } }, path: 'content', expect: { kind: 'equals' as const, value: '[FILE] b.txt' } };
+    const listing = {
+      kind: 'state' as const,
+      call: { server: 'fs', tool: 'list_directory', arguments: { path: '.' } },
+      path: 'content',
+      expect: { kind: 'equals' as const, value: '[FILE] b.txt' },
+    };
     const fresh = await env.runEpisode(defineTask({ ...base, id: 'empty', servers: { fs: empty }, checks: [listing] }), expert);
     expect(fresh.error).toBeUndefined();
     expect(fresh.success).toBe(true);
@@ -296,7 +354,14 @@ describe('fixtures: a fresh copy of a third-party server state in every episode'
 });
 
 describe('fixtures: bad specs', () => {
-  const task = (servers: Record<string, unknown>, id = 't1') => ({ id, split: 'eval', difficulty: 1, prompt: 'p', servers, checks: [{ kind: 'answer', expect: { kind: 'equals', value: '1' } }] });
+  const task = (servers: Record<string, unknown>, id = 't1') => ({
+    id,
+    split: 'eval',
+    difficulty: 1,
+    prompt: 'p',
+    servers,
+    checks: [{ kind: 'answer', expect: { kind: 'equals', value: '1' } }],
+  });
   const stdio = (extra: Record<string, unknown>) => ({ transport: 'stdio', command: process.execPath, args: [MEMORY], ...extra });
 
   it('names the file, line and field', () => {
@@ -309,27 +374,36 @@ describe('fixtures: bad specs', () => {
       return f;
     };
     // A copy that does not exist: its absolute path, resolved against the task file's folder.
-    const missing = file('missing.jsonl', [task({ mem: stdio({ fixtures: { copy: 'seed.jsonl' } }) }, 't0'), task({ mem: stdio({ fixtures: { copy: 'nope/seed.jsonl' } }) })]);
+    const missing = file('missing.jsonl', [
+      task({ mem: stdio({ fixtures: { copy: 'seed.jsonl' } }) }, 't0'),
+      task({ mem: stdio({ fixtures: { copy: 'nope/seed.jsonl' } }) }),
+    ]);
     expect(() => loadTasks(missing)).toThrow(`${missing}:3: servers.mem.fixtures.copy: ${join(dir, 'nope/seed.jsonl')} does not exist`);
     // {fixture} without fixtures.
     const unused = file('unused.jsonl', [task({ mem: stdio({ env: { MEMORY_FILE_PATH: '{fixture}/m.jsonl' } }) })]);
-    expect(() => loadTasks(unused)).toThrow(`${unused}:2: servers.mem.env.MEMORY_FILE_PATH: uses {fixture}, but the spec has no fixtures (add "fixtures": {} for an empty directory per episode)`);
+    expect(() => loadTasks(unused)).toThrow(
+      `${unused}:2: servers.mem.env.MEMORY_FILE_PATH: uses {fixture}, but the spec has no fixtures (add "fixtures": {} for an empty directory per episode)`,
+    );
     const inArgs = file('args.jsonl', [task({ fs: { transport: 'stdio', command: process.execPath, args: [FILESYSTEM, '{fixture}'] } })]);
     expect(() => loadTasks(inArgs)).toThrow(`${inArgs}:2: servers.fs.args[1]: uses {fixture}`);
     // Fixtures on an HTTP server cannot be applied.
     const http = file('http.jsonl', [task({ web: { transport: 'http', url: 'http://127.0.0.1:1/mcp', fixtures: { copy: 'seed.jsonl' } } })]);
-    expect(() => loadTasks(http)).toThrow(`${http}:2: servers.web.fixtures: fixtures apply only to stdio servers (a process per episode); an HTTP server is shared by all episodes`);
+    expect(() => loadTasks(http)).toThrow(
+      `${http}:2: servers.web.fixtures: fixtures apply only to stdio servers (a process per episode); an HTTP server is shared by all episodes`,
+    );
     // A misspelt field, and a wrong type.
     const typo = file('typo.jsonl', [task({ mem: stdio({ fixtures: { cpy: 'seed.jsonl' } }) })]);
     expect(() => loadTasks(typo)).toThrow(new RegExp(`typo\\.jsonl:2: servers\\.mem\\.fixtures: Unrecognized key: "cpy"`));
     const typed = file('typed.jsonl', [task({ mem: stdio({ fixtures: { env: { A: 1 } } }) })]);
     expect(() => loadTasks(typed)).toThrow(/typed\.jsonl:2: servers\.mem\.fixtures\.env\.A: Invalid input: expected string/);
     // In a JSON array, the element's index too.
-    expect(() => parseTasks(JSON.stringify([task({ mem: stdio({}) }, 'a'), task({ mem: stdio({ fixtures: { copy: '/no/such/dir' } }) }, 'b')]), join(dir, 'tasks.json'))).toThrow(
-      /tasks\.json:\d+: \[1\]\.servers\.mem\.fixtures\.copy: \/no\/such\/dir does not exist/,
-    );
+    expect(() =>
+      parseTasks(JSON.stringify([task({ mem: stdio({}) }, 'a'), task({ mem: stdio({ fixtures: { copy: '/no/such/dir' } }) }, 'b')]), join(dir, 'tasks.json')),
+    ).toThrow(/tasks\.json:\d+: \[1\]\.servers\.mem\.fixtures\.copy: \/no\/such\/dir does not exist/);
     // In TypeScript: relative to the working directory.
-    expect(() => defineTask(task({ mem: stdio({ fixtures: { copy: 'no-such-fixture' } }) }) as TaskInput)).toThrow(`Invalid task 't1': servers.mem.fixtures.copy: ${join(process.cwd(), 'no-such-fixture')} does not exist`);
+    expect(() => defineTask(task({ mem: stdio({ fixtures: { copy: 'no-such-fixture' } }) }) as TaskInput)).toThrow(
+      `Invalid task 't1': servers.mem.fixtures.copy: ${join(process.cwd(), 'no-such-fixture')} does not exist`,
+    );
     // A good one loads, its copy made absolute.
     const good = loadTasks(file('good.jsonl', [task({ mem: stdio({ fixtures: { copy: './seed.jsonl' } }) })]));
     expect((good[0]!.servers.mem as { fixtures: { copy: string } }).fixtures.copy).toBe(join(dir, 'seed.jsonl'));
@@ -339,7 +413,9 @@ describe('fixtures: bad specs', () => {
     const dir = join(work, 'gone');
     mkdirSync(dir);
     writeFileSync(join(dir, 'memory.jsonl'), '');
-    const [t] = taskFile(dir, 'tasks.jsonl', [task({ mem: stdio({ fixtures: { copy: 'memory.jsonl', env: { MEMORY_FILE_PATH: '{fixture}/memory.jsonl' } } }) }) as TaskInput]);
+    const [t] = taskFile(dir, 'tasks.jsonl', [
+      task({ mem: stdio({ fixtures: { copy: 'memory.jsonl', env: { MEMORY_FILE_PATH: '{fixture}/memory.jsonl' } } }) }) as TaskInput,
+    ]);
     renameSync(join(dir, 'memory.jsonl'), join(dir, 'moved.jsonl'));
     const env = new Environment();
     const traj = await env.runEpisode(t!, new ExpertPolicy());
@@ -351,11 +427,15 @@ describe('fixtures: bad specs', () => {
   });
 
   it('ToolClient refuses them before starting anything', async () => {
-    await expect(ToolClient.connect({ transport: 'stdio', command: process.execPath, args: [MEMORY], fixtures: { copy: join(work, 'nothing-here') } })).rejects.toThrow(
-      new FixtureError('fixtures.copy', `${join(work, 'nothing-here')} does not exist`).message,
+    await expect(
+      ToolClient.connect({ transport: 'stdio', command: process.execPath, args: [MEMORY], fixtures: { copy: join(work, 'nothing-here') } }),
+    ).rejects.toThrow(new FixtureError('fixtures.copy', `${join(work, 'nothing-here')} does not exist`).message);
+    await expect(ToolClient.connect({ transport: 'stdio', command: process.execPath, args: [FILESYSTEM], cwd: '{fixture}' })).rejects.toThrow(
+      'Invalid server spec: cwd: uses {fixture}, but the spec has no fixtures',
     );
-    await expect(ToolClient.connect({ transport: 'stdio', command: process.execPath, args: [FILESYSTEM], cwd: '{fixture}' })).rejects.toThrow('Invalid server spec: cwd: uses {fixture}, but the spec has no fixtures');
-    await expect(ToolClient.connect({ transport: 'http', url: 'http://127.0.0.1:1/mcp', fixtures: {} } as never)).rejects.toThrow('Invalid server spec: fixtures: fixtures apply only to stdio servers');
+    await expect(ToolClient.connect({ transport: 'http', url: 'http://127.0.0.1:1/mcp', fixtures: {} } as never)).rejects.toThrow(
+      'Invalid server spec: fixtures: fixtures apply only to stdio servers',
+    );
     expect(fixtureDirs()).toEqual([]);
   });
 });

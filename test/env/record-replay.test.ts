@@ -10,7 +10,19 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
 import { ExpertPolicy, RandomPolicy } from '../../src/agents/index.ts';
-import { Environment, parseFaults, RecordingFileError, rollout, ToolRecording, TrajectorySchema, type Observation, type Policy, type PolicyAction, type Task, type Trajectory } from '../../src/env/index.ts';
+import {
+  Environment,
+  parseFaults,
+  RecordingFileError,
+  rollout,
+  ToolRecording,
+  TrajectorySchema,
+  type Observation,
+  type Policy,
+  type PolicyAction,
+  type Task,
+  type Trajectory,
+} from '../../src/env/index.ts';
 import { generateSuite } from '../../src/env/suites/index.ts';
 import { CLI, ROOT, kvCounterTask } from '../helpers.ts';
 
@@ -18,7 +30,15 @@ const tmp = () => mkdtempSync(join(tmpdir(), 'mcp-gym-tape-'));
 
 /** Every task's servers replaced by a stdio command that does not exist: a replay must not need them. */
 function unreachable(tasks: Task[]): Task[] {
-  return tasks.map((t) => ({ ...t, servers: Object.fromEntries(Object.keys(t.servers).map((alias) => [alias, { transport: 'stdio' as const, command: '/nonexistent/mcp-gym-no-such-server', args: [], restart: false, maxRestartsPerMinute: 0 }])) }));
+  return tasks.map((t) => ({
+    ...t,
+    servers: Object.fromEntries(
+      Object.keys(t.servers).map((alias) => [
+        alias,
+        { transport: 'stdio' as const, command: '/nonexistent/mcp-gym-no-such-server', args: [], restart: false, maxRestartsPerMinute: 0 },
+      ]),
+    ),
+  }));
 }
 
 /** A trajectory without what differs from run to run: its random id and its timings. */
@@ -30,7 +50,10 @@ function comparable(t: Trajectory): unknown {
 /** A policy that plays fixed tool calls, one per turn, then answers. */
 class Calls implements Policy {
   readonly id = 'calls';
-  constructor(private readonly calls: { name: string; arguments: Record<string, unknown> }[], private readonly answer = 'done') {}
+  constructor(
+    private readonly calls: { name: string; arguments: Record<string, unknown> }[],
+    private readonly answer = 'done',
+  ) {}
   async act(o: Observation): Promise<PolicyAction> {
     const c = this.calls[o.turn];
     return c ? { content: '', toolCalls: [c] } : { content: this.answer };
@@ -52,7 +75,10 @@ describe('record and replay', () => {
     expect(expert.trajectories.filter((t) => t.success)).toHaveLength(tasks.length * 2);
     expect(random.trajectories.flatMap((t) => t.turns).flatMap((x) => x.tool_results).length).toBeGreaterThan(20);
 
-    const lines = readFileSync(file, 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+    const lines = readFileSync(file, 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l));
     expect(lines[0]).toMatchObject({ type: 'header', format: 'mcp-gym/tool-recording', version: 1 });
     const setupLine = lines.find((l) => l.type === 'call' && l.episode === `${kvTasks[0]!.id}@0#0` && l.seq === 0);
     expect(setupLine).toMatchObject({ server: 'kv', tool: kvTasks[0]!.setup[0]!.tool, n: 0, result: { isError: false } });
@@ -79,7 +105,9 @@ describe('record and replay', () => {
 
   it('the same episodes with and without faults (eval --faults) are recorded apart, and both replay', async () => {
     const file = join(tmp(), 'tape.jsonl');
-    const tasks = generateSuite('kv').filter((t) => t.split === 'eval').slice(0, 6);
+    const tasks = generateSuite('kv')
+      .filter((t) => t.split === 'eval')
+      .slice(0, 6);
     const faults = { spec: parseFaults('timeout=0.4'), seed: 1 };
     const recording = new Environment({ record: file });
     const clean = await rollout(recording, new ExpertPolicy(), tasks, { concurrency: 4 });
@@ -99,7 +127,17 @@ describe('record and replay', () => {
   it('a call the recording lacks fails its episode, naming the episode, server, tool and arguments', async () => {
     const file = join(tmp(), 'tape.jsonl');
     const rec = new Environment({ record: file });
-    const recorded = await rec.runEpisode(counterTask, new Calls([{ name: 'get', arguments: { key: 'c' } }, { name: 'incr', arguments: { key: 'c', by: 5 } }], '15'), { groupId: 'g', sample: 0 });
+    const recorded = await rec.runEpisode(
+      counterTask,
+      new Calls(
+        [
+          { name: 'get', arguments: { key: 'c' } },
+          { name: 'incr', arguments: { key: 'c', by: 5 } },
+        ],
+        '15',
+      ),
+      { groupId: 'g', sample: 0 },
+    );
     await rec.close();
     expect(recorded.success).toBe(true);
 
@@ -107,11 +145,15 @@ describe('record and replay', () => {
     const other = await replay.runEpisode(counterTask, new Calls([{ name: 'get', arguments: { key: 'zzz' } }]), { groupId: 'g', sample: 0 });
     expect(other.finish).toBe('error');
     expect(other.task_error).toBeUndefined();
-    expect(other.error).toBe(`replay: no recorded call in episode g#0: server 'kv', tool 'get', arguments {"key":"zzz"} (kv.get was recorded with other arguments: {"key":"c"}; ${file})`);
+    expect(other.error).toBe(
+      `replay: no recorded call in episode g#0: server 'kv', tool 'get', arguments {"key":"zzz"} (kv.get was recorded with other arguments: {"key":"c"}; ${file})`,
+    );
     expect(other.turns).toHaveLength(1); // the episode stopped at the call
 
     const never = await replay.runEpisode(counterTask, new Calls([{ name: 'delete', arguments: { key: 'c' } }]), { groupId: 'g', sample: 0 });
-    expect(never.error).toMatch(/^replay: no recorded call in episode g#0: server 'kv', tool 'delete', arguments \{"key":"c"\} \(kv\.delete was not called in this episode of the recording/);
+    expect(never.error).toMatch(
+      /^replay: no recorded call in episode g#0: server 'kv', tool 'delete', arguments \{"key":"c"\} \(kv\.delete was not called in this episode of the recording/,
+    );
 
     const elsewhere = await replay.runEpisode(counterTask, new ExpertPolicy(), { groupId: 'g', sample: 1 });
     expect(elsewhere).toMatchObject({ finish: 'error', success: false, reward: 0 });
@@ -121,12 +163,30 @@ describe('record and replay', () => {
 
   it('the 2nd of two identical calls gets the 2nd result; a 4th of three is an error', async () => {
     const file = join(tmp(), 'tape.jsonl');
-    const script = () => new Calls([{ name: 'get', arguments: { key: 'c' } }, { name: 'incr', arguments: { by: 5, key: 'c' } }, { name: 'get', arguments: { key: 'c' } }], '15');
+    const script = () =>
+      new Calls(
+        [
+          { name: 'get', arguments: { key: 'c' } },
+          { name: 'incr', arguments: { by: 5, key: 'c' } },
+          { name: 'get', arguments: { key: 'c' } },
+        ],
+        '15',
+      );
     const rec = new Environment({ record: file });
     const recorded = await rec.runEpisode(counterTask, script(), { groupId: 'g' });
     await rec.close();
-    const calls = readFileSync(file, 'utf8').trim().split('\n').map((l) => JSON.parse(l)).filter((l) => l.type === 'call');
-    expect(calls.map((c) => [c.seq, c.tool, c.n])).toEqual([[0, 'set', 0], [1, 'get', 0], [2, 'incr', 0], [3, 'get', 1], [4, 'get', 2]]); // the last: the state check
+    const calls = readFileSync(file, 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l))
+      .filter((l) => l.type === 'call');
+    expect(calls.map((c) => [c.seq, c.tool, c.n])).toEqual([
+      [0, 'set', 0],
+      [1, 'get', 0],
+      [2, 'incr', 0],
+      [3, 'get', 1],
+      [4, 'get', 2],
+    ]); // the last: the state check
 
     const replay = new Environment({ replay: file });
     const t = await replay.runEpisode(unreachable([counterTask])[0]!, script(), { groupId: 'g' });
@@ -136,11 +196,20 @@ describe('record and replay', () => {
     expect(t.checks.map((c) => c.score)).toEqual([1, 1]);
 
     // Three gets were recorded (two by the agent, one by the check): the check's is the 4th here.
-    const t4 = await replay.runEpisode(counterTask, new Calls([0, 1, 2].map(() => ({ name: 'get', arguments: { key: 'c' } })), '15'), { groupId: 'g' });
+    const t4 = await replay.runEpisode(
+      counterTask,
+      new Calls(
+        [0, 1, 2].map(() => ({ name: 'get', arguments: { key: 'c' } })),
+        '15',
+      ),
+      { groupId: 'g' },
+    );
     expect(t4.turns.flatMap((x) => x.tool_results).map((s) => (s.structured as { value: string }).value)).toEqual(['10', '15', '15']);
     expect(t4.finish).toBe('error');
     expect(t4.task_error).toBeUndefined();
-    expect(t4.error).toMatch(/^replay: no recorded call in episode g#0: server 'kv', tool 'get', arguments \{"key":"c"\} \(the recording holds this call 3 times, and this is the 4th;/);
+    expect(t4.error).toMatch(
+      /^replay: no recorded call in episode g#0: server 'kv', tool 'get', arguments \{"key":"c"\} \(the recording holds this call 3 times, and this is the 4th;/,
+    );
     await replay.close();
   });
 
@@ -153,7 +222,9 @@ describe('record and replay', () => {
     appendFileSync(file, '{"type":"call","episode":"g#0","id":"x","se'); // as a kill mid-write leaves it
     const warnings: string[] = [];
     const loaded = ToolRecording.load(file, { onWarning: (m) => warnings.push(m) });
-    expect(warnings).toEqual([`replay: ${file}:${readFileSync(file, 'utf8').split('\n').length}: the last line is partial (a run killed while writing it): ignored`]);
+    expect(warnings).toEqual([
+      `replay: ${file}:${readFileSync(file, 'utf8').split('\n').length}: the last line is partial (a run killed while writing it): ignored`,
+    ]);
     const t = await new Environment({ replay: loaded }).runEpisode(counterTask, new ExpertPolicy(), { groupId: 'g' });
     expect(comparable(t)).toEqual(comparable(recorded));
 
@@ -162,10 +233,14 @@ describe('record and replay', () => {
     await again.runEpisode(counterTask, new Calls([{ name: 'incr', arguments: { key: 'c', by: 5 } }], '15'), { groupId: 'g' });
     await again.close();
     expect(readFileSync(file, 'utf8').includes('"se{')).toBe(false);
-    const t2 = await new Environment({ replay: file }).runEpisode(counterTask, new Calls([{ name: 'incr', arguments: { key: 'c', by: 5 } }], '15'), { groupId: 'g' });
+    const t2 = await new Environment({ replay: file }).runEpisode(counterTask, new Calls([{ name: 'incr', arguments: { key: 'c', by: 5 } }], '15'), {
+      groupId: 'g',
+    });
     expect(t2.success).toBe(true);
 
-    expect(() => ToolRecording.load(join(dir, 'missing.jsonl'))).toThrow(new RecordingFileError(`replay: ${join(dir, 'missing.jsonl')}: no such file (make one with --record ${join(dir, 'missing.jsonl')})`));
+    expect(() => ToolRecording.load(join(dir, 'missing.jsonl'))).toThrow(
+      new RecordingFileError(`replay: ${join(dir, 'missing.jsonl')}: no such file (make one with --record ${join(dir, 'missing.jsonl')})`),
+    );
     expect(() => ToolRecording.load(dir)).toThrow(/^replay: cannot read .*EISDIR/);
     const lines = readFileSync(file, 'utf8').split('\n');
     writeFileSync(join(dir, 'bad.jsonl'), [lines[0], lines[1], '{not json', lines[2], ''].join('\n'));

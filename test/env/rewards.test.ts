@@ -2,7 +2,18 @@ import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { DEFAULT_REWARDS, Environment, RewardConfigSchema, defineTask, efficiency, scoreEpisode, stepReward, type CheckResult, type ToolStep, type Trajectory } from '../../src/env/index.ts';
+import {
+  DEFAULT_REWARDS,
+  Environment,
+  RewardConfigSchema,
+  defineTask,
+  efficiency,
+  scoreEpisode,
+  stepReward,
+  type CheckResult,
+  type ToolStep,
+  type Trajectory,
+} from '../../src/env/index.ts';
 import { COMPOSER_PARTS, registerRewardPart, rewardPartNames, type RewardPartFn } from '../../src/env/rewards.ts';
 import { generateSuite } from '../../src/env/suites/index.ts';
 import { ExpertPolicy } from '../../src/agents/index.ts';
@@ -20,7 +31,18 @@ const task = defineTask({
   solution: { calls: [{ server: 'kv', tool: 'get', arguments: { key: 'a' } }], answer: '1' },
 } as never);
 
-const step = (over: Partial<ToolStep>): ToolStep => ({ id: 's', name: 'get', server: 'kv', tool: 'get', arguments: {}, isError: false, ms: 1, text: '{}', structured: { found: true }, ...over });
+const step = (over: Partial<ToolStep>): ToolStep => ({
+  id: 's',
+  name: 'get',
+  server: 'kv',
+  tool: 'get',
+  arguments: {},
+  isError: false,
+  ms: 1,
+  text: '{}',
+  structured: { found: true },
+  ...over,
+});
 const pass: CheckResult[] = [{ kind: 'answer', score: 1, weight: 1, detail: '' }];
 const fail: CheckResult[] = [{ kind: 'answer', score: 0, weight: 1, detail: '' }];
 
@@ -84,7 +106,13 @@ describe('RLVR shaping and the composer', () => {
   it('composer: weighted named parts, every part logged', () => {
     const cfg = RewardConfigSchema.parse({ total: 'composer', composer: { correctness: 1, format: 0.2, reasoning: 0.1, safety: 0.5 } });
     const answer = `<think>${'x'.repeat(100)}</think><answer>1</answer>`;
-    const s = scoreEpisode(task, [{ tool_results: [step({ isError: true, text: "Path '../x' is outside the sandbox", structured: undefined })] }, { tool_results: [step({})] }], answer, pass, cfg);
+    const s = scoreEpisode(
+      task,
+      [{ tool_results: [step({ isError: true, text: "Path '../x' is outside the sandbox", structured: undefined })] }, { tool_results: [step({})] }],
+      answer,
+      pass,
+      cfg,
+    );
     expect(s.parts.correctness).toBe(1);
     expect(s.parts.think_format).toBe(1);
     expect(s.parts.reasoning).toBeCloseTo(0.5, 12);
@@ -116,7 +144,9 @@ describe('the composer with registered parts', () => {
   });
 
   it('refuses an unknown part (naming it and listing the registered ones), bad names and bad weights', () => {
-    expect(() => resolveConfig({ composer_weights: { correctness: 1, nope: 2 } })).toThrow(/composer_weights\.nope: unknown reward part 'nope'; registered: correctness, think_format, reasoning, safety, tool_calls_n/);
+    expect(() => resolveConfig({ composer_weights: { correctness: 1, nope: 2 } })).toThrow(
+      /composer_weights\.nope: unknown reward part 'nope'; registered: correctness, think_format, reasoning, safety, tool_calls_n/,
+    );
     expect(() => RewardConfigSchema.parse({ composer: { typo: 1 } })).toThrow(/unknown reward part 'typo'/);
     expect(resolveConfig({ composer_weights: 'correctness=0.5, tool_calls_n=2' as never }).composer_weights).toEqual({ correctness: 0.5, tool_calls_n: 2 });
     expect(() => resolveConfig({ composer_weights: 'correctness=much' as never })).toThrow(/composer_weights: 'correctness=much' is not name=weight/);
@@ -144,10 +174,30 @@ describe('the composer with registered parts', () => {
     const runDir = join(mkdtempSync(join(tmpdir(), 'mcp-gym-composer-')), 'run');
     const weights = { correctness: 0.5, tool_calls_n: 0.25 };
     await train({
-      config: { preset: 'grpo', reward: 'composer', composer_weights: weights, suite: 'calculator', max_difficulty: 1, model: MODEL, steps: 2, tasks_per_step: 3, group: 2, eval_limit: 2, eval_samples: 1, eval_every: 0, beta: 0, lr: 1e-4, max_staleness: 0 },
+      config: {
+        preset: 'grpo',
+        reward: 'composer',
+        composer_weights: weights,
+        suite: 'calculator',
+        max_difficulty: 1,
+        model: MODEL,
+        steps: 2,
+        tasks_per_step: 3,
+        group: 2,
+        eval_limit: 2,
+        eval_samples: 1,
+        eval_every: 0,
+        beta: 0,
+        lr: 1e-4,
+        max_staleness: 0,
+      },
       runDir,
     });
-    const rows = (f: string) => readFileSync(join(runDir, f), 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l) as Record<string, unknown>);
+    const rows = (f: string) =>
+      readFileSync(join(runDir, f), 'utf8')
+        .split('\n')
+        .filter(Boolean)
+        .map((l) => JSON.parse(l) as Record<string, unknown>);
     const trajs = rows('trajectories.jsonl') as unknown as Trajectory[];
     const scored = trajs.filter((t) => t.finish !== 'error');
     expect(scored.length).toBeGreaterThan(0);

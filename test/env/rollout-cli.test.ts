@@ -36,7 +36,29 @@ const exec = promisify(execFile);
 describe('mcp-gym rollout', () => {
   it('prints a summary and, with --json, one JSON object as its last line', async () => {
     const out = mkdtempSync(join(tmpdir(), 'mcp-gym-cli-'));
-    const { stdout } = await exec(process.execPath, [CLI, 'rollout', '--suite', 'calculator', '--split', 'eval', '--policy', 'expert', '--group', '2', '--concurrency', '16', '--limit', '10', '--out', out, '--json'], { cwd: ROOT });
+    const { stdout } = await exec(
+      process.execPath,
+      [
+        CLI,
+        'rollout',
+        '--suite',
+        'calculator',
+        '--split',
+        'eval',
+        '--policy',
+        'expert',
+        '--group',
+        '2',
+        '--concurrency',
+        '16',
+        '--limit',
+        '10',
+        '--out',
+        out,
+        '--json',
+      ],
+      { cwd: ROOT },
+    );
     const lines = stdout.trim().split('\n');
     const summary = JSON.parse(lines.at(-1)!);
     expect(summary).toMatchObject({ episodes: 20, success_rate: 1 });
@@ -47,13 +69,32 @@ describe('mcp-gym rollout', () => {
     expect(stdout).toMatch(/episodes per second/);
     expect(existsSync(join(out, 'summary.json'))).toBe(true);
     // The same --out again without --resume is refused: nothing is overwritten.
-    await expect(exec(process.execPath, [CLI, 'rollout', '--suite', 'calculator', '--limit', '1', '--out', out], { cwd: ROOT })).rejects.toThrow(/already holds trajectories: pass --resume/);
+    await expect(exec(process.execPath, [CLI, 'rollout', '--suite', 'calculator', '--limit', '1', '--out', out], { cwd: ROOT })).rejects.toThrow(
+      /already holds trajectories: pass --resume/,
+    );
   });
 
   it('a run killed with SIGKILL leaves only whole lines, and --resume finishes it without repeating or losing episodes', async () => {
     const out = mkdtempSync(join(tmpdir(), 'mcp-gym-kill-'));
     const file = join(out, 'trajectories.jsonl');
-    const args = [CLI, 'rollout', '--suite', 'kv', '--split', 'eval', '--policy', 'expert', '--group', '2', '--concurrency', '4', '--delay-ms', '25', '--out', out];
+    const args = [
+      CLI,
+      'rollout',
+      '--suite',
+      'kv',
+      '--split',
+      'eval',
+      '--policy',
+      'expert',
+      '--group',
+      '2',
+      '--concurrency',
+      '4',
+      '--delay-ms',
+      '25',
+      '--out',
+      out,
+    ];
     const child = spawn(process.execPath, args, { cwd: ROOT, stdio: 'ignore' });
     const lineCount = () => (existsSync(file) ? readFileSync(file, 'utf8').split('\n').filter(Boolean).length : 0);
     for (let i = 0; i < 600 && lineCount() < 12; i++) await sleep(50);
@@ -61,7 +102,10 @@ describe('mcp-gym rollout', () => {
     await new Promise((r) => child.once('exit', r));
     const text = readFileSync(file, 'utf8');
     const whole = text.endsWith('\n') ? text : text.slice(0, text.lastIndexOf('\n') + 1);
-    const before = whole.split('\n').filter(Boolean).map((l) => JSON.parse(l));
+    const before = whole
+      .split('\n')
+      .filter(Boolean)
+      .map((l) => JSON.parse(l));
     expect(before.length).toBeGreaterThanOrEqual(12);
     const total = generateSuite('kv').filter((t) => t.split === 'eval').length * 2;
     expect(before.length).toBeLessThan(total);
@@ -70,7 +114,10 @@ describe('mcp-gym rollout', () => {
     const summary = JSON.parse(stdout.trim().split('\n').at(-1)!);
     expect(summary.episodes).toBe(total);
     expect(summary.resumed).toBe(before.length);
-    const after = readFileSync(file, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l));
+    const after = readFileSync(file, 'utf8')
+      .split('\n')
+      .filter(Boolean)
+      .map((l) => JSON.parse(l));
     expect(after).toHaveLength(total);
     const keys = new Set(after.map((t) => `${t.group_id}#${t.sample}`));
     expect(keys.size).toBe(total);
@@ -129,7 +176,15 @@ describe('mcp-gym rollout: runs cannot be mixed, failures explain themselves', (
 
     // A task file: its path and content are part of the run.
     const tasks = join(out, 'tasks.jsonl');
-    const task = { id: 't1', split: 'eval', difficulty: 1, prompt: 'Compute 6 * 7.', servers: { calculator: 'calculator' }, checks: [{ kind: 'answer', expect: { kind: 'number', value: '42' } }], solution: { calls: [{ server: 'calculator', tool: 'evaluate', arguments: { expression: '6 * 7' } }], answer: '42' } };
+    const task = {
+      id: 't1',
+      split: 'eval',
+      difficulty: 1,
+      prompt: 'Compute 6 * 7.',
+      servers: { calculator: 'calculator' },
+      checks: [{ kind: 'answer', expect: { kind: 'number', value: '42' } }],
+      solution: { calls: [{ server: 'calculator', tool: 'evaluate', arguments: { expression: '6 * 7' } }], answer: '42' },
+    };
     writeFileSync(tasks, JSON.stringify(task) + '\n');
     const out2 = mkdtempSync(join(tmpdir(), 'mcp-gym-mixed-'));
     expect((await cli(['rollout', '--tasks', tasks, '--out', out2])).code).toBe(0);
@@ -174,8 +229,20 @@ describe('mcp-gym rollout: runs cannot be mixed, failures explain themselves', (
   it('the summary groups failed episodes by cause, task errors apart, and leaves them out of the mean reward', async () => {
     const out = mkdtempSync(join(tmpdir(), 'mcp-gym-fail-'));
     const tasks = join(out, 'tasks.jsonl');
-    const ok = { id: 'ok', split: 'eval', difficulty: 1, prompt: 'Compute 6 * 7.', servers: { calculator: 'calculator' }, checks: [{ kind: 'answer', expect: { kind: 'number', value: '42' } }], solution: { calls: [{ server: 'calculator', tool: 'evaluate', arguments: { expression: '6 * 7' } }], answer: '42' } };
-    const broken = { ...ok, id: 'broken', checks: [{ kind: 'state', call: { server: 'calculator', tool: 'evaluat', arguments: {} }, expect: { kind: 'equals', value: 42 } }] };
+    const ok = {
+      id: 'ok',
+      split: 'eval',
+      difficulty: 1,
+      prompt: 'Compute 6 * 7.',
+      servers: { calculator: 'calculator' },
+      checks: [{ kind: 'answer', expect: { kind: 'number', value: '42' } }],
+      solution: { calls: [{ server: 'calculator', tool: 'evaluate', arguments: { expression: '6 * 7' } }], answer: '42' },
+    };
+    const broken = {
+      ...ok,
+      id: 'broken',
+      checks: [{ kind: 'state', call: { server: 'calculator', tool: 'evaluat', arguments: {} }, expect: { kind: 'equals', value: 42 } }],
+    };
     const noServer = { ...ok, id: 'no-server', servers: { calculator: { transport: 'stdio', command: '/nonexistent/mcp-server' } } };
     writeFileSync(tasks, [ok, broken, noServer].map((t) => JSON.stringify(t)).join('\n') + '\n');
     const r = await cli(['rollout', '--tasks', tasks, '--group', '2', '--out', out, '--json']);
@@ -186,7 +253,11 @@ describe('mcp-gym rollout: runs cannot be mixed, failures explain themselves', (
     expect(s.failures).toHaveLength(2);
     expect(s.failures[0]).toMatchObject({ kind: 'error', episodes: 2 });
     expect(s.failures[0].cause).toMatch(/^a tool server failed: Cannot connect to stdio server '\/nonexistent\/mcp-server'/);
-    expect(s.failures[1]).toMatchObject({ kind: 'task_error', episodes: 2, cause: "checks[0] (state calculator.evaluat): unknown tool 'evaluat' on server 'calculator' (its tools: evaluate, add, subtract, multiply, divide)" });
+    expect(s.failures[1]).toMatchObject({
+      kind: 'task_error',
+      episodes: 2,
+      cause: "checks[0] (state calculator.evaluat): unknown tool 'evaluat' on server 'calculator' (its tools: evaluate, add, subtract, multiply, divide)",
+    });
     expect(r.stdout).toMatch(/task errors\s+2/);
     expect(r.stdout).toContain('Failed episodes by cause');
     expect(r.stdout).toContain("task error: checks[0] (state calculator.evaluat): unknown tool 'evaluat'");

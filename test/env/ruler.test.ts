@@ -7,7 +7,18 @@ import { mkdtempSync, readdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { applyRuler, commonPrefixLength, JudgeError, parseListwise, parseVerdict, rulerScore, type ChatMessage, type ChatModel, type ChatRequest, type Trajectory } from '../../src/env/index.ts';
+import {
+  applyRuler,
+  commonPrefixLength,
+  JudgeError,
+  parseListwise,
+  parseVerdict,
+  rulerScore,
+  type ChatMessage,
+  type ChatModel,
+  type ChatRequest,
+  type Trajectory,
+} from '../../src/env/index.ts';
 
 const PREFIX: ChatMessage[] = [
   { role: 'system', content: 'You are an agent with a calculator. SYSTEM-MARKER' },
@@ -26,12 +37,21 @@ function traj(i: number, over: Partial<Trajectory> = {}): Trajectory {
     policy: { id: 'test' },
     messages: [
       ...PREFIX,
-      { role: 'assistant', content: `thinking-${i}`, tool_calls: [{ id: `c${i}`, type: 'function', function: { name: 'calc', arguments: `{"expr":"6*${i}"}` } }] },
+      {
+        role: 'assistant',
+        content: `thinking-${i}`,
+        tool_calls: [{ id: `c${i}`, type: 'function', function: { name: 'calc', arguments: `{"expr":"6*${i}"}` } }],
+      },
       { role: 'tool', tool_call_id: `c${i}`, name: 'calc', content: `RESULT-${i}` },
       { role: 'assistant', content: `ANSWER-${i}` },
     ],
     turns: [
-      { action: { content: `thinking-${i}`, tool_calls: [{ id: `c${i}`, name: 'calc', arguments: { expr: `6*${i}` } }] }, tool_results: [{ id: `c${i}`, name: 'calc', arguments: {}, isError: i === 2, ms: 1, text: `RESULT-${i}` }], step_reward: 0, policy_ms: 1 },
+      {
+        action: { content: `thinking-${i}`, tool_calls: [{ id: `c${i}`, name: 'calc', arguments: { expr: `6*${i}` } }] },
+        tool_results: [{ id: `c${i}`, name: 'calc', arguments: {}, isError: i === 2, ms: 1, text: `RESULT-${i}` }],
+        step_reward: 0,
+        policy_ms: 1,
+      },
       { action: { content: `ANSWER-${i}`, tool_calls: [] }, tool_results: [], step_reward: 0, policy_ms: 1 },
     ],
     answer: `ANSWER-${i}`,
@@ -59,13 +79,20 @@ function scripted(answer: (r: ChatRequest, n: number) => string, id = 'scripted-
   };
 }
 
-const listAnswer = (scores: [string, number][]) => JSON.stringify({ scores: scores.map(([id, score]) => ({ trajectory_id: id, explanation: `why ${id}`, score })) });
+const listAnswer = (scores: [string, number][]) =>
+  JSON.stringify({ scores: scores.map(([id, score]) => ({ trajectory_id: id, explanation: `why ${id}`, score })) });
 const user = (r: ChatRequest) => r.messages[0]!.content;
 const count = (text: string, part: string) => text.split(part).length - 1;
 
 describe('RULER listwise', () => {
-  it('states the shared prefix once, each trajectory\'s own part under its id, and the rubric', async () => {
-    const judge = scripted(() => listAnswer([['1', 0.9], ['2', 0.5], ['3', 0.1]]));
+  it("states the shared prefix once, each trajectory's own part under its id, and the rubric", async () => {
+    const judge = scripted(() =>
+      listAnswer([
+        ['1', 0.9],
+        ['2', 0.5],
+        ['3', 0.1],
+      ]),
+    );
     await rulerScore([traj(0), traj(1), traj(2)], judge, { rubric: 'RUBRIC-MARKER' });
     expect(judge.requests).toHaveLength(1);
     const r = judge.requests[0]!;
@@ -88,21 +115,38 @@ describe('RULER listwise', () => {
 
   it('parses scores in id order, clamps them to [0, 1], accepts JSON in a fence among text', async () => {
     // Ids out of order, 1.7 → 1, -0.2 → 0, wrapped in prose and a ```json fence.
-    const fenced = 'Here is my grading.\n```json\n' + listAnswer([['3', -0.2], ['1', 1.7], ['2', 0.4]]) + '\n```\nThanks.';
+    const fenced =
+      'Here is my grading.\n```json\n' +
+      listAnswer([
+        ['3', -0.2],
+        ['1', 1.7],
+        ['2', 0.4],
+      ]) +
+      '\n```\nThanks.';
     const judge = scripted(() => fenced);
     const r = await rulerScore([traj(0), traj(1), traj(2)], judge);
     expect(r.scores).toEqual([1, 0.4, 0]);
     expect(r.explanations).toEqual(['why 1', 'why 2', 'why 3']);
     expect(r).toMatchObject({ calls: 1, cached: 0 });
     // Plain text around a bare object, numeric ids: accepted too.
-    expect(parseListwise(`Sure: {"scores":[{"trajectory_id":1,"score":0.25},{"trajectory_id":2,"score":0.75}]} done`, 2)).toEqual({ ok: true, value: { scores: [0.25, 0.75], explanations: ['', ''] } });
+    expect(parseListwise(`Sure: {"scores":[{"trajectory_id":1,"score":0.25},{"trajectory_id":2,"score":0.75}]} done`, 2)).toEqual({
+      ok: true,
+      value: { scores: [0.25, 0.75], explanations: ['', ''] },
+    });
     // A score that is not a number is invalid.
     expect(parseListwise('{"scores":[{"trajectory_id":"1","score":"high"}]}', 1).ok).toBe(false);
   });
 
   it('an answer missing an id is asked again once, saying what was wrong; a second bad answer is a JudgeError', async () => {
-    const missing = listAnswer([['1', 0.9], ['3', 0.1]]);
-    const good = listAnswer([['1', 0.9], ['2', 0.5], ['3', 0.1]]);
+    const missing = listAnswer([
+      ['1', 0.9],
+      ['3', 0.1],
+    ]);
+    const good = listAnswer([
+      ['1', 0.9],
+      ['2', 0.5],
+      ['3', 0.1],
+    ]);
     const once = scripted((_, n) => (n === 0 ? missing : good));
     const r = await rulerScore([traj(0), traj(1), traj(2)], once);
     expect(r.scores).toEqual([0.9, 0.5, 0.1]);
@@ -120,7 +164,16 @@ describe('RULER listwise', () => {
     expect(always.requests).toHaveLength(2);
 
     // Duplicates and unknown ids are named; no JSON at all is said so.
-    expect(parseListwise(listAnswer([['1', 0.1], ['1', 0.2], ['7', 0.3]]), 2)).toEqual({ ok: false, error: 'missing trajectory_id "2"; trajectory_id given more than once: 1; unknown trajectory_id "7" (the ids are "1" to "2")' });
+    expect(
+      parseListwise(
+        listAnswer([
+          ['1', 0.1],
+          ['1', 0.2],
+          ['7', 0.3],
+        ]),
+        2,
+      ),
+    ).toEqual({ ok: false, error: 'missing trajectory_id "2"; trajectory_id given more than once: 1; unknown trajectory_id "7" (the ids are "1" to "2")' });
     expect(parseListwise('I like the first one.', 2)).toEqual({ ok: false, error: 'no JSON object was found in the answer' });
   });
 
@@ -132,7 +185,11 @@ describe('RULER listwise', () => {
 
   it('caches answers on disk by content hash: a second scoring makes no call', async () => {
     const cacheDir = join(mkdtempSync(join(tmpdir(), 'mcp-gym-ruler-')), 'judge-cache');
-    const answer = () => listAnswer([['1', 0.8], ['2', 0.3]]);
+    const answer = () =>
+      listAnswer([
+        ['1', 0.8],
+        ['2', 0.3],
+      ]);
     const first = scripted(answer);
     const a = await rulerScore([traj(0), traj(1)], first, { cacheDir });
     expect(a).toMatchObject({ scores: [0.8, 0.3], calls: 1, cached: 0 });
@@ -152,9 +209,24 @@ describe('RULER listwise', () => {
 
   it('the shared prefix: identical or one-message lists keep their last message as their own part', () => {
     const m = (content: string): ChatMessage => ({ role: 'user', content });
-    expect(commonPrefixLength([[m('a'), m('b'), m('c')], [m('a'), m('b'), m('d')]])).toBe(2);
-    expect(commonPrefixLength([[m('a'), m('b')], [m('a'), m('b')]])).toBe(1);
-    expect(commonPrefixLength([[m('a'), m('b')], [m('a'), m('b'), m('c')]])).toBe(1);
+    expect(
+      commonPrefixLength([
+        [m('a'), m('b'), m('c')],
+        [m('a'), m('b'), m('d')],
+      ]),
+    ).toBe(2);
+    expect(
+      commonPrefixLength([
+        [m('a'), m('b')],
+        [m('a'), m('b')],
+      ]),
+    ).toBe(1);
+    expect(
+      commonPrefixLength([
+        [m('a'), m('b')],
+        [m('a'), m('b'), m('c')],
+      ]),
+    ).toBe(1);
     expect(commonPrefixLength([[m('a'), m('b')]])).toBe(1);
   });
 });
@@ -190,7 +262,11 @@ describe('RULER pairwise', () => {
   it('a judge that always answers A scores everyone 0: the alternation cancels its position bias', async () => {
     // Pair (0,1): votes +1 (0 as A), -1 (1 as A), +1 → rel01 = 1/3; pair (0,2): -1, +1, -1 → rel02 = -1/3;
     // pair (1,2): +1, -1, +1 → rel12 = 1/3. t0 = 1/3 - 1/3 = 0, t1 = -1/3 + 1/3 = 0, t2 = 1/3 - 1/3 = 0.
-    const r = await rulerScore([traj(0), traj(1), traj(2)], scripted(() => 'VERDICT: A'), { mode: 'pairwise' });
+    const r = await rulerScore(
+      [traj(0), traj(1), traj(2)],
+      scripted(() => 'VERDICT: A'),
+      { mode: 'pairwise' },
+    );
     expect(r.scores).toEqual([0, 0, 0]);
   });
 
@@ -228,8 +304,18 @@ describe('RULER pairwise', () => {
   });
 
   it('a group where no vote parses is a JudgeError; all-equal totals give zeros', async () => {
-    await expect(rulerScore([traj(0), traj(1)], scripted(() => 'hmm'), { mode: 'pairwise', votes: 2 })).rejects.toThrow(/none of the 2 pairwise verdicts could be parsed/);
-    const ties = await rulerScore([traj(0), traj(1), traj(2)], scripted(() => 'VERDICT: TIE'), { mode: 'pairwise', votes: 1 });
+    await expect(
+      rulerScore(
+        [traj(0), traj(1)],
+        scripted(() => 'hmm'),
+        { mode: 'pairwise', votes: 2 },
+      ),
+    ).rejects.toThrow(/none of the 2 pairwise verdicts could be parsed/);
+    const ties = await rulerScore(
+      [traj(0), traj(1), traj(2)],
+      scripted(() => 'VERDICT: TIE'),
+      { mode: 'pairwise', votes: 1 },
+    );
     expect(ties.scores).toEqual([0, 0, 0]);
   });
 
@@ -240,7 +326,11 @@ describe('RULER pairwise', () => {
     const a = await rulerScore([traj(0), traj(1)], judge, { mode: 'pairwise', votes: 4, cacheDir });
     expect(a.calls).toBe(4);
     expect(readdirSync(cacheDir)).toHaveLength(4); // one per vote, though two prompts are the same
-    const b = await rulerScore([traj(0), traj(1)], scripted(() => 'VERDICT: B'), { mode: 'pairwise', votes: 4, cacheDir });
+    const b = await rulerScore(
+      [traj(0), traj(1)],
+      scripted(() => 'VERDICT: B'),
+      { mode: 'pairwise', votes: 4, cacheDir },
+    );
     expect(b).toMatchObject({ calls: 0, cached: 4, scores: a.scores });
   });
 });
@@ -249,7 +339,13 @@ describe('applyRuler: the combined reward', () => {
   it('failed episodes are not judged; reward = w_ruler·ruler + w_verifier·verifier, reward_parts keep both', async () => {
     const failed = traj(3, { finish: 'error', reward: 0, reward_parts: {}, error: 'a tool server failed' });
     const group = [traj(0), traj(1), failed, traj(2)];
-    const judge = scripted(() => listAnswer([['1', 1], ['2', 0.5], ['3', 0]]));
+    const judge = scripted(() =>
+      listAnswer([
+        ['1', 1],
+        ['2', 0.5],
+        ['3', 0],
+      ]),
+    );
     const cacheDir = mkdtempSync(join(tmpdir(), 'mcp-gym-ruler-apply-'));
     const r = await applyRuler(group, judge, { weights: { ruler: 0.5, verifier: 0.5 }, cacheDir });
     expect(r).toMatchObject({ judged: 3, scores: [1, 0.5, 0], calls: 1 });
@@ -269,13 +365,27 @@ describe('applyRuler: the combined reward', () => {
     expect(group[1]!.reward_parts).toEqual({ correctness: 0.2, verifier: 0.2, ruler: 0.5 });
     // Default weights: the judge's score alone.
     const solo = [traj(0), traj(1)];
-    await applyRuler(solo, scripted(() => listAnswer([['1', 0.7], ['2', 0.1]])));
+    await applyRuler(
+      solo,
+      scripted(() =>
+        listAnswer([
+          ['1', 0.7],
+          ['2', 0.1],
+        ]),
+      ),
+    );
     expect(solo.map((t) => t.reward)).toEqual([0.7, 0.1]);
   });
 
   it('a judge failure changes nothing', async () => {
     const group = [traj(0), traj(1)];
-    await expect(applyRuler(group, scripted(() => 'garbage'), { weights: { ruler: 1, verifier: 1 } })).rejects.toThrow(JudgeError);
+    await expect(
+      applyRuler(
+        group,
+        scripted(() => 'garbage'),
+        { weights: { ruler: 1, verifier: 1 } },
+      ),
+    ).rejects.toThrow(JudgeError);
     expect(group.map((t) => t.reward)).toEqual([0, 0.2]);
     expect(group[1]!.reward_parts).toEqual({ correctness: 0.2 });
   });

@@ -3,7 +3,18 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { ExpertPolicy, RandomPolicy } from '../../src/agents/index.ts';
-import { defineTask, Environment, exportOpenAI, readJsonl, readTrajectories, repairJsonl, repairJsonlLines, rollout, toOpenAIFineTune, TrajectoryWriter } from '../../src/env/index.ts';
+import {
+  defineTask,
+  Environment,
+  exportOpenAI,
+  readJsonl,
+  readTrajectories,
+  repairJsonl,
+  repairJsonlLines,
+  rollout,
+  toOpenAIFineTune,
+  TrajectoryWriter,
+} from '../../src/env/index.ts';
 
 const dir = mkdtempSync(join(tmpdir(), 'mcp-gym-store-'));
 const env = new Environment();
@@ -61,11 +72,17 @@ describe('trajectory storage', () => {
   it('resuming refuses a file of another policy, another reward or a bigger group', async () => {
     const f = join(dir, 'mixed.jsonl');
     await rollout(env, new ExpertPolicy(), [task], { group: 2, out: f });
-    await expect(rollout(env, new RandomPolicy(3), [task], { group: 2, out: f, resume: true })).rejects.toThrow(`resume: ${f} holds episodes of the policy 'expert', not 'random'`);
+    await expect(rollout(env, new RandomPolicy(3), [task], { group: 2, out: f, resume: true })).rejects.toThrow(
+      `resume: ${f} holds episodes of the policy 'expert', not 'random'`,
+    );
     const rlvr = new Environment({ reward: 'rlvr' });
-    await expect(rollout(rlvr, new ExpertPolicy(), [task], { group: 2, out: f, resume: true })).rejects.toThrow(/holds episodes scored with the reward 'art', not 'rlvr'/);
+    await expect(rollout(rlvr, new ExpertPolicy(), [task], { group: 2, out: f, resume: true })).rejects.toThrow(
+      /holds episodes scored with the reward 'art', not 'rlvr'/,
+    );
     await rlvr.close();
-    await expect(rollout(env, new ExpertPolicy(), [task], { group: 1, out: f, resume: true })).rejects.toThrow(/holds sample 1 of group calc-1@0: it was run with a group bigger than 1/);
+    await expect(rollout(env, new ExpertPolicy(), [task], { group: 1, out: f, resume: true })).rejects.toThrow(
+      /holds sample 1 of group calc-1@0: it was run with a group bigger than 1/,
+    );
     expect(readTrajectories(f)).toHaveLength(2); // nothing was added
   });
 
@@ -85,7 +102,11 @@ describe('trajectory storage', () => {
     // A resumed run runs the two episodes again.
     const again = await rollout(env, new ExpertPolicy(), [task], { group: 4, out: f, resume: true });
     expect(again.resumed).toBe(2);
-    expect(readTrajectories(f, true).map((t) => t.sample).sort()).toEqual([0, 1, 2, 3]);
+    expect(
+      readTrajectories(f, true)
+        .map((t) => t.sample)
+        .sort(),
+    ).toEqual([0, 1, 2, 3]);
     // Nothing to repair: the file is left as it is; --drop drops.
     expect(repairJsonlLines(f)).toMatchObject({ lines: 4, kept: 4, bad: [] });
     const g = join(dir, 'records.jsonl');
@@ -100,7 +121,11 @@ describe('trajectory storage', () => {
     const ft = toOpenAIFineTune(t!);
     expect(ft.messages).toEqual([
       { role: 'user', content: 'Use the calculator to compute 6 * 7.' },
-      { role: 'assistant', content: null, tool_calls: [{ id: 'call_0_0', type: 'function', function: { name: 'evaluate', arguments: '{"expression":"6 * 7"}' } }] },
+      {
+        role: 'assistant',
+        content: null,
+        tool_calls: [{ id: 'call_0_0', type: 'function', function: { name: 'evaluate', arguments: '{"expression":"6 * 7"}' } }],
+      },
       { role: 'tool', tool_call_id: 'call_0_0', content: '42' },
       { role: 'assistant', content: '42' },
     ]);

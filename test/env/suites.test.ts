@@ -160,7 +160,10 @@ describe('task suites', () => {
       expect(t.solution, t.id).toBeDefined();
       expect(t.solution!.calls.length, t.id).toBeGreaterThan(0);
       expect(t.max_turns, t.id).toBeGreaterThanOrEqual(t.solution!.calls.length + 1);
-      expect(t.checks.some((c) => c.kind === 'answer' || c.kind === 'state'), t.id).toBe(true);
+      expect(
+        t.checks.some((c) => c.kind === 'answer' || c.kind === 'state'),
+        t.id,
+      ).toBe(true);
       for (const s of Object.values(t.servers)) expect(SERVERS, t.id).toContain(s);
     }
   });
@@ -191,4 +194,3 @@ describe('task suites', () => {
     expect(solved).toEqual([]);
   });
 });
-

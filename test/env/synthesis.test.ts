@@ -121,7 +121,15 @@ describe('synthesizeTasks with scripted generator answers', () => {
     const ac = new AbortController();
     const generator: ChatModel = { id: 'scripted', complete: async () => ({ text: fenced([good1, failing, good2, trivial]) }) };
     const kept: string[] = [];
-    const r = await synthesizeTasks({ generator, servers: { kv: 'kv' }, env, reference: new ExpertPolicy(), n: 3, signal: ac.signal, onTask: (t) => (kept.push(t.id), ac.abort()) });
+    const r = await synthesizeTasks({
+      generator,
+      servers: { kv: 'kv' },
+      env,
+      reference: new ExpertPolicy(),
+      n: 3,
+      signal: ac.signal,
+      onTask: (t) => (kept.push(t.id), ac.abort()),
+    });
     expect(kept).toEqual(['gen-0001']);
     expect(r.tasks.map((t) => t.prompt)).toEqual([good1.prompt]);
     expect(Object.values(r.rejected).reduce((a, b) => a + b, 0)).toBe(0);
@@ -130,7 +138,7 @@ describe('synthesizeTasks with scripted generator answers', () => {
 
   it('stops at maxRequests when the generator never writes a good task', async () => {
     let calls = 0;
-    const generator: ChatModel = { id: 'bad', complete: async () => ((calls++), { text: fenced([failing]) }) };
+    const generator: ChatModel = { id: 'bad', complete: async () => (calls++, { text: fenced([failing]) }) };
     const r = await synthesizeTasks({ generator, servers: { kv: 'kv' }, env, reference: new ExpertPolicy(), n: 2, maxRequests: 2 });
     expect(r.tasks).toEqual([]);
     expect(calls).toBe(2);
@@ -141,7 +149,11 @@ describe('synthesizeTasks with scripted generator answers', () => {
 
 describe('synthesizeTasks on a third-party stdio server (the reference server-everything from npm)', () => {
   it('shows the generator its tools and resources; a get-sum task with an answer check is verified and kept', async () => {
-    const everything = { transport: 'stdio' as const, command: process.execPath, args: [join(ROOT, 'node_modules/@modelcontextprotocol/server-everything/dist/index.js')] };
+    const everything = {
+      transport: 'stdio' as const,
+      command: process.execPath,
+      args: [join(ROOT, 'node_modules/@modelcontextprotocol/server-everything/dist/index.js')],
+    };
     const sum = {
       prompt: 'What is 1234 + 4321? Use the get-sum tool, then answer with the number only.',
       solution: { calls: [{ server: 'everything', tool: 'get-sum', arguments: { a: 1234, b: 4321 } }], answer: '5555' },
@@ -150,7 +162,12 @@ describe('synthesizeTasks on a third-party stdio server (the reference server-ev
         { kind: 'answer', expect: { kind: 'number', value: 5555 } },
       ],
     };
-    const wrongTool = { ...sum, prompt: 'Add 1 and 2 with the sum tool.', solution: { calls: [{ server: 'everything', tool: 'sum', arguments: { a: 1, b: 2 } }], answer: '3' }, checks: [{ kind: 'answer', expect: { kind: 'number', value: 3 } }] };
+    const wrongTool = {
+      ...sum,
+      prompt: 'Add 1 and 2 with the sum tool.',
+      solution: { calls: [{ server: 'everything', tool: 'sum', arguments: { a: 1, b: 2 } }], answer: '3' },
+      checks: [{ kind: 'answer', expect: { kind: 'number', value: 3 } }],
+    };
     const seen: string[] = [];
     const generator: ChatModel = { id: 'scripted', complete: async (r) => (seen.push(r.messages[0]!.content), { text: fenced([wrongTool, sum]) }) };
     const env = new Environment();
@@ -211,7 +228,25 @@ describe('mcp-gym tasks generate through the Anthropic SDK (local replay of the 
     const answer = (v: unknown) => ok(messageResponse([textBlock(fenced(v))], { stop_reason: 'end_turn', usage: { input_tokens: 900, output_tokens: 400 } }));
     replay = await startAnthropicReplay([answer([good1, trivial, good2]), answer([duplicate, good3])]);
     const out = join(dir, 'tasks.jsonl');
-    const r = await runCli(['tasks', 'generate', '--server', 'kv', '--generator', 'anthropic:claude-haiku-4-5', '--base-url', replay.url, '-n', '3', '--per-request', '3', '--eval-fraction', '0.34', '--out', out, '--json']);
+    const r = await runCli([
+      'tasks',
+      'generate',
+      '--server',
+      'kv',
+      '--generator',
+      'anthropic:claude-haiku-4-5',
+      '--base-url',
+      replay.url,
+      '-n',
+      '3',
+      '--per-request',
+      '3',
+      '--eval-fraction',
+      '0.34',
+      '--out',
+      out,
+      '--json',
+    ]);
     expect(r.stderr + r.stdout).not.toContain(KEY);
     expect(r.code, r.stderr).toBe(0);
     expect(r.stdout).toMatch(/kept 3 of 5 candidates from 2 requests/);
@@ -227,7 +262,10 @@ describe('mcp-gym tasks generate through the Anthropic SDK (local replay of the 
     const tasks = loadTasks(out);
     expect(tasks.map((t) => t.id)).toEqual(['gen-0001', 'gen-0002', 'gen-0003']);
     expect(tasks.map((t) => t.split)).toEqual(['train', 'train', 'eval']);
-    const rejected = readFileSync(join(dir, 'tasks.rejections.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { reason: string });
+    const rejected = readFileSync(join(dir, 'tasks.rejections.jsonl'), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { reason: string });
     expect(rejected.map((x) => x.reason)).toEqual(['trivial', 'duplicate']);
     const env = new Environment();
     try {

@@ -35,8 +35,12 @@ describe('task format', () => {
   it('defineTask names the field that is wrong', () => {
     expect(() => defineTask({ ...good, difficulty: 9 } as never)).toThrow("Invalid task 't1': difficulty: Too big: expected number to be <=5");
     expect(() => defineTask({ ...good, split: 'test' } as never)).toThrow(/Invalid task 't1': split: Invalid option/);
-    expect(() => defineTask({ ...good, checks: [{ kind: 'answer', expect: { kind: 'regex', value: '(' } }] } as never)).toThrow(/checks\[0\]\.expect\.value: invalid regular expression/);
-    expect(() => defineTask({ ...good, setup: [{ server: 'files', tool: 'write_file' }] } as never)).toThrow(/setup\[0\]\.server: unknown server 'files'; the task's servers are kv/);
+    expect(() => defineTask({ ...good, checks: [{ kind: 'answer', expect: { kind: 'regex', value: '(' } }] } as never)).toThrow(
+      /checks\[0\]\.expect\.value: invalid regular expression/,
+    );
+    expect(() => defineTask({ ...good, setup: [{ server: 'files', tool: 'write_file' }] } as never)).toThrow(
+      /setup\[0\]\.server: unknown server 'files'; the task's servers are kv/,
+    );
     expect(() => defineTask({ ...good, messages: [{ role: 'user', content: 'x' }] } as never)).toThrow(/prompt: give exactly one of prompt or messages/);
     expect(() => defineTask({ ...good, checks: [] } as never)).toThrow(/checks: a task needs at least one check/);
     expect(() => defineTask({ ...good, colour: 'red' } as never)).toThrow(/Unrecognized key: "colour"/);
@@ -52,7 +56,10 @@ describe('task format', () => {
   });
 
   it('refuses a bad task file with the file, the line and the field', () => {
-    const bad = file('bad.jsonl', [JSON.stringify(good), JSON.stringify({ ...good, id: 't2' }), JSON.stringify({ ...good, id: 't3', max_turns: 0 })].join('\n'));
+    const bad = file(
+      'bad.jsonl',
+      [JSON.stringify(good), JSON.stringify({ ...good, id: 't2' }), JSON.stringify({ ...good, id: 't3', max_turns: 0 })].join('\n'),
+    );
     expect(() => loadTasks(bad)).toThrow(`${bad}:3: max_turns: Too small: expected number to be >=1`);
     try {
       loadTasks(bad);
@@ -60,7 +67,10 @@ describe('task format', () => {
       expect(err).toBeInstanceOf(TaskFileError);
       expect(err).toMatchObject({ file: bad, line: 3, field: 'max_turns' });
     }
-    const nested = file('nested.jsonl', JSON.stringify({ ...good, checks: [{ kind: 'state', call: { server: 'kv', tool: 'get' }, expect: { kind: 'number', value: 'x', tolerance: -1 } }] }));
+    const nested = file(
+      'nested.jsonl',
+      JSON.stringify({ ...good, checks: [{ kind: 'state', call: { server: 'kv', tool: 'get' }, expect: { kind: 'number', value: 'x', tolerance: -1 } }] }),
+    );
     expect(() => loadTasks(nested)).toThrow(`${nested}:1: checks[0].expect.tolerance: Too small: expected number to be >=0`);
     const syntax = file('syntax.jsonl', `${JSON.stringify(good)}\n{"id": "t2", oops}\n`);
     expect(() => loadTasks(syntax)).toThrow(new RegExp(`${syntax}:2: invalid JSON`));
@@ -89,7 +99,9 @@ describe('task format', () => {
     // Deep in a setup call's arguments, in a .json array, and given in TypeScript.
     const setup = JSON.stringify([good, { ...good, id: 't9', setup: [{ server: 'kv', tool: 'set', arguments: { key: '@' } }] }], null, 2).replace('"@"', deep);
     expect(() => loadTasks(file('deep.json', setup))).toThrow(/deep\.json:\d+: \[1\]\.setup\[0\]\.arguments\.key…: nested more than 256 levels deep/);
-    expect(() => defineTask({ ...good, params: { x: JSON.parse(deep) } } as never)).toThrow("Invalid task 't1': params.x[0][0]…: nested more than 256 levels deep");
+    expect(() => defineTask({ ...good, params: { x: JSON.parse(deep) } } as never)).toThrow(
+      "Invalid task 't1': params.x[0][0]…: nested more than 256 levels deep",
+    );
     // Nesting that a task may need is fine.
     let ok = '0';
     for (let i = 0; i < 100; i++) ok = `{"a":${ok}}`;

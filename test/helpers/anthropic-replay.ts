@@ -123,7 +123,10 @@ export function toolUseBlock(name: string, input: Record<string, unknown>, id = 
 }
 
 /** A Message as the API returns it. */
-export function messageResponse(content: ReplayBlock[], o: { stop_reason: StopReason; usage?: Partial<ReplayUsage>; model?: string; id?: string }): ReplayMessage {
+export function messageResponse(
+  content: ReplayBlock[],
+  o: { stop_reason: StopReason; usage?: Partial<ReplayUsage>; model?: string; id?: string },
+): ReplayMessage {
   return {
     id: o.id ?? apiId('msg'),
     type: 'message',
@@ -154,8 +157,16 @@ const ERROR_TYPES: Record<number, string> = {
 };
 
 /** An error step, with the API's error type for the status unless given. */
-export function apiError(status: 400 | 401 | 403 | 404 | 413 | 429 | 500 | 503 | 529, message: string, o: { type?: string; headers?: Record<string, string> } = {}): ReplayStep {
-  return { status, body: { type: 'error', error: { type: o.type ?? ERROR_TYPES[status]!, message }, request_id: apiId('req') }, ...(o.headers ? { headers: o.headers } : {}) };
+export function apiError(
+  status: 400 | 401 | 403 | 404 | 413 | 429 | 500 | 503 | 529,
+  message: string,
+  o: { type?: string; headers?: Record<string, string> } = {},
+): ReplayStep {
+  return {
+    status,
+    body: { type: 'error', error: { type: o.type ?? ERROR_TYPES[status]!, message }, request_id: apiId('req') },
+    ...(o.headers ? { headers: o.headers } : {}),
+  };
 }
 
 async function readBody(req: IncomingMessage): Promise<string> {
@@ -187,12 +198,22 @@ export async function startAnthropicReplay(script: ReplayStep[]): Promise<Anthro
       const recorded: RecordedRequest = { method: req.method ?? '', path, headers: { ...req.headers }, body, at, step: -1 };
       requests.push(recorded);
       if (req.method !== 'POST' || path !== '/v1/messages') {
-        send(res, 404, { type: 'error', error: { type: 'not_found_error', message: `Not found: ${req.method} ${path}` }, request_id: apiId('req') }, { 'x-should-retry': 'false' });
+        send(
+          res,
+          404,
+          { type: 'error', error: { type: 'not_found_error', message: `Not found: ${req.method} ${path}` }, request_id: apiId('req') },
+          { 'x-should-retry': 'false' },
+        );
         return;
       }
       const step = script[next];
       if (!step) {
-        send(res, 500, { type: 'error', error: { type: 'api_error', message: `replay script exhausted: request ${requests.length} has no step` }, request_id: apiId('req') }, { 'x-should-retry': 'false' });
+        send(
+          res,
+          500,
+          { type: 'error', error: { type: 'api_error', message: `replay script exhausted: request ${requests.length} has no step` }, request_id: apiId('req') },
+          { 'x-should-retry': 'false' },
+        );
         return;
       }
       recorded.step = next++;

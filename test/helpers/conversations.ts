@@ -19,10 +19,38 @@ export function rng(seed: number): () => number {
 }
 
 export const TOOL_POOL: ToolSpec[] = [
-  { type: 'function', function: { name: 'get_weather', description: 'Weather for a city.', parameters: { type: 'object', properties: { city: { type: 'string' }, unit: { type: 'string', enum: ['c', 'f'] } }, required: ['city'] } } },
-  { type: 'function', function: { name: 'kv_set', description: 'Sets a key.', parameters: { type: 'object', properties: { key: { type: 'string' }, value: { type: 'integer', minimum: 0 } }, required: ['key', 'value'] } } },
-  { type: 'function', function: { name: 'search_docs', description: 'Full-text search; returns JSON hits.', parameters: { type: 'object', properties: { query: { type: 'string' }, limit: { type: 'integer' }, filters: { type: 'object', properties: { lang: { type: 'string' } } } }, required: ['query'] } } },
-  { type: 'function', function: { name: 'read_file', description: 'Reads a file.', parameters: { type: 'object', properties: { path: { type: 'string' } }, required: ['path'] } } },
+  {
+    type: 'function',
+    function: {
+      name: 'get_weather',
+      description: 'Weather for a city.',
+      parameters: { type: 'object', properties: { city: { type: 'string' }, unit: { type: 'string', enum: ['c', 'f'] } }, required: ['city'] },
+    },
+  },
+  {
+    type: 'function',
+    function: {
+      name: 'kv_set',
+      description: 'Sets a key.',
+      parameters: { type: 'object', properties: { key: { type: 'string' }, value: { type: 'integer', minimum: 0 } }, required: ['key', 'value'] },
+    },
+  },
+  {
+    type: 'function',
+    function: {
+      name: 'search_docs',
+      description: 'Full-text search; returns JSON hits.',
+      parameters: {
+        type: 'object',
+        properties: { query: { type: 'string' }, limit: { type: 'integer' }, filters: { type: 'object', properties: { lang: { type: 'string' } } } },
+        required: ['query'],
+      },
+    },
+  },
+  {
+    type: 'function',
+    function: { name: 'read_file', description: 'Reads a file.', parameters: { type: 'object', properties: { path: { type: 'string' } }, required: ['path'] } },
+  },
 ];
 const WORDS = ['Zürich', 'naïve café', '東京', 'emoji 🎉', 'a "quoted" word', 'back\\slash', 'plain', 'tab\there', 'x'];
 const RESULTS = [
@@ -38,14 +66,21 @@ const RESULTS = [
 function argsFor(tool: ToolSpec, r: () => number, i: number): Record<string, unknown> {
   const w = WORDS[Math.floor(r() * WORDS.length)]!;
   switch (tool.function.name) {
-    case 'get_weather': return r() < 0.5 ? { city: w } : { city: w, unit: 'c' };
-    case 'kv_set': return { key: `k${i}`, value: Math.floor(r() * 1000) };
-    case 'search_docs': return r() < 0.5 ? { query: w, limit: 3 } : { query: w, filters: { lang: 'de' } };
-    default: return { path: `/data/${w}/${i}.txt` };
+    case 'get_weather':
+      return r() < 0.5 ? { city: w } : { city: w, unit: 'c' };
+    case 'kv_set':
+      return { key: `k${i}`, value: Math.floor(r() * 1000) };
+    case 'search_docs':
+      return r() < 0.5 ? { query: w, limit: 3 } : { query: w, filters: { lang: 'de' } };
+    default:
+      return { path: `/data/${w}/${i}.txt` };
   }
 }
 
-export interface GenOptions { parallel: boolean; reasoning: boolean }
+export interface GenOptions {
+  parallel: boolean;
+  reasoning: boolean;
+}
 
 /** A conversation: optional system, user, 0-3 tool-call turns (each followed by its results), final answer. */
 export function generate(seed: number, o: GenOptions): { messages: ChatMessage[]; tools: ToolSpec[] } {
@@ -101,4 +136,3 @@ export function rollout(tok: HfTokenizer, renderer: ChatTemplateRenderer, endTok
   }
   return { seq, full, turns };
 }
-

@@ -31,7 +31,13 @@ export const LLAMA31_TEMPLATE = readFileSync(join(REPO, 'learner', 'mcp_gym_lear
 
 /** Runs a Python script with the learner on PYTHONPATH; its last stdout line. Throws with stderr on failure. */
 export function hfPython(script: string, args: string[], timeout = 170_000): string {
-  const r = spawnSync(HF_PY, ['-c', script, ...args], { cwd: REPO, env: { ...process.env, PYTHONPATH: join(REPO, 'learner') }, encoding: 'utf8', timeout, maxBuffer: 64 << 20 });
+  const r = spawnSync(HF_PY, ['-c', script, ...args], {
+    cwd: REPO,
+    env: { ...process.env, PYTHONPATH: join(REPO, 'learner') },
+    encoding: 'utf8',
+    timeout,
+    maxBuffer: 64 << 20,
+  });
   if (r.status !== 0) throw new Error(`python failed (${r.status ?? r.signal}): ${(r.stderr ?? '').slice(-3000)}`);
   return r.stdout.trim().split('\n').pop()!;
 }
@@ -103,7 +109,10 @@ export const END_TOKEN: Record<CallFamily, string> = { qwen: '<|im_end|>', llama
 /** JSON as Python's json.dumps writes it (`, ` and `: `), which is what the templates' `tojson` gives. */
 export function pyJson(v: unknown): string {
   if (Array.isArray(v)) return `[${v.map(pyJson).join(', ')}]`;
-  if (v !== null && typeof v === 'object') return `{${Object.entries(v as Record<string, unknown>).map(([k, x]) => `${JSON.stringify(k)}: ${pyJson(x)}`).join(', ')}}`;
+  if (v !== null && typeof v === 'object')
+    return `{${Object.entries(v as Record<string, unknown>)
+      .map(([k, x]) => `${JSON.stringify(k)}: ${pyJson(x)}`)
+      .join(', ')}}`;
   return JSON.stringify(v);
 }
 
@@ -116,8 +125,11 @@ export function pyJson(v: unknown): string {
 export function callText(family: CallFamily, name: string, args: Record<string, unknown>, style: 'canonical' | 'compact' | 'loose' = 'canonical'): string {
   const key = family === 'qwen' ? 'arguments' : 'parameters';
   const a = family === 'qwen' ? JSON.stringify(args) : pyJson(args);
-  const json = style === 'compact' ? JSON.stringify({ name, [key]: args })
-    : style === 'loose' ? `{ "name" :"${name}",  "${key}":${JSON.stringify(args).replace(/,/g, ' ,  ').replace(/:/g, ' : ')} }`
-    : `{"name": "${name}", "${key}": ${a}}`;
+  const json =
+    style === 'compact'
+      ? JSON.stringify({ name, [key]: args })
+      : style === 'loose'
+        ? `{ "name" :"${name}",  "${key}":${JSON.stringify(args).replace(/,/g, ' ,  ').replace(/:/g, ' : ')} }`
+        : `{"name": "${name}", "${key}": ${a}}`;
   return family === 'qwen' ? `<tool_call>\n${json}\n</tool_call>` : json;
 }

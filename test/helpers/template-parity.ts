@@ -15,7 +15,6 @@ import { ChatTemplateRenderer, HfTokenizer, hermesTemplate, type ChatMessage, ty
 import { buildLlama31TokenizerDir, learnerModule, QWEN_TOK, REPO } from './hf-fixtures.ts';
 import { generate, rng, TOOL_POOL } from './conversations.ts';
 
-
 export interface Conversation {
   name: string;
   messages: ChatMessage[];
@@ -77,8 +76,37 @@ export function variants(smollm2Dir: string): Variant[] {
 
 /** Tools whose schemas carry every kind of JSON number, unicode, nesting and enums. */
 const NUMERIC_TOOLS: ToolSpec[] = [
-  { type: 'function', function: { name: 'set_rate', description: 'Rate in [0.0001, 1e-05 .. 2.5e+30].', parameters: { type: 'object', properties: { rate: { type: 'number', minimum: 0.0001, maximum: 2.5e30, default: 0.1 }, eps: { type: 'number', default: 1e-5 }, big: { type: 'integer', maximum: 9007199254740991 }, mode: { type: 'string', enum: ['fast', 'sûr', '慢'] } }, required: ['rate'] } } },
-  { type: 'function', function: { name: 'plot', description: 'Plots points.', parameters: { type: 'object', properties: { points: { type: 'array', items: { type: 'object', properties: { x: { type: 'number' }, y: { type: 'number' } } } }, scale: { type: 'number', enum: [0.5, 1, 2.25, 1e-7] } } } } },
+  {
+    type: 'function',
+    function: {
+      name: 'set_rate',
+      description: 'Rate in [0.0001, 1e-05 .. 2.5e+30].',
+      parameters: {
+        type: 'object',
+        properties: {
+          rate: { type: 'number', minimum: 0.0001, maximum: 2.5e30, default: 0.1 },
+          eps: { type: 'number', default: 1e-5 },
+          big: { type: 'integer', maximum: 9007199254740991 },
+          mode: { type: 'string', enum: ['fast', 'sûr', '慢'] },
+        },
+        required: ['rate'],
+      },
+    },
+  },
+  {
+    type: 'function',
+    function: {
+      name: 'plot',
+      description: 'Plots points.',
+      parameters: {
+        type: 'object',
+        properties: {
+          points: { type: 'array', items: { type: 'object', properties: { x: { type: 'number' }, y: { type: 'number' } } } },
+          scale: { type: 'number', enum: [0.5, 1, 2.25, 1e-7] },
+        },
+      },
+    },
+  },
 ];
 
 /** The hand-written conversations, then `n` generated ones (seeded: the same corpus on every run). */
@@ -93,9 +121,23 @@ export function corpus(n = 200): Conversation[] {
     // Some conversations with the numeric tools; some with arguments as objects, not JSON strings.
     const tools = seed % 4 === 0 ? [...g.tools, NUMERIC_TOOLS[seed % 8 === 0 ? 0 : 1]!] : g.tools;
     const asObjects = seed % 5 === 2;
-    const messages = g.messages.map((m) => (m.tool_calls && asObjects ? { ...m, tool_calls: m.tool_calls.map((c) => ({ ...c, function: { ...c.function, arguments: JSON.parse(c.function.arguments as string) as Record<string, unknown> } })) } : m));
+    const messages = g.messages.map((m) =>
+      m.tool_calls && asObjects
+        ? {
+            ...m,
+            tool_calls: m.tool_calls.map((c) => ({
+              ...c,
+              function: { ...c.function, arguments: JSON.parse(c.function.arguments as string) as Record<string, unknown> },
+            })),
+          }
+        : m,
+    );
     if (seed % 7 === 3) messages.push({ role: 'user', content: `Follow-up ${Math.floor(r() * 100)}: and ${pool[seed % pool.length]!.function.name}?` });
-    out.push({ name: `generated ${seed} (${o.parallel ? 'parallel' : 'single'} calls${o.reasoning ? ', reasoning' : ''}${asObjects ? ', object arguments' : ''})`, messages, tools });
+    out.push({
+      name: `generated ${seed} (${o.parallel ? 'parallel' : 'single'} calls${o.reasoning ? ', reasoning' : ''}${asObjects ? ', object arguments' : ''})`,
+      messages,
+      tools,
+    });
   }
   return out;
 }
@@ -134,7 +176,11 @@ export function runParity(vs: Variant[], all: ParityCase[], timing: { ours?: num
     if (!tok) toks.set(v.tokenizerDir, (tok = HfTokenizer.load(v.tokenizerDir)));
     let r = renderers.get(v.name);
     if (!r) {
-      r = new ChatTemplateRenderer(v.template, { ...(tok.bosToken !== undefined ? { bosToken: tok.bosToken } : {}), ...(tok.eosToken !== undefined ? { eosToken: tok.eosToken } : {}), ...(v.context ? { context: v.context } : {}) });
+      r = new ChatTemplateRenderer(v.template, {
+        ...(tok.bosToken !== undefined ? { bosToken: tok.bosToken } : {}),
+        ...(tok.eosToken !== undefined ? { eosToken: tok.eosToken } : {}),
+        ...(v.context ? { context: v.context } : {}),
+      });
       renderers.set(v.name, r);
     }
     try {
@@ -151,16 +197,29 @@ export function runParity(vs: Variant[], all: ParityCase[], timing: { ours?: num
   const dir = mkdtempSync(join(tmpdir(), 'mcp-gym-parity-'));
   const lines = all.map((c) => {
     const v = byName.get(c.variant)!;
-    return JSON.stringify({ id: c.id, tokenizer: v.tokenizerDir, template: v.template, messages: renderers.get(v.name)!.prepareMessages(c.messages), tools: c.tools ?? null, add_generation_prompt: c.addGenerationPrompt, context: v.context ?? {} });
+    return JSON.stringify({
+      id: c.id,
+      tokenizer: v.tokenizerDir,
+      template: v.template,
+      messages: renderers.get(v.name)!.prepareMessages(c.messages),
+      tools: c.tools ?? null,
+      add_generation_prompt: c.addGenerationPrompt,
+      context: v.context ?? {},
+    });
   });
   writeFileSync(join(dir, 'cases.jsonl'), lines.join('\n') + '\n');
   const t1 = performance.now();
   python(['render', '--cases', join(dir, 'cases.jsonl'), '--out', join(dir, 'ref.jsonl')]);
   timing.reference = (performance.now() - t1) / 1000;
-  const refs = new Map(readFileSync(join(dir, 'ref.jsonl'), 'utf8').trim().split('\n').map((l) => {
-    const r = JSON.parse(l) as { id: string; text?: string; ids?: number[]; error?: string };
-    return [r.id, r];
-  }));
+  const refs = new Map(
+    readFileSync(join(dir, 'ref.jsonl'), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => {
+        const r = JSON.parse(l) as { id: string; text?: string; ids?: number[]; error?: string };
+        return [r.id, r];
+      }),
+  );
   return all.map((c, i) => {
     const o = ours[i]!;
     const ref = refs.get(c.id)!;
@@ -178,7 +237,13 @@ export function runParity(vs: Variant[], all: ParityCase[], timing: { ours?: num
     if (a.length !== b.length || a.some((x, k) => x !== b[k])) {
       let k = 0;
       while (k < a.length && a[k] === b[k]) k++;
-      return { case: c, ours: o, ref, equal: false, diff: `equal strings, token ids differ at ${k}: ours ${JSON.stringify(a.slice(k, k + 6))}, transformers ${JSON.stringify(b.slice(k, k + 6))}` };
+      return {
+        case: c,
+        ours: o,
+        ref,
+        equal: false,
+        diff: `equal strings, token ids differ at ${k}: ours ${JSON.stringify(a.slice(k, k + 6))}, transformers ${JSON.stringify(b.slice(k, k + 6))}`,
+      };
     }
     return { case: c, ours: o, ref, equal: true };
   });

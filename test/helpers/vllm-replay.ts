@@ -136,13 +136,29 @@ export async function startVllmReplay(o: VllmReplayOptions): Promise<VllmReplay>
     root,
     parent,
     ...(parent === null ? { max_model_len: maxModelLen } : {}),
-    permission: [{ id: `modelperm-${id}`, object: 'model_permission', created, allow_create_engine: false, allow_sampling: true, allow_logprobs: true, allow_search_indices: false, allow_view: true, allow_fine_tuning: false, organization: '*', group: null, is_blocking: false }],
+    permission: [
+      {
+        id: `modelperm-${id}`,
+        object: 'model_permission',
+        created,
+        allow_create_engine: false,
+        allow_sampling: true,
+        allow_logprobs: true,
+        allow_search_indices: false,
+        allow_view: true,
+        allow_fine_tuning: false,
+        organization: '*',
+        group: null,
+        is_blocking: false,
+      },
+    ],
   });
 
   const loadAdapter = (body: Record<string, unknown>): string => {
     const name = body.lora_name;
     const path = body.lora_path;
-    if (typeof name !== 'string' || !name || typeof path !== 'string' || !path) throw new HttpError(400, 'InvalidUserInput', "Both 'lora_name' and 'lora_path' must be provided.");
+    if (typeof name !== 'string' || !name || typeof path !== 'string' || !path)
+      throw new HttpError(400, 'InvalidUserInput', "Both 'lora_name' and 'lora_path' must be provided.");
     if (adapters.has(name)) throw new HttpError(400, 'InvalidUserInput', `The lora adapter '${name}' has already been loaded.`);
     const cfgFile = join(path, 'adapter_config.json');
     const weights = join(path, 'adapter_model.safetensors');
@@ -157,7 +173,8 @@ export async function startVllmReplay(o: VllmReplayOptions): Promise<VllmReplay>
     }
     const r = Number(config.r);
     if (!(r > 0)) throw new HttpError(400, 'BadRequestError', `Loading lora ${name} failed: adapter_config.json has no rank r`);
-    if (r > maxLoraRank) throw new HttpError(400, 'BadRequestError', `Loading lora ${name} failed: LoRA rank ${r} is greater than max_lora_rank ${maxLoraRank}.`);
+    if (r > maxLoraRank)
+      throw new HttpError(400, 'BadRequestError', `Loading lora ${name} failed: LoRA rank ${r} is greater than max_lora_rank ${maxLoraRank}.`);
     adapters.set(name, path);
     loads.push({ name, path, config, tensors, sha256: createHash('sha256').update(readFileSync(weights)).digest('hex'), afterCompletions: completions.length });
     return `Success: LoRA adapter '${name}' added successfully.`;
@@ -173,13 +190,21 @@ export async function startVllmReplay(o: VllmReplayOptions): Promise<VllmReplay>
   };
 
   /** The canned turn: its text (without the end token), and the message vLLM's tool parser would return. */
-  const cannedTurn = (messages: ChatMessage[], tools: ToolSpec[], seed: number): { text: string; content: string | null; call?: { name: string; arguments: string } } => {
+  const cannedTurn = (
+    messages: ChatMessage[],
+    tools: ToolSpec[],
+    seed: number,
+  ): { text: string; content: string | null; call?: { name: string; arguments: string } } => {
     const last = messages[messages.length - 1];
     const tool = tools.find((t) => /(^|_)evaluate$/.test(t.function.name)) ?? tools[0];
     if (last?.role === 'user' && tool) {
       const m = /compute (.+?)\.(?:\s|$)/.exec(last.content ?? '');
       const args = JSON.stringify({ expression: m?.[1] ?? '1 + 1' }).replace(/^\{"expression":/, '{"expression": ');
-      return { text: `<tool_call>\n{"name": "${tool.function.name}", "arguments": ${args}}\n</tool_call>`, content: null, call: { name: tool.function.name, arguments: args } };
+      return {
+        text: `<tool_call>\n{"name": "${tool.function.name}", "arguments": ${args}}\n</tool_call>`,
+        content: null,
+        call: { name: tool.function.name, arguments: args },
+      };
     }
     if (last?.role === 'tool') {
       const result = (last.content ?? '').trim();
@@ -191,7 +216,8 @@ export async function startVllmReplay(o: VllmReplayOptions): Promise<VllmReplay>
 
   const chat = (body: Record<string, unknown>) => {
     const model = body.model;
-    if (typeof model !== 'string' || (model !== o.servedName && !adapters.has(model))) throw new HttpError(404, 'NotFoundError', `The model \`${String(model)}\` does not exist.`);
+    if (typeof model !== 'string' || (model !== o.servedName && !adapters.has(model)))
+      throw new HttpError(404, 'NotFoundError', `The model \`${String(model)}\` does not exist.`);
     if (!Array.isArray(body.messages) || body.messages.length === 0) throw new HttpError(400, 'BadRequestError', "'messages' must be a non-empty list");
     if (body.stream) throw new HttpError(400, 'BadRequestError', 'vllm-replay: streaming is not implemented');
     if (body.n !== undefined && body.n !== 1) throw new HttpError(400, 'BadRequestError', 'vllm-replay: n must be 1');
@@ -200,13 +226,22 @@ export async function startVllmReplay(o: VllmReplayOptions): Promise<VllmReplay>
     const prompt = tokenizer.encode(renderer.render(messages, { tools, addGenerationPrompt: true }));
     const maxTokens = Number(body.max_completion_tokens ?? body.max_tokens ?? maxModelLen - prompt.length);
     if (prompt.length + Math.min(maxTokens, 1) > maxModelLen) {
-      throw new HttpError(400, 'BadRequestError', `This model's maximum context length is ${maxModelLen} tokens. However, your request has ${prompt.length} input tokens. Please reduce the length of the input messages.`);
+      throw new HttpError(
+        400,
+        'BadRequestError',
+        `This model's maximum context length is ${maxModelLen} tokens. However, your request has ${prompt.length} input tokens. Please reduce the length of the input messages.`,
+      );
     }
     const seed = typeof body.seed === 'number' ? body.seed : 0;
     const turn = cannedTurn(messages, tools, seed);
     let ids = [...tokenizer.encode(turn.text), imEnd];
     let finish = turn.call ? 'tool_calls' : 'stop';
-    let message: Record<string, unknown> = { role: 'assistant', content: turn.content, tool_calls: turn.call ? [{ id: `chatcmpl-tool-${(nextId++).toString(16).padStart(8, '0')}`, type: 'function', function: turn.call }] : [], reasoning_content: null };
+    let message: Record<string, unknown> = {
+      role: 'assistant',
+      content: turn.content,
+      tool_calls: turn.call ? [{ id: `chatcmpl-tool-${(nextId++).toString(16).padStart(8, '0')}`, type: 'function', function: turn.call }] : [],
+      reasoning_content: null,
+    };
     const budget = Math.min(maxTokens, maxModelLen - prompt.length);
     if (ids.length > budget) {
       ids = ids.slice(0, Math.max(0, budget));
@@ -214,9 +249,25 @@ export async function startVllmReplay(o: VllmReplayOptions): Promise<VllmReplay>
       message = { role: 'assistant', content: tokenizer.decode(ids, { skipSpecialTokens: true }), tool_calls: [], reasoning_content: null };
     }
     const asIds = body.return_tokens_as_token_ids === true;
-    const logprobs = body.logprobs === true ? { content: ids.map((id) => ({ token: asIds ? `token_id:${id}` : tokenizer.decode([id]), logprob, bytes: [...Buffer.from(tokenizer.decode([id]), 'utf8')], top_logprobs: [] })) } : null;
+    const logprobs =
+      body.logprobs === true
+        ? {
+            content: ids.map((id) => ({
+              token: asIds ? `token_id:${id}` : tokenizer.decode([id]),
+              logprob,
+              bytes: [...Buffer.from(tokenizer.decode([id]), 'utf8')],
+              top_logprobs: [],
+            })),
+          }
+        : null;
     const withIds = body.return_token_ids === true;
-    completions.push({ model, ...(typeof body.seed === 'number' ? { seed: body.seed } : {}), messages: messages.length, promptTokens: prompt.length, completionTokens: ids.length });
+    completions.push({
+      model,
+      ...(typeof body.seed === 'number' ? { seed: body.seed } : {}),
+      messages: messages.length,
+      promptTokens: prompt.length,
+      completionTokens: ids.length,
+    });
     return {
       id: `chatcmpl-${(nextId++).toString(16).padStart(12, '0')}`,
       object: 'chat.completion',
@@ -244,7 +295,8 @@ export async function startVllmReplay(o: VllmReplayOptions): Promise<VllmReplay>
 
   const handle = async (req: IncomingMessage, res: ServerResponse) => {
     const path = new URL(req.url ?? '/', 'http://x').pathname;
-    const record = (status: number) => requests.push({ method: req.method ?? '', path, status, ...(req.headers.authorization ? { authorization: req.headers.authorization } : {}) });
+    const record = (status: number) =>
+      requests.push({ method: req.method ?? '', path, status, ...(req.headers.authorization ? { authorization: req.headers.authorization } : {}) });
     const chunks: Buffer[] = [];
     for await (const c of req) chunks.push(c as Buffer);
     try {

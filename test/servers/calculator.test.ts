@@ -1,7 +1,17 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client } from '@modelcontextprotocol/client';
 import { InMemoryTransport } from '@modelcontextprotocol/server';
-import { evaluateExpression, MathError, MAX_DEPTH, MAX_EXPRESSION_LENGTH, parseExpression, parseNumber, Rational, toDecimal, type ExprNode } from '../../lib/index.ts';
+import {
+  evaluateExpression,
+  MathError,
+  MAX_DEPTH,
+  MAX_EXPRESSION_LENGTH,
+  parseExpression,
+  parseNumber,
+  Rational,
+  toDecimal,
+  type ExprNode,
+} from '../../lib/index.ts';
 import { EPISODE_META_KEY, serverFactory } from '../../servers/common.ts';
 import { calculatorServer } from '../../servers/calculator.ts';
 
@@ -131,7 +141,13 @@ describe('parseExpression', () => {
 
   it('records the position of every operator and number', () => {
     const tree = parseExpression('12 + 3 * 4');
-    expect(tree).toMatchObject({ type: 'binary', op: '+', pos: 3, left: { pos: 0 }, right: { type: 'binary', op: '*', pos: 7, left: { pos: 5 }, right: { pos: 9 } } });
+    expect(tree).toMatchObject({
+      type: 'binary',
+      op: '+',
+      pos: 3,
+      left: { pos: 0 },
+      right: { type: 'binary', op: '*', pos: 7, left: { pos: 5 }, right: { pos: 9 } },
+    });
   });
 
   it('reports syntax errors with their position and the expression', () => {
@@ -155,7 +171,9 @@ describe('parseExpression', () => {
   });
 
   it('reports unknown functions and names, missing parentheses and wrong argument counts', () => {
-    expect(errorOf(() => parseExpression('1 + foo(2)'))).toMatch(/^Unknown function 'foo' at position 4 in "1 \+ foo\(2\)": available functions are abs, ceil, floor, gcd, lcm, max, min, round, sqrt$/);
+    expect(errorOf(() => parseExpression('1 + foo(2)'))).toMatch(
+      /^Unknown function 'foo' at position 4 in "1 \+ foo\(2\)": available functions are abs, ceil, floor, gcd, lcm, max, min, round, sqrt$/,
+    );
     expect(errorOf(() => parseExpression('2 * pi'))).toMatch(/^Unknown name 'pi' at position 4 .*no variables or constants/);
     expect(errorOf(() => parseExpression('sqrt 4'))).toMatch(/^Function 'sqrt' needs its arguments in parentheses at position 0/);
     expect(errorOf(() => parseExpression('abs(1, 2)'))).toMatch(/^Wrong number of arguments for abs at position 0 .*exactly 1 argument, got 2/);
@@ -165,10 +183,22 @@ describe('parseExpression', () => {
   it('caps the length and the nesting depth', () => {
     const deep = (n: number) => '('.repeat(n) + '1' + ')'.repeat(n);
     expect(show(parseExpression(deep(MAX_DEPTH)))).toBe('1');
-    expect(errorOf(() => parseExpression(deep(MAX_DEPTH + 1)))).toMatch(new RegExp(`^Expression nested too deeply at position ${MAX_DEPTH} in "…\\(+1\\)+…": at most ${MAX_DEPTH} levels`));
+    expect(errorOf(() => parseExpression(deep(MAX_DEPTH + 1)))).toMatch(
+      new RegExp(`^Expression nested too deeply at position ${MAX_DEPTH} in "…\\(+1\\)+…": at most ${MAX_DEPTH} levels`),
+    );
     expect(errorOf(() => parseExpression('-'.repeat(5000) + '1'))).toMatch(/^Expression nested too deeply/);
-    expect(errorOf(() => parseExpression(Array(MAX_DEPTH + 2).fill('2').join('^')))).toMatch(/^Expression nested too deeply/);
-    expect(errorOf(() => parseExpression('1'.repeat(MAX_EXPRESSION_LENGTH + 1)))).toBe(`Expression too long: ${MAX_EXPRESSION_LENGTH + 1} characters, at most ${MAX_EXPRESSION_LENGTH} are allowed`);
+    expect(
+      errorOf(() =>
+        parseExpression(
+          Array(MAX_DEPTH + 2)
+            .fill('2')
+            .join('^'),
+        ),
+      ),
+    ).toMatch(/^Expression nested too deeply/);
+    expect(errorOf(() => parseExpression('1'.repeat(MAX_EXPRESSION_LENGTH + 1)))).toBe(
+      `Expression too long: ${MAX_EXPRESSION_LENGTH + 1} characters, at most ${MAX_EXPRESSION_LENGTH} are allowed`,
+    );
   });
 
   it('handles long flat expressions without deep recursion', () => {
@@ -182,7 +212,9 @@ describe('evaluateExpression', () => {
   it('computes big integers exactly', () => {
     expect(calc('2^200')).toBe((2n ** 200n).toString());
     expect(calc('2^200 - 1')).toBe('1606938044258990275541962092341162602522202993782792835301375');
-    expect(calc('123456789012345678901234567890 * 987654321098765432109876543210')).toBe((123456789012345678901234567890n * 987654321098765432109876543210n).toString());
+    expect(calc('123456789012345678901234567890 * 987654321098765432109876543210')).toBe(
+      (123456789012345678901234567890n * 987654321098765432109876543210n).toString(),
+    );
     expect(calc('-(10^30) / 10^28')).toBe('-100');
   });
 
@@ -215,7 +247,7 @@ describe('evaluateExpression', () => {
     expect(calc('7 % 3')).toBe('1');
     expect(calc('-7 % 3')).toBe('2');
     expect(calc('7 % -3')).toBe('-2');
-    expect(calc('2^100 % 7')).toBe(((2n ** 100n) % 7n).toString());
+    expect(calc('2^100 % 7')).toBe((2n ** 100n % 7n).toString());
     expect(errorOf(() => calc('1.5 % 1'))).toMatch(/^Modulo '%' needs integers at position 4/);
   });
 
@@ -321,7 +353,14 @@ describe('calculator server over MCP', () => {
       expect(tool.description, tool.name).toBeTruthy();
       expect(tool.inputSchema.type, tool.name).toBe('object');
       expect(tool.outputSchema?.type, tool.name).toBe('object');
-      expect(Object.keys(tool.outputSchema?.properties ?? {}).sort(), tool.name).toEqual(['decimal', 'denominator', 'expression', 'is_integer', 'numerator', 'value']);
+      expect(Object.keys(tool.outputSchema?.properties ?? {}).sort(), tool.name).toEqual([
+        'decimal',
+        'denominator',
+        'expression',
+        'is_integer',
+        'numerator',
+        'value',
+      ]);
       expect(tool.annotations?.readOnlyHint, tool.name).toBe(true);
     }
     const byName = new Map(tools.map((t) => [t.name, t]));
@@ -334,7 +373,14 @@ describe('calculator server over MCP', () => {
   });
 
   it('evaluate returns the exact value, its parts and a decimal as structuredContent', async () => {
-    expect(await ok('evaluate', { expression: '1/3 + 1/6' })).toEqual({ expression: '1/3 + 1/6', value: '1/2', numerator: '1', denominator: '2', is_integer: false, decimal: '0.5' });
+    expect(await ok('evaluate', { expression: '1/3 + 1/6' })).toEqual({
+      expression: '1/3 + 1/6',
+      value: '1/2',
+      numerator: '1',
+      denominator: '2',
+      is_integer: false,
+      decimal: '0.5',
+    });
     expect(await ok('evaluate', { expression: '2^200' })).toEqual({
       expression: '2^200',
       value: (2n ** 200n).toString(),
@@ -343,7 +389,12 @@ describe('calculator server over MCP', () => {
       is_integer: true,
       decimal: '1.6069380442589902755e+60',
     });
-    expect(await ok('evaluate', { expression: '-22/7' })).toMatchObject({ value: '-22/7', numerator: '-22', denominator: '7', decimal: '-3.1428571428571428571' });
+    expect(await ok('evaluate', { expression: '-22/7' })).toMatchObject({
+      value: '-22/7',
+      numerator: '-22',
+      denominator: '7',
+      decimal: '-3.1428571428571428571',
+    });
     expect(await ok('evaluate', { expression: '1.25 * 4 + sqrt(9/4)' })).toMatchObject({ value: '13/2', decimal: '6.5' });
   });
 
@@ -353,12 +404,21 @@ describe('calculator server over MCP', () => {
     expect(await fails('evaluate', { expression: 'foo(1)' })).toMatch(/^Unknown function 'foo'/);
     expect(await fails('evaluate', { expression: '(1 + 2' })).toMatch(/^Mismatched parenthesis/);
     expect(await fails('evaluate', { expression: '9^9^9' })).toMatch(/^Exponent too large/);
-    expect(await fails('evaluate', { expression: '1'.repeat(MAX_EXPRESSION_LENGTH + 1) })).toContain(`expression must be at most ${MAX_EXPRESSION_LENGTH} characters`);
+    expect(await fails('evaluate', { expression: '1'.repeat(MAX_EXPRESSION_LENGTH + 1) })).toContain(
+      `expression must be at most ${MAX_EXPRESSION_LENGTH} characters`,
+    );
     expect(await fails('evaluate', {})).toMatch(/expression/);
   });
 
   it('add, subtract, multiply and divide take numbers as strings', async () => {
-    expect(await ok('add', { a: '1/3', b: '1/6' })).toEqual({ expression: '(1/3) + (1/6)', value: '1/2', numerator: '1', denominator: '2', is_integer: false, decimal: '0.5' });
+    expect(await ok('add', { a: '1/3', b: '1/6' })).toEqual({
+      expression: '(1/3) + (1/6)',
+      value: '1/2',
+      numerator: '1',
+      denominator: '2',
+      is_integer: false,
+      decimal: '0.5',
+    });
     expect(await ok('subtract', { a: '123', b: '-4.5' })).toMatchObject({ expression: '123 - (-4.5)', value: '255/2', decimal: '127.5' });
     const big = '123456789012345678901234567890';
     expect(await ok('multiply', { a: big, b: big })).toMatchObject({ value: (123456789012345678901234567890n ** 2n).toString(), is_integer: true });

@@ -60,7 +60,9 @@ async function fail(name: string, args: Record<string, unknown>, episode = 'e1')
 /** The sandbox directory of an episode, found by the marker file written into it. */
 async function episodeDir(episode: string): Promise<string> {
   await ok('write_file', { path: 'marker.txt', content: episode }, episode);
-  const dirs = readdirSync(dataDir).filter((d) => existsSync(join(dataDir, d, 'marker.txt')) && readFileSync(join(dataDir, d, 'marker.txt'), 'utf8') === episode);
+  const dirs = readdirSync(dataDir).filter(
+    (d) => existsSync(join(dataDir, d, 'marker.txt')) && readFileSync(join(dataDir, d, 'marker.txt'), 'utf8') === episode,
+  );
   expect(dirs).toHaveLength(1);
   return join(dataDir, dirs[0] ?? '');
 }
@@ -198,7 +200,9 @@ describe('files server', () => {
   it('ends a search whose regular expression backtracks catastrophically, and goes on', async () => {
     await ok('write_file', { path: 'evil.txt', content: `${'a'.repeat(30_000)}!\n` });
     const t0 = Date.now();
-    expect(await fail('search', { query: '(a+)+$', regex: true })).toMatch(/^search: the search took longer than 5,000 ms \(the pattern may backtrack catastrophically/);
+    expect(await fail('search', { query: '(a+)+$', regex: true })).toMatch(
+      /^search: the search took longer than 5,000 ms \(the pattern may backtrack catastrophically/,
+    );
     expect(Date.now() - t0).toBeLessThan(9500);
     // File names are matched in the worker too.
     await ok('write_file', { path: `${'a'.repeat(60)}!`, content: '' });

@@ -9,15 +9,24 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { bundledServer, serveOverHttp, type HttpServing } from '../../servers/index.ts';
 import { CLI, ROOT } from '../helpers.ts';
 
-const INITIALIZE = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 't', version: '1' } } });
+const INITIALIZE = JSON.stringify({
+  jsonrpc: '2.0',
+  id: 1,
+  method: 'initialize',
+  params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 't', version: '1' } },
+});
 
 /** The HTTP status of an MCP initialize request to `url` with these headers. */
 function status(url: string, headers: Record<string, string> = {}): Promise<number> {
   return new Promise<number>((resolve, reject) => {
-    const req = httpRequest(url, { method: 'POST', headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', ...headers } }, (res) => {
-      res.resume();
-      resolve(res.statusCode ?? 0);
-    });
+    const req = httpRequest(
+      url,
+      { method: 'POST', headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', ...headers } },
+      (res) => {
+        res.resume();
+        resolve(res.statusCode ?? 0);
+      },
+    );
     req.on('error', reject);
     req.end(INITIALIZE);
   });
@@ -66,9 +75,20 @@ describe('serveOverHttp: allowedHosts', () => {
 
   it('accepts the given names (any case, any port, IPv6 with or without brackets, IDN) beside localhost names', async () => {
     const port = serving.port;
-    const accepted = [`gym.example:${port}`, 'gym.example', `GYM.Example:${port}`, `box.lan:${port}`, `[fd00::7]:${port}`, `xn--bcher-kva.example:${port}`, `localhost:${port}`, `127.0.0.1:${port}`, `[::1]:${port}`];
+    const accepted = [
+      `gym.example:${port}`,
+      'gym.example',
+      `GYM.Example:${port}`,
+      `box.lan:${port}`,
+      `[fd00::7]:${port}`,
+      `xn--bcher-kva.example:${port}`,
+      `localhost:${port}`,
+      `127.0.0.1:${port}`,
+      `[::1]:${port}`,
+    ];
     for (const host of accepted) expect(await status(serving.url, { host }), host).toBe(200);
-    for (const host of [`evil.example:${port}`, `gym.example.evil.example:${port}`, `[fd00::8]:${port}`]) expect(await status(serving.url, { host }), host).toBe(403);
+    for (const host of [`evil.example:${port}`, `gym.example.evil.example:${port}`, `[fd00::8]:${port}`])
+      expect(await status(serving.url, { host }), host).toBe(403);
     expect(await status(serving.url, { origin: 'http://gym.example:8080' })).toBe(200);
     expect(await status(serving.url, { origin: 'https://box.lan' })).toBe(200);
     expect(await status(serving.url, { origin: 'http://evil.example' })).toBe(403);
@@ -128,7 +148,9 @@ describe('mcp-gym serve --http (the compiled CLI)', () => {
     expect(env.stderr).toMatch(/^mcp-gym: MCP_GYM_TOKEN is empty: .*\(unset MCP_GYM_TOKEN to serve without a token\)/);
     // A flag given empty is refused even when the environment holds a token.
     expect((await serve(['calculator', '--http', '--port', '0', '--token', ''], { MCP_GYM_TOKEN: 'fine' })).code).toBe(2);
-    expect((await serve(['calculator', '--http', '--port', '0', '--token', ' padded'], { MCP_GYM_TOKEN: undefined })).stderr).toMatch(/--token begins or ends with whitespace/);
+    expect((await serve(['calculator', '--http', '--port', '0', '--token', ' padded'], { MCP_GYM_TOKEN: undefined })).stderr).toMatch(
+      /--token begins or ends with whitespace/,
+    );
   });
 
   it('accepts the bearer scheme in any case, with the token from --token or MCP_GYM_TOKEN', async () => {
@@ -143,11 +165,14 @@ describe('mcp-gym serve --http (the compiled CLI)', () => {
   });
 
   it('--allowed-host (repeatable, or comma-separated) adds names accepted in the Host header', async () => {
-    const { url, stderr } = await serve(['calculator', '--http', '--port', '0', '--allowed-host', 'gym.example, box.lan', '--allowed-host', 'other.test'], { MCP_GYM_TOKEN: undefined });
+    const { url, stderr } = await serve(['calculator', '--http', '--port', '0', '--allowed-host', 'gym.example, box.lan', '--allowed-host', 'other.test'], {
+      MCP_GYM_TOKEN: undefined,
+    });
     expect(url, stderr).toBeDefined();
     expect(stderr).toMatch(/also accepting Host gym\.example, box\.lan, other\.test/);
     const port = new URL(url!).port;
-    for (const host of [`gym.example:${port}`, `box.lan:${port}`, `other.test:${port}`, `localhost:${port}`]) expect(await status(url!, { host }), host).toBe(200);
+    for (const host of [`gym.example:${port}`, `box.lan:${port}`, `other.test:${port}`, `localhost:${port}`])
+      expect(await status(url!, { host }), host).toBe(200);
     expect(await status(url!, { host: `evil.test:${port}` })).toBe(403);
     // Without the flag, the same name is refused.
     const plain = await serve(['calculator', '--http', '--port', '0'], { MCP_GYM_TOKEN: undefined });

@@ -80,7 +80,13 @@ describe('sql server', () => {
   it('describes the schema: tables, columns, keys, references and row counts', async () => {
     const r = await call('describe_schema', {});
     expect(r.isError).toBeFalsy();
-    const { tables } = r.structuredContent as { tables: { name: string; columns: { name: string; type: string; primary_key: boolean; references?: { table: string; column: string } }[]; row_count: number }[] };
+    const { tables } = r.structuredContent as {
+      tables: {
+        name: string;
+        columns: { name: string; type: string; primary_key: boolean; references?: { table: string; column: string } }[];
+        row_count: number;
+      }[];
+    };
     expect(tables.map((t) => t.name)).toEqual(TABLES);
     const byName = Object.fromEntries(tables.map((t) => [t.name, t]));
     expect(byName.customers!.columns).toEqual([
@@ -125,7 +131,12 @@ describe('sql server', () => {
 
     // The same figures, computed in JavaScript from the rows of the same database file.
     const db = new Database(dbFile, { readonly: true });
-    const products = new Map(db.prepare('SELECT id, category, price_cents FROM products').all().map((p) => [(p as { id: number }).id, p as { category: string; price_cents: number }]));
+    const products = new Map(
+      db
+        .prepare('SELECT id, category, price_cents FROM products')
+        .all()
+        .map((p) => [(p as { id: number }).id, p as { category: string; price_cents: number }]),
+    );
     const delivered = new Set(db.prepare("SELECT id FROM orders WHERE status = 'delivered'").pluck().all() as number[]);
     const items = db.prepare('SELECT order_id, product_id, quantity FROM order_items').all() as { order_id: number; product_id: number; quantity: number }[];
     db.close();
@@ -174,7 +185,9 @@ describe('sql server', () => {
     expect(text(insert)).toBe(`${REFUSED} a write statement`);
 
     expect(dump(dbFile)).toEqual(before);
-    expect((await query('SELECT (SELECT count(*) FROM orders), (SELECT count(*) FROM order_items), (SELECT count(*) FROM customers)')).rows).toEqual([[300, before.order_items!.length, 50]]);
+    expect((await query('SELECT (SELECT count(*) FROM orders), (SELECT count(*) FROM order_items), (SELECT count(*) FROM customers)')).rows).toEqual([
+      [300, before.order_items!.length, 50],
+    ]);
     expect((await query('PRAGMA query_only')).rows).toEqual([[1]]);
     expect((await query('PRAGMA database_list')).rows.map((r) => r[1])).toEqual(['main']);
     // Reading PRAGMAs (bare, or introspection with an argument) is allowed, and a trailing semicolon is fine.
@@ -226,12 +239,17 @@ describe('sql server', () => {
     expect(all.row_count).toBe(items);
     expect(all.truncated).toBe(false);
 
-    const tooMany = await call('query', { sql: 'SELECT 1', limit: 1001 }).catch((err: Error) => ({ isError: true, content: [{ type: 'text' as const, text: err.message }] }));
+    const tooMany = await call('query', { sql: 'SELECT 1', limit: 1001 }).catch((err: Error) => ({
+      isError: true,
+      content: [{ type: 'text' as const, text: err.message }],
+    }));
     expect(tooMany.isError).toBe(true);
   });
 
   it('returns every SQLite value as JSON', async () => {
-    const out = await query("SELECT NULL, 42, 1.5, 'text', 9223372036854775807, x'00FF', 1e999, length(printf('%.5000c', 'x')) AS n, printf('%.5000c', 'y') AS long");
+    const out = await query(
+      "SELECT NULL, 42, 1.5, 'text', 9223372036854775807, x'00FF', 1e999, length(printf('%.5000c', 'x')) AS n, printf('%.5000c', 'y') AS long",
+    );
     expect(out.rows[0]!.slice(0, 8)).toEqual([null, 42, 1.5, 'text', '9223372036854775807', "X'00FF'", 'Inf', 5000]);
     expect(out.rows[0]![8]).toMatch(/^y{2000}… \(3000 more characters\)$/);
   });
@@ -297,11 +315,12 @@ describe('sql server under load', () => {
     const call = (sql: string) => client.callTool({ name: 'query', arguments: { sql } });
     let closed: Promise<void> | undefined;
     /** Closes the backend (which answers the queries still running), then the client. */
-    const close = () => (closed ??= (async () => {
-      await served.backend.close();
-      await sleep(50);
-      await client.close();
-    })());
+    const close = () =>
+      (closed ??= (async () => {
+        await served.backend.close();
+        await sleep(50);
+        await client.close();
+      })());
     return { call, stats, close };
   }
   /** The latency of a trivial query, in ms, checking its answer. */

@@ -136,7 +136,9 @@ describe('stdio transport', () => {
   });
 
   it('a server that cannot start is a clear error', async () => {
-    await expect(ToolClient.connect({ transport: 'stdio', command: 'definitely-not-a-command-xyz' })).rejects.toThrow(/Cannot connect to stdio server 'definitely-not-a-command-xyz'/);
+    await expect(ToolClient.connect({ transport: 'stdio', command: 'definitely-not-a-command-xyz' })).rejects.toThrow(
+      /Cannot connect to stdio server 'definitely-not-a-command-xyz'/,
+    );
     await expect(
       ToolClient.connect({ transport: 'stdio', command: process.execPath, args: ['-e', 'console.error("boom: bad config"); process.exit(3)'] }),
     ).rejects.toThrow(/exited with code 3; its stderr ends with: boom: bad config/);
@@ -177,10 +179,17 @@ describe('streamable HTTP transport', () => {
     expect(serving.url).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/mcp$/);
     const status = (headers: Record<string, string>) =>
       new Promise<number>((resolve, reject) => {
-        const req = httpRequest(serving.url, { method: 'POST', headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', authorization: 'Bearer s3cret', ...headers } }, (res) => {
-          res.resume();
-          resolve(res.statusCode ?? 0);
-        });
+        const req = httpRequest(
+          serving.url,
+          {
+            method: 'POST',
+            headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', authorization: 'Bearer s3cret', ...headers },
+          },
+          (res) => {
+            res.resume();
+            resolve(res.statusCode ?? 0);
+          },
+        );
         req.on('error', reject);
         req.end(JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'ping' }));
       });

@@ -44,7 +44,11 @@ async function cpuOver(ms: number): Promise<number> {
 async function check(client: ToolClient): Promise<void> {
   expect((await client.call({ name: 'write_file', arguments: { path: 'log.txt', content: LINE } }, { episode: 'e' })).isError).toBe(false);
   const t0 = performance.now();
-  const { value: r, maxDelayMs, ticks } = await withTimer(() => client.call({ name: 'search', arguments: { query: EVIL, regex: true } }, { episode: 'e', timeoutMs: 10_000 }));
+  const {
+    value: r,
+    maxDelayMs,
+    ticks,
+  } = await withTimer(() => client.call({ name: 'search', arguments: { query: EVIL, regex: true } }, { episode: 'e', timeoutMs: 10_000 }));
   const ms = performance.now() - t0;
   expect(r.isError).toBe(true);
   expect(r.errorKind).toBe('tool');

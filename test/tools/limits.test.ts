@@ -77,7 +77,9 @@ describe('results over the size limit, over stdio', () => {
     const r = await client.call({ name: 'flood', arguments: {} }, { timeoutMs: 30_000 });
     expect(Date.now() - t0).toBeLessThan(15_000);
     expect(r).toMatchObject({ isError: true, errorKind: 'too_large' });
-    expect(resultText(r)).toMatch(/result too large: over [\d,]+ bytes \(the rest was not read\), the limit is 10,485,760 bytes\. The server wrote a line that did not end, so it was ended; it will be restarted for the next call\./);
+    expect(resultText(r)).toMatch(
+      /result too large: over [\d,]+ bytes \(the rest was not read\), the limit is 10,485,760 bytes\. The server wrote a line that did not end, so it was ended; it will be restarted for the next call\./,
+    );
     expect(sizes(resultText(r)).size).toBeGreaterThan(8 * 10 * MiB);
     const next = await client.call({ name: 'echo', arguments: { message: 'restarted' } });
     expect(next).toMatchObject({ isError: false });
@@ -196,7 +198,11 @@ describe('the HTTP body limit, at the fetch', () => {
     await new Promise((r) => http.close(r));
   });
   const post = (path: string, limit: number) =>
-    createLinkedFetch({ maxMessageBytes: limit })(base + path, { method: 'POST', body: JSON.stringify({ jsonrpc: '2.0', id: 7, method: 'tools/call', params: {} }), signal: new AbortController().signal });
+    createLinkedFetch({ maxMessageBytes: limit })(base + path, {
+      method: 'POST',
+      body: JSON.stringify({ jsonrpc: '2.0', id: 7, method: 'tools/call', params: {} }),
+      signal: new AbortController().signal,
+    });
 
   it('counts an SSE stream event by event, whatever its line ends and chunks', async () => {
     responses.many = (res) => {
@@ -232,7 +238,11 @@ describe('the HTTP body limit, at the fetch', () => {
     expect(events[0]).toBe('event: message\ndata: {"small":1}');
     expect(events.at(-1)).toMatch(/^event: message\ndata: /);
     const answer = JSON.parse(events.at(-1)!.replace(/^event: message\ndata: /, ''));
-    expect(answer).toMatchObject({ jsonrpc: '2.0', id: 7, error: { message: 'result too large: over 2,000 bytes (the rest was not read), the limit is 2,000 bytes' } });
+    expect(answer).toMatchObject({
+      jsonrpc: '2.0',
+      id: 7,
+      error: { message: 'result too large: over 2,000 bytes (the rest was not read), the limit is 2,000 bytes' },
+    });
     expect(text.length).toBeLessThan(2500);
   });
 
@@ -263,7 +273,9 @@ describe('results over the size limit, in-process', () => {
   it('measures the JSON of the result', async () => {
     const factory = () => {
       const server = new McpServer({ name: 'big', version: '1.0.0' });
-      server.registerTool('big', { inputSchema: z.object({ bytes: z.number().int() }) }, async ({ bytes }) => ({ content: [{ type: 'text', text: 'x'.repeat(bytes) }] }));
+      server.registerTool('big', { inputSchema: z.object({ bytes: z.number().int() }) }, async ({ bytes }) => ({
+        content: [{ type: 'text', text: 'x'.repeat(bytes) }],
+      }));
       return server;
     };
     const client = await ToolClient.connect({ transport: 'inprocess', factory }, { maxResultBytes: 10_000 });
@@ -284,7 +296,9 @@ describe('the stderr of a crashed stdio server', () => {
     const r = await client.call({ name: 'crash', arguments: { filler: 20_000 } });
     expect(r).toMatchObject({ isError: true, errorKind: 'crashed' });
     const text = resultText(r);
-    expect(text).toMatch(/exited with code 1\. Its stderr \(its start and its end, of 20,\d{3} characters\): Error \[ERR_MODULE_NOT_FOUND\]: Cannot find package 'left-pad' imported from \/srv\/app\/server\.js\n/);
+    expect(text).toMatch(
+      /exited with code 1\. Its stderr \(its start and its end, of 20,\d{3} characters\): Error \[ERR_MODULE_NOT_FOUND\]: Cannot find package 'left-pad' imported from \/srv\/app\/server\.js\n/,
+    );
     expect(text).toMatch(/\n\.\.\.\n/);
     expect(text).toMatch(/Node\.js v20 \(the last line\) It will be restarted for the next call\.$/);
     expect(text.length).toBeLessThan(4096 + 400);
@@ -298,7 +312,9 @@ describe('the stderr of a crashed stdio server', () => {
   it('and so does the error of a server that cannot start', async () => {
     const script = `process.stderr.write("Error: Cannot find package 'zod'\\n" + "    at somewhere\\n".repeat(1000)); process.exit(3)`;
     const err = await ToolClient.connect({ transport: 'stdio', command: process.execPath, args: ['-e', script] }).catch((e: Error) => e);
-    expect((err as Error).message).toMatch(/exited with code 3; its stderr \(its start and its end, of 17,033 characters\): Error: Cannot find package 'zod'\n/);
+    expect((err as Error).message).toMatch(
+      /exited with code 3; its stderr \(its start and its end, of 17,033 characters\): Error: Cannot find package 'zod'\n/,
+    );
     expect((err as Error).message).toMatch(/at somewhere$/);
   });
 });

@@ -34,12 +34,23 @@ const MODEL = join(ROOT, 'models', 'calc-tiny');
 const tmp = (name: string) => mkdtempSync(join(tmpdir(), `mcp-gym-surface-${name}-`));
 
 /** The fixture server's stdio spec, with its description and extra tool set through the environment. */
-const fixture = (env: Record<string, string> = {}): StdioSpec => ({ transport: 'stdio', command: process.execPath, args: [FIXTURE], env, restart: true, maxRestartsPerMinute: 5 });
+const fixture = (env: Record<string, string> = {}): StdioSpec => ({
+  transport: 'stdio',
+  command: process.execPath,
+  args: [FIXTURE],
+  env,
+  restart: true,
+  maxRestartsPerMinute: 5,
+});
 
 const evaluate: ToolInfo = {
   name: 'evaluate',
   description: 'Evaluate an expression.',
-  inputSchema: { type: 'object', properties: { expression: { type: 'string', minLength: 1 }, precision: { type: 'integer' } }, required: ['expression', 'precision'] },
+  inputSchema: {
+    type: 'object',
+    properties: { expression: { type: 'string', minLength: 1 }, precision: { type: 'integer' } },
+    required: ['expression', 'precision'],
+  },
   outputSchema: { type: 'object', properties: { value: { type: 'string' } } },
 };
 const echo: ToolInfo = { name: 'echo', description: 'Echo.', inputSchema: { type: 'object', properties: { text: { type: 'string' } } } };
@@ -47,7 +58,12 @@ const echo: ToolInfo = { name: 'echo', description: 'Echo.', inputSchema: { type
 /** A copy of `v` with every object's keys in reverse order. */
 function reverseKeys<T>(v: T): T {
   if (Array.isArray(v)) return v.map(reverseKeys) as T;
-  if (v && typeof v === 'object') return Object.fromEntries(Object.entries(v).reverse().map(([k, x]) => [k, reverseKeys(x)])) as T;
+  if (v && typeof v === 'object')
+    return Object.fromEntries(
+      Object.entries(v)
+        .reverse()
+        .map(([k, x]) => [k, reverseKeys(x)]),
+    ) as T;
   return v;
 }
 
@@ -86,7 +102,11 @@ describe('the tool-surface hash', () => {
 
     const changes: [string, ToolInfo, string][] = [
       ['description', { ...evaluate, description: 'Evaluate an arithmetic expression.' }, 'description'],
-      ['input schema', { ...evaluate, inputSchema: { ...evaluate.inputSchema, properties: { expression: { type: 'string', minLength: 2 }, precision: { type: 'integer' } } } }, 'input_schema'],
+      [
+        'input schema',
+        { ...evaluate, inputSchema: { ...evaluate.inputSchema, properties: { expression: { type: 'string', minLength: 2 }, precision: { type: 'integer' } } } },
+        'input_schema',
+      ],
       ['output schema', { ...evaluate, outputSchema: { type: 'object', properties: { value: { type: 'number' } } } }, 'output_schema'],
       ['no output schema', { ...evaluate, outputSchema: undefined }, 'output_schema'],
     ];
@@ -103,9 +123,19 @@ describe('the tool-surface hash', () => {
   });
 
   it('the comparison names exactly the tools added, removed and changed, and what changed in each', () => {
-    const tool = (name: string, description = `${name}.`, input: Record<string, unknown> = { type: 'object' }): ToolInfo => ({ name, description, inputSchema: input });
+    const tool = (name: string, description = `${name}.`, input: Record<string, unknown> = { type: 'object' }): ToolInfo => ({
+      name,
+      description,
+      inputSchema: input,
+    });
     const was = toolSurface([tool('a'), tool('b'), tool('c'), tool('d'), tool('e')]);
-    const now = toolSurface([tool('e'), tool('a', 'A, reworded.'), tool('c', 'c.', { type: 'object', properties: { x: { type: 'number' } } }), tool('d', 'D!', { type: 'object', properties: {} }), tool('f')]);
+    const now = toolSurface([
+      tool('e'),
+      tool('a', 'A, reworded.'),
+      tool('c', 'c.', { type: 'object', properties: { x: { type: 'number' } } }),
+      tool('d', 'D!', { type: 'object', properties: {} }),
+      tool('f'),
+    ]);
     expect(compareSurfaces(was, now)).toEqual({
       added: ['f'],
       removed: ['b'],
@@ -187,8 +217,15 @@ describe('drift warnings and hashes in the CLI', () => {
     expect(r.code, r.stderr).toBe(0);
     expect(r.stderr).toContain(`mcp-gym: warning: the tools differ from those the model ${model} was trained with`);
     expect(r.stderr).toContain('calc: changed evaluate (description); added sqrt');
-    const out = JSON.parse(readFileSync(join(dir, 'out-drifted', 'eval.json'), 'utf8')) as { tool_surface: Record<string, string[]>; tool_surfaces: { hash: string; servers: Record<string, { hash: string }>; drift: unknown } };
-    expect(out.tool_surfaces.drift).toEqual({ new_servers: [], missing_servers: [], servers: { calc: { added: ['sqrt'], removed: [], changed: [{ tool: 'evaluate', parts: ['description'] }] } } });
+    const out = JSON.parse(readFileSync(join(dir, 'out-drifted', 'eval.json'), 'utf8')) as {
+      tool_surface: Record<string, string[]>;
+      tool_surfaces: { hash: string; servers: Record<string, { hash: string }>; drift: unknown };
+    };
+    expect(out.tool_surfaces.drift).toEqual({
+      new_servers: [],
+      missing_servers: [],
+      servers: { calc: { added: ['sqrt'], removed: [], changed: [{ tool: 'evaluate', parts: ['description'] }] } },
+    });
     expect(out.tool_surface).toEqual({ calc: [out.tool_surfaces.servers.calc!.hash] });
     expect(r.stdout).toContain(`tool surface`);
 
@@ -203,7 +240,32 @@ describe('drift warnings and hashes in the CLI', () => {
     const tasks = join(dir, 'tasks.jsonl');
     writeTasks(tasks, fixtureTasks());
     const runDir = join(dir, 'run');
-    const args = [CLI, 'train', '--preset', 'art', '--tasks', tasks, '--model', MODEL, '--steps', '1', '--tasks-per-step', '2', '--group', '2', '--eval-limit', '2', '--eval-samples', '1', '--eval-every', '0', '--max-staleness', '0', '--run', runDir];
+    const args = [
+      CLI,
+      'train',
+      '--preset',
+      'art',
+      '--tasks',
+      tasks,
+      '--model',
+      MODEL,
+      '--steps',
+      '1',
+      '--tasks-per-step',
+      '2',
+      '--group',
+      '2',
+      '--eval-limit',
+      '2',
+      '--eval-samples',
+      '1',
+      '--eval-every',
+      '0',
+      '--max-staleness',
+      '0',
+      '--run',
+      runDir,
+    ];
     const run = (extra: string[], env: Record<string, string> = {}) =>
       promisify(execFile)(process.execPath, [...args, ...extra], { cwd: ROOT, env: { ...process.env, ...env }, maxBuffer: 64 << 20 });
     const first = await run([]);
@@ -211,7 +273,10 @@ describe('drift warnings and hashes in the CLI', () => {
     const recorded = readToolSurfaces(runDir)!;
     expect(Object.keys(recorded.servers)).toEqual(['calc']);
     expect(readToolSurfaces(join(runDir, 'model'))!.hash).toBe(recorded.hash);
-    const trajectories = readFileSync(join(runDir, 'trajectories.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { tool_surface?: Record<string, string> });
+    const trajectories = readFileSync(join(runDir, 'trajectories.jsonl'), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { tool_surface?: Record<string, string> });
     expect(trajectories.length).toBeGreaterThan(0);
     for (const t of trajectories) expect(t.tool_surface).toEqual({ calc: recorded.servers.calc!.hash });
 
@@ -224,7 +289,7 @@ describe('drift warnings and hashes in the CLI', () => {
     expect(existsSync(join(runDir, 'model', 'tool-surface.json'))).toBe(true);
   }, 300_000);
 
-  it('mcp-gym bench prints the surface hash of the server, and each tool\'s in --json and --html', async () => {
+  it("mcp-gym bench prints the surface hash of the server, and each tool's in --json and --html", async () => {
     const env = new Environment();
     let expected;
     try {

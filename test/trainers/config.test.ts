@@ -2,7 +2,19 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { buildBatch, CONFIG_GROUPS, groupAdvantages, TrainConfigSchema, isZeroVariance, learnerConfig, overlongPenalty, PRESETS, resolveConfig, samplerThreads, turnAdvantages } from '../../src/trainers/index.ts';
+import {
+  buildBatch,
+  CONFIG_GROUPS,
+  groupAdvantages,
+  TrainConfigSchema,
+  isZeroVariance,
+  learnerConfig,
+  overlongPenalty,
+  PRESETS,
+  resolveConfig,
+  samplerThreads,
+  turnAdvantages,
+} from '../../src/trainers/index.ts';
 
 describe('presets and config', () => {
   it('each preset fills the loop and the learner configuration', () => {
@@ -73,7 +85,15 @@ describe('the config by group', () => {
 describe('the prorl preset', () => {
   it('GRPO with the KL kept and reset, clip-higher, dynamic sampling, warm-up + cosine, curriculum, replay, periodic evaluation', () => {
     const c = resolveConfig({ preset: 'prorl' });
-    expect(c).toMatchObject({ advantage: 'grpo', loss: 'grpo', clip_low: 0.2, clip_high: 0.28, dynamic_sampling: true, curriculum: 'adaptive', replay_priority: 'advantage' });
+    expect(c).toMatchObject({
+      advantage: 'grpo',
+      loss: 'grpo',
+      clip_low: 0.2,
+      clip_high: 0.28,
+      dynamic_sampling: true,
+      curriculum: 'adaptive',
+      replay_priority: 'advantage',
+    });
     expect(c.beta).toBeGreaterThan(0);
     expect(c.ref_reset_every).toBeGreaterThan(0);
     expect(c.warmup_steps).toBeGreaterThan(0);
@@ -102,7 +122,13 @@ describe('advantages and the batch', () => {
   });
 
   it('per-turn advantages normalise returns-to-go at equal turn index', () => {
-    const adv = turnAdvantages([{ stepRewards: [0.3, 0], final: 1 }, { stepRewards: [0.1, 0], final: 0 }], 'dr_grpo');
+    const adv = turnAdvantages(
+      [
+        { stepRewards: [0.3, 0], final: 1 },
+        { stepRewards: [0.1, 0], final: 0 },
+      ],
+      'dr_grpo',
+    );
     expect(adv[0]!.map((x) => Number(x.toFixed(6)))).toEqual([0.6, 0.5]);
     expect(adv[1]!.map((x) => Number(x.toFixed(6)))).toEqual([-0.6, -0.5]);
   });
@@ -114,7 +140,12 @@ describe('advantages and the batch', () => {
   });
 
   it('builds the TrainBatch from trajectories: env tokens masked out, sampler logprobs kept, explicit group ids', () => {
-    const t = { turns: [{ env_tokens: [257, 65, 262, 258], tokens: [66, 262], logprobs: [-0.1, -0.2] }, { env_tokens: [259, 67, 262, 258], tokens: [68, 262], logprobs: [-0.3, -0.4] }] } as never;
+    const t = {
+      turns: [
+        { env_tokens: [257, 65, 262, 258], tokens: [66, 262], logprobs: [-0.1, -0.2] },
+        { env_tokens: [259, 67, 262, 258], tokens: [68, 262], logprobs: [-0.3, -0.4] },
+      ],
+    } as never;
     const b = buildBatch([{ trajectory: t, group_id: 'g@1', advantage: 0.7 }]);
     expect(b.ids).toEqual([[257, 65, 262, 258, 66, 262, 259, 67, 262, 258, 68, 262]]);
     expect(b.mask).toEqual([[0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 1, 1]]);

@@ -19,14 +19,18 @@ function traj(reward: number, turns: { env: number; pol: number; step: number }[
 }
 
 describe('PPO with GAE: the batch', () => {
-  it('puts each turn\'s step reward on its last policy token and the rest of the reward on the last one', () => {
+  it("puts each turn's step reward on its last policy token and the rest of the reward on the last one", () => {
     // prompt 3, turn 1: 2 policy tokens (step 0.2), tool result 2, turn 2: 3 policy tokens (step 0.1), tool result 1, turn 3: 1 token (step 0)
     const t = traj(1.5, [
       { env: 3, pol: 2, step: 0.2 },
       { env: 2, pol: 3, step: 0.1 },
       { env: 1, pol: 1, step: 0 },
     ]);
-    const built = buildTrainBatch([{ group_id: 'g', trajectories: [t, traj(0, [{ env: 2, pol: 2, step: 0.3 }])] }], { advantage: 'gae', perTurn: false, maxLen: 100 });
+    const built = buildTrainBatch([{ group_id: 'g', trajectories: [t, traj(0, [{ env: 2, pol: 2, step: 0.3 }])] }], {
+      advantage: 'gae',
+      perTurn: false,
+      maxLen: 100,
+    });
     const b = built.batch;
     expect(b.mask[0]).toEqual([0, 0, 0, 1, 1, 0, 0, 1, 1, 1, 0, 1]);
     // 1.5 − (0.2 + 0.1 + 0) = 1.2 on the episode's last policy token
@@ -39,13 +43,20 @@ describe('PPO with GAE: the batch', () => {
     expect(TrainBatchSchema.safeParse(b).success).toBe(true);
     // a group with equal rewards is counted, and still trained on
     expect(built.zeroVarianceGroups).toBe(0);
-    const same = buildTrainBatch([{ group_id: 'h', trajectories: [traj(1, [{ env: 2, pol: 2, step: 0 }]), traj(1, [{ env: 2, pol: 1, step: 0 }])] }], { advantage: 'gae', perTurn: false, maxLen: 100 });
+    const same = buildTrainBatch([{ group_id: 'h', trajectories: [traj(1, [{ env: 2, pol: 2, step: 0 }]), traj(1, [{ env: 2, pol: 1, step: 0 }])] }], {
+      advantage: 'gae',
+      perTurn: false,
+      maxLen: 100,
+    });
     expect(same.zeroVarianceGroups).toBe(1);
     expect(same.batch.ids.length).toBe(2);
-    expect(same.batch.rewards).toEqual([[0, 0, 0, 1], [0, 0, 1]]);
+    expect(same.batch.rewards).toEqual([
+      [0, 0, 0, 1],
+      [0, 0, 1],
+    ]);
   });
 
-  it('passes the reward of a turn without policy tokens to the last policy token before it (or the next turn\'s)', () => {
+  it("passes the reward of a turn without policy tokens to the last policy token before it (or the next turn's)", () => {
     const s = { mask: [0, 1, 1, 0, 0, 1] as (0 | 1)[], turnOf: [0, 0, 0, 1, 2, 2] };
     expect(tokenRewards(s, [0.5, 0.25, 1])).toEqual([0, 0, 0.75, 0, 0, 1]);
     const first = { mask: [0, 0, 1] as (0 | 1)[], turnOf: [0, 1, 1] };
@@ -55,7 +66,11 @@ describe('PPO with GAE: the batch', () => {
   });
 
   it('leaves the group advantages as they were without gae', () => {
-    const built = buildTrainBatch([{ group_id: 'g', trajectories: [traj(1, [{ env: 2, pol: 2, step: 0 }]), traj(0, [{ env: 2, pol: 2, step: 0 }])] }], { advantage: 'grpo', perTurn: false, maxLen: 100 });
+    const built = buildTrainBatch([{ group_id: 'g', trajectories: [traj(1, [{ env: 2, pol: 2, step: 0 }]), traj(0, [{ env: 2, pol: 2, step: 0 }])] }], {
+      advantage: 'grpo',
+      perTurn: false,
+      maxLen: 100,
+    });
     expect(built.batch.rewards).toBeUndefined();
     expect((built.batch.advantages as number[]).map((x) => Number(x.toFixed(5)))).toEqual([0.70711, -0.70711]);
     expect(() => buildTrainBatch([], { advantage: 'gae', perTurn: true, maxLen: 100 })).toThrow(/per_turn: not with advantage 'gae'/);
@@ -65,7 +80,20 @@ describe('PPO with GAE: the batch', () => {
 describe('PPO with GAE: the config', () => {
   it('the ppo preset: gae, token-level PPO clip, no KL, several epochs and minibatches', () => {
     const c = resolveConfig({ preset: 'ppo' });
-    expect(c).toMatchObject({ advantage: 'gae', reward: 'art', loss: 'dapo', clip_low: 0.2, clip_high: 0.2, beta: 0, gae_gamma: 0.99, gae_lambda: 0.95, gae_level: 'turn', value_coef: 0.5, value_clip: 0.2, whiten_advantages: true });
+    expect(c).toMatchObject({
+      advantage: 'gae',
+      reward: 'art',
+      loss: 'dapo',
+      clip_low: 0.2,
+      clip_high: 0.2,
+      beta: 0,
+      gae_gamma: 0.99,
+      gae_lambda: 0.95,
+      gae_level: 'turn',
+      value_coef: 0.5,
+      value_clip: 0.2,
+      whiten_advantages: true,
+    });
     expect(c.epochs).toBeGreaterThanOrEqual(2);
     expect(c.minibatch_size).toBeGreaterThan(0);
     expect(c.group).toBeGreaterThanOrEqual(2);

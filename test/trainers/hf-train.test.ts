@@ -28,7 +28,12 @@ import { train } from '../../src/trainers/index.ts';
 import { HAVE_HF_PY, HF_PY, makeTinyCheckpoints } from '../helpers/hf-fixtures.ts';
 
 const sha = (file: string) => createHash('sha256').update(readFileSync(file)).digest('hex');
-const rows = <T>(file: string) => readFileSync(file, 'utf8').trim().split('\n').filter(Boolean).map((l) => JSON.parse(l) as T);
+const rows = <T>(file: string) =>
+  readFileSync(file, 'utf8')
+    .trim()
+    .split('\n')
+    .filter(Boolean)
+    .map((l) => JSON.parse(l) as T);
 const onnxData = (dir: string) => sha(join(dir, 'onnx', 'model.onnx.data'));
 const onnxVersion = (dir: string) => (JSON.parse(readFileSync(join(dir, 'onnx', 'config.json'), 'utf8')) as { version: number }).version;
 
@@ -56,7 +61,20 @@ const evenShare: RewardFn = (e) => {
 
 // Synchronous (max_staleness 0): each step's turns are sampled by the weights it trains from, so the
 // learner's recomputed logprobs must equal the sampler's (ratios 1) and versions follow the steps.
-const BASE = { preset: 'art', suite: 'calculator', tasks_per_step: 2, group: 4, eval_limit: 4, eval_samples: 1, eval_every: 0, max_new_tokens: 32, epochs: 1, device: 'cpu', threads: 2, max_staleness: 0 } as const;
+const BASE = {
+  preset: 'art',
+  suite: 'calculator',
+  tasks_per_step: 2,
+  group: 4,
+  eval_limit: 4,
+  eval_samples: 1,
+  eval_every: 0,
+  max_new_tokens: 32,
+  epochs: 1,
+  device: 'cpu',
+  threads: 2,
+  max_staleness: 0,
+} as const;
 
 let src = '';
 let srcSha = '';
@@ -132,9 +150,11 @@ describe.skipIf(!HAVE_HF_PY)(`train on a tiny Hugging Face Qwen3, sampled in-pro
     const changed = sha(join(model, 'model.safetensors')) !== srcSha;
     metrics.forEach((m, i) => expect(data[i + 1] !== data[i]).toBe(m.grad_norm! > 0));
     const rewards = trajectories.map((t) => t.reward);
-    console.log(`full: ${seconds.toFixed(1)} s; rewards ${Math.min(...rewards).toFixed(3)}..${Math.max(...rewards).toFixed(3)}; zero-variance groups per step ${metrics.map((m) => m.zero_variance_groups).join(',')}; ` +
-      `grad_norm ${metrics.map((m) => m.grad_norm!.toExponential(2)).join(',')}; ratio_mean ${metrics.map((m) => m.ratio_mean!.toFixed(6)).join(',')}; ` +
-      `ratio_min ${metrics.map((m) => m.ratio_min!.toFixed(5)).join(',')}; ratio_max ${metrics.map((m) => m.ratio_max!.toFixed(5)).join(',')}; onnx version ${onnxVersion(model)}; weights changed: ${changed}`);
+    console.log(
+      `full: ${seconds.toFixed(1)} s; rewards ${Math.min(...rewards).toFixed(3)}..${Math.max(...rewards).toFixed(3)}; zero-variance groups per step ${metrics.map((m) => m.zero_variance_groups).join(',')}; ` +
+        `grad_norm ${metrics.map((m) => m.grad_norm!.toExponential(2)).join(',')}; ratio_mean ${metrics.map((m) => m.ratio_mean!.toFixed(6)).join(',')}; ` +
+        `ratio_min ${metrics.map((m) => m.ratio_min!.toFixed(5)).join(',')}; ratio_max ${metrics.map((m) => m.ratio_max!.toFixed(5)).join(',')}; onnx version ${onnxVersion(model)}; weights changed: ${changed}`,
+    );
     expect(changed).toBe(gradient);
     if (!gradient) for (const m of metrics) expect(m.zero_variance_groups).toBe(2); // no signal: every group's rewards equal
   }, 180_000);
@@ -178,7 +198,9 @@ describe.skipIf(!HAVE_HF_PY)(`train on a tiny Hugging Face Qwen3, sampled in-pro
       expect(Math.abs(m.ratio_max! - 1)).toBeLessThan(1e-2);
     }
     for (const t of rows<Trajectory>(join(runDir, 'trajectories.jsonl'))) expect(sequenceOf(t)).toBeDefined();
-    console.log(`lora: ${seconds.toFixed(1)} s; grad_norm ${metrics.map((m) => m.grad_norm!.toExponential(2)).join(',')}; max |lora_B| ${maxB.toExponential(2)}; ` +
-      `ratio_mean ${metrics.map((m) => m.ratio_mean!.toFixed(6)).join(',')}; ratio_min ${metrics.map((m) => m.ratio_min!.toFixed(5)).join(',')}; ratio_max ${metrics.map((m) => m.ratio_max!.toFixed(5)).join(',')}; onnx version ${onnxVersion(model)}`);
+    console.log(
+      `lora: ${seconds.toFixed(1)} s; grad_norm ${metrics.map((m) => m.grad_norm!.toExponential(2)).join(',')}; max |lora_B| ${maxB.toExponential(2)}; ` +
+        `ratio_mean ${metrics.map((m) => m.ratio_mean!.toFixed(6)).join(',')}; ratio_min ${metrics.map((m) => m.ratio_min!.toFixed(5)).join(',')}; ratio_max ${metrics.map((m) => m.ratio_max!.toFixed(5)).join(',')}; onnx version ${onnxVersion(model)}`,
+    );
   }, 150_000);
 });

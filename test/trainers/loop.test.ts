@@ -8,13 +8,37 @@ import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { Curriculum, drawDistinct, ReplayBuffer, resolveConfig, TaskSampler, train, trainingTasks, type KeptGroup, type LearnerClient, type TrainConfigInput } from '../../src/trainers/index.ts';
+import {
+  Curriculum,
+  drawDistinct,
+  ReplayBuffer,
+  resolveConfig,
+  TaskSampler,
+  train,
+  trainingTasks,
+  type KeptGroup,
+  type LearnerClient,
+  type TrainConfigInput,
+} from '../../src/trainers/index.ts';
 import type { Trajectory } from '../../src/env/index.ts';
 
 const ROOT = join(import.meta.dirname, '..', '..');
 const MODEL = join(ROOT, 'models', 'calc-tiny');
 const small = (o: Partial<TrainConfigInput> = {}) =>
-  resolveConfig({ preset: 'art', suite: 'calculator', max_difficulty: 1, model: MODEL, steps: 3, tasks_per_step: 4, group: 4, eval_limit: 8, eval_samples: 1, eval_every: 0, lr: 1e-4, ...o });
+  resolveConfig({
+    preset: 'art',
+    suite: 'calculator',
+    max_difficulty: 1,
+    model: MODEL,
+    steps: 3,
+    tasks_per_step: 4,
+    group: 4,
+    eval_limit: 8,
+    eval_samples: 1,
+    eval_every: 0,
+    lr: 1e-4,
+    ...o,
+  });
 const tmp = (name: string) => join(mkdtempSync(join(tmpdir(), `mcp-gym-loop-${name}-`)), 'run');
 const rows = (file: string) =>
   readFileSync(file, 'utf8')
@@ -31,7 +55,12 @@ const checkpointStep = (runDir: string) => {
  * Runs the CLI in its own process group and, once `steps` lines of metrics are written, signals the
  * group as a terminal's Ctrl-C signals the foreground group; resolves with its exit code and output.
  */
-async function interruptAfter(args: string[], metricsFile: string, steps: number, signal: NodeJS.Signals = 'SIGINT'): Promise<{ code: number | null; out: string }> {
+async function interruptAfter(
+  args: string[],
+  metricsFile: string,
+  steps: number,
+  signal: NodeJS.Signals = 'SIGINT',
+): Promise<{ code: number | null; out: string }> {
   const child = spawn(process.execPath, args, { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
   let out = '';
   child.stdout.on('data', (d: Buffer) => (out += d.toString()));
@@ -39,7 +68,12 @@ async function interruptAfter(args: string[], metricsFile: string, steps: number
   const exited = new Promise<number | null>((res) => child.on('exit', (c) => res(c)));
   await new Promise<void>((res, rej) => {
     const t = setInterval(() => {
-      if (existsSync(metricsFile) && readFileSync(metricsFile, 'utf8').split('\n').filter((l) => l.trim()).length >= steps) {
+      if (
+        existsSync(metricsFile) &&
+        readFileSync(metricsFile, 'utf8')
+          .split('\n')
+          .filter((l) => l.trim()).length >= steps
+      ) {
         clearInterval(t);
         process.kill(-child.pid!, signal);
         res();
@@ -174,7 +208,33 @@ describe('the training loop under faults', () => {
 
   it('Ctrl-C ends the step in flight, checkpoints, exits 130 with no "after" figure, and --resume continues to the end', async () => {
     const runDir = tmp('sigint');
-    const args = [join(ROOT, 'bin', 'mcp-gym.js'), 'train', '--preset', 'art', '--suite', 'calculator', '--max-difficulty', '1', '--model', MODEL, '--steps', '4', '--tasks-per-step', '4', '--group', '4', '--eval-limit', '8', '--eval-samples', '1', '--eval-every', '0', '--run', runDir, '--json'];
+    const args = [
+      join(ROOT, 'bin', 'mcp-gym.js'),
+      'train',
+      '--preset',
+      'art',
+      '--suite',
+      'calculator',
+      '--max-difficulty',
+      '1',
+      '--model',
+      MODEL,
+      '--steps',
+      '4',
+      '--tasks-per-step',
+      '4',
+      '--group',
+      '4',
+      '--eval-limit',
+      '8',
+      '--eval-samples',
+      '1',
+      '--eval-every',
+      '0',
+      '--run',
+      runDir,
+      '--json',
+    ];
     const metricsFile = join(runDir, 'metrics.jsonl');
     const { code, out } = await interruptAfter(args, metricsFile, 1);
     expect(code, out).toBe(130);
@@ -213,9 +273,37 @@ describe('the training loop under faults', () => {
   }, 300_000);
   it('Ctrl-C and --resume with the adaptive curriculum and replay on: every step draws the tasks and replays the groups an uninterrupted run would', async () => {
     const runDir = tmp('sigint-curriculum');
-    const flags = { max_difficulty: 3, steps: 5, tasks_per_step: 4, group: 4, curriculum: 'adaptive', curriculum_window: 1, curriculum_low: 0.1, curriculum_high: 0.2, replay_fraction: 0.5 } as const;
-    const args = [join(ROOT, 'bin', 'mcp-gym.js'), 'train', '--preset', 'art', '--suite', 'calculator', '--model', MODEL, '--eval-limit', '4', '--eval-samples', '1', '--eval-every', '0', '--run', runDir, '--json',
-      ...Object.entries(flags).flatMap(([k, v]) => [`--${k.replace(/_/g, '-')}`, String(v)])];
+    const flags = {
+      max_difficulty: 3,
+      steps: 5,
+      tasks_per_step: 4,
+      group: 4,
+      curriculum: 'adaptive',
+      curriculum_window: 1,
+      curriculum_low: 0.1,
+      curriculum_high: 0.2,
+      replay_fraction: 0.5,
+    } as const;
+    const args = [
+      join(ROOT, 'bin', 'mcp-gym.js'),
+      'train',
+      '--preset',
+      'art',
+      '--suite',
+      'calculator',
+      '--model',
+      MODEL,
+      '--eval-limit',
+      '4',
+      '--eval-samples',
+      '1',
+      '--eval-every',
+      '0',
+      '--run',
+      runDir,
+      '--json',
+      ...Object.entries(flags).flatMap(([k, v]) => [`--${k.replace(/_/g, '-')}`, String(v)]),
+    ];
     const metricsFile = join(runDir, 'metrics.jsonl');
     // Stopped (SIGTERM, as a scheduler stops a job) after step 2, so that the state stored holds levels, windows and replayed groups.
     const { code, out } = await interruptAfter(args, metricsFile, 2, 'SIGTERM');
@@ -239,8 +327,23 @@ describe('the training loop under faults', () => {
     const c = small(flags);
     const tasks = trainingTasks(c).train;
     const sampler = new TaskSampler(tasks, c.seed + 7);
-    const cur = new Curriculum(tasks, { mode: 'adaptive', share: c.curriculum_share, low: c.curriculum_low, high: c.curriculum_high, window: c.curriculum_window, start: c.curriculum_start, schedule: c.curriculum_schedule });
-    const buf = new ReplayBuffer({ fraction: c.replay_fraction, capacity: c.replay_capacity, maxAge: c.replay_max_age, priority: c.replay_priority, seed: c.seed + 13, advantage: 'grpo' });
+    const cur = new Curriculum(tasks, {
+      mode: 'adaptive',
+      share: c.curriculum_share,
+      low: c.curriculum_low,
+      high: c.curriculum_high,
+      window: c.curriculum_window,
+      start: c.curriculum_start,
+      schedule: c.curriculum_schedule,
+    });
+    const buf = new ReplayBuffer({
+      fraction: c.replay_fraction,
+      capacity: c.replay_capacity,
+      maxAge: c.replay_max_age,
+      priority: c.replay_priority,
+      seed: c.seed + 13,
+      advantage: 'grpo',
+    });
     const trained = rows(join(runDir, 'trajectories.jsonl')) as unknown as Trajectory[];
     for (let step = 1; step <= 5; step++) {
       expect(metrics[step - 1]!.curriculum_levels, `step ${step}`).toEqual(cur.levels(step));
@@ -251,7 +354,10 @@ describe('the training loop under faults', () => {
       expect(new Set(ofStep.map((t) => t.task_id)), `step ${step}`).toEqual(new Set(drawn.map((t) => t.id)));
       cur.update(step, ofStep);
       const groups: KeptGroup[] = [...new Map(drawn.map((t) => [t.id, t])).keys()]
-        .map((id) => ({ group_id: `${id}@train.${step}.0`, trajectories: ofStep.filter((t) => t.group_id === `${id}@train.${step}.0` && t.finish !== 'error') }))
+        .map((id) => ({
+          group_id: `${id}@train.${step}.0`,
+          trajectories: ofStep.filter((t) => t.group_id === `${id}@train.${step}.0` && t.finish !== 'error'),
+        }))
         .filter((g) => g.trajectories.length >= 2);
       buf.add(step, groups);
     }

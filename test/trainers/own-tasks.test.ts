@@ -19,7 +19,10 @@ const write = (name: string, tasks: unknown[]) => {
   return f;
 };
 const both = write('both.jsonl', calc);
-const trainOnly = write('train.jsonl', calc.filter((t) => t.split === 'train'));
+const trainOnly = write(
+  'train.jsonl',
+  calc.filter((t) => t.split === 'train'),
+);
 const evalOnly = write('eval.jsonl', calc.filter((t) => t.split === 'eval').slice(0, 3));
 
 describe('train on a task file', () => {
@@ -29,7 +32,12 @@ describe('train on a task file', () => {
     expect(a.held.length).toBe(calc.filter((t) => t.split === 'eval').length);
     expect(a.source).toBe(both);
     const b = trainingTasks(resolveConfig({ tasks: trainOnly, eval_tasks: evalOnly }));
-    expect(b.held.map((t) => t.id)).toEqual(calc.filter((t) => t.split === 'eval').slice(0, 3).map((t) => t.id));
+    expect(b.held.map((t) => t.id)).toEqual(
+      calc
+        .filter((t) => t.split === 'eval')
+        .slice(0, 3)
+        .map((t) => t.id),
+    );
     expect(trainingTasks(resolveConfig({ tasks: both, eval_limit: 2 })).held).toHaveLength(2);
     // Train tasks given in code, held-out ones from the suite (and the other way round).
     const c = trainingTasks(resolveConfig({ suite: 'calculator', max_difficulty: 1 }), { trainTasks: calc.filter((t) => t.split === 'train') });
@@ -51,7 +59,9 @@ describe('train on a task file', () => {
   });
 
   it('says what is missing: no eval split, no train split, a bad file', () => {
-    expect(() => trainingTasks(resolveConfig({ tasks: trainOnly }))).toThrow(`tasks: ${trainOnly} has no eval tasks: give held-out tasks with --eval-tasks FILE`);
+    expect(() => trainingTasks(resolveConfig({ tasks: trainOnly }))).toThrow(
+      `tasks: ${trainOnly} has no eval tasks: give held-out tasks with --eval-tasks FILE`,
+    );
     expect(() => trainingTasks(resolveConfig({ tasks: evalOnly }))).toThrow(`tasks: ${evalOnly} has no train tasks`);
     const bad = join(dir, 'bad.jsonl');
     writeFileSync(bad, '{"id": "x"}\n');
@@ -62,10 +72,34 @@ describe('train on a task file', () => {
     const run = join(dir, 'run-cli');
     const cfg = join(dir, 'cfg.json');
     writeFileSync(cfg, JSON.stringify({ tasks: trainOnly }));
-    const r = spawnSync(process.execPath, [CLI, 'train', '--config', cfg, '--eval-tasks', evalOnly, '--steps', '1', '--tasks-per-step', '2', '--group', '2', '--eval-samples', '1', '--run', run, '--json'], { cwd: ROOT, encoding: 'utf8', timeout: 120_000 });
+    const r = spawnSync(
+      process.execPath,
+      [
+        CLI,
+        'train',
+        '--config',
+        cfg,
+        '--eval-tasks',
+        evalOnly,
+        '--steps',
+        '1',
+        '--tasks-per-step',
+        '2',
+        '--group',
+        '2',
+        '--eval-samples',
+        '1',
+        '--run',
+        run,
+        '--json',
+      ],
+      { cwd: ROOT, encoding: 'utf8', timeout: 120_000 },
+    );
     expect(r.status, r.stderr + r.stdout).toBe(0);
     expect(r.stdout).toContain(`tasks ${trainOnly} (held out: ${evalOnly})`);
-    expect(r.stdout).toContain(`${calc.filter((t) => t.split === 'train').length} train tasks and ${calc.filter((t) => t.split === 'eval').slice(0, 3).length} held-out tasks from ${trainOnly}`);
+    expect(r.stdout).toContain(
+      `${calc.filter((t) => t.split === 'train').length} train tasks and ${calc.filter((t) => t.split === 'eval').slice(0, 3).length} held-out tasks from ${trainOnly}`,
+    );
     const last = JSON.parse(r.stdout.trim().split('\n').at(-1)!) as { after: { success: number } };
     expect(last.after.success).toBeGreaterThanOrEqual(0);
     expect(JSON.parse(readFileSync(join(run, 'config.json'), 'utf8'))).toMatchObject({ tasks: trainOnly, eval_tasks: evalOnly });
@@ -79,13 +113,18 @@ describe('a resumed run cannot be mixed with another', () => {
     const made = resolveConfig({ preset: 'art', group: 8, suite: 'calculator' });
     writeFileSync(join(run, 'config.json'), JSON.stringify(made));
     writeFileSync(join(run, 'state.json'), JSON.stringify({ step: 1, evals: [], train_seconds: 1, rng_draws: 0 }));
-    expect(() => new RunDir(run, { resume: true, model: made.model, config: resolveConfig({ preset: 'art', group: 4, suite: 'calculator', reward: 'rlvr' }) })).toThrow(
-      /holds another run \(reward: the run has "art", not "rlvr"; group: the run has 8, not 4\)/,
-    );
+    expect(
+      () => new RunDir(run, { resume: true, model: made.model, config: resolveConfig({ preset: 'art', group: 4, suite: 'calculator', reward: 'rlvr' }) }),
+    ).toThrow(/holds another run \(reward: the run has "art", not "rlvr"; group: the run has 8, not 4\)/);
     // The composer's weights and the curriculum change what is trained on: refused too.
-    expect(() => new RunDir(run, { resume: true, model: made.model, config: resolveConfig({ preset: 'art', group: 8, suite: 'calculator', composer_weights: { correctness: 1, reasoning: 0.5 }, curriculum: 'adaptive' }) })).toThrow(
-      /curriculum: the run has "off", not "adaptive"; composer_weights: the run has \{"correctness":1\}, not \{"correctness":1,"reasoning":0.5\}/,
-    );
+    expect(
+      () =>
+        new RunDir(run, {
+          resume: true,
+          model: made.model,
+          config: resolveConfig({ preset: 'art', group: 8, suite: 'calculator', composer_weights: { correctness: 1, reasoning: 0.5 }, curriculum: 'adaptive' }),
+        }),
+    ).toThrow(/curriculum: the run has "off", not "adaptive"; composer_weights: the run has \{"correctness":1\}, not \{"correctness":1,"reasoning":0.5\}/);
     // The same settings (more steps is fine) resume.
     const same = new RunDir(run, { resume: true, model: made.model, config: { ...made, steps: 99 } });
     expect(same.state.step).toBe(1);

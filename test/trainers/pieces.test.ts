@@ -23,8 +23,18 @@ afterAll(async () => {
 
 const collect = (env: Environment, policy: Policy, extra: Partial<Parameters<typeof collectGroups>[0]> = {}) =>
   collectGroups({
-    env, policy, sampler: new TaskSampler(tasks, 3), step: 2, tasksPerStep: 3, group: 4, concurrency: 8,
-    dynamicSampling: false, dynamicSamplingOn: 'outcome', maxResampleRounds: 0, overlong: { max: 0, cache: 1 }, ...extra,
+    env,
+    policy,
+    sampler: new TaskSampler(tasks, 3),
+    step: 2,
+    tasksPerStep: 3,
+    group: 4,
+    concurrency: 8,
+    dynamicSampling: false,
+    dynamicSamplingOn: 'outcome',
+    maxResampleRounds: 0,
+    overlong: { max: 0, cache: 1 },
+    ...extra,
   });
 
 describe('collectGroups', () => {
@@ -80,7 +90,11 @@ describe('collectGroups', () => {
 
 describe('rewards', () => {
   const task = defineTask({
-    id: 'r1', split: 'train', difficulty: 1, prompt: 'What is 2 + 3?', servers: { calc: 'calculator' },
+    id: 'r1',
+    split: 'train',
+    difficulty: 1,
+    prompt: 'What is 2 + 3?',
+    servers: { calc: 'calculator' },
     checks: [{ kind: 'answer', expect: { kind: 'number', value: '5' } }],
     solution: { calls: [{ server: 'calc', tool: 'evaluate', arguments: { expression: '2 + 3' } }], answer: '5' },
   });
@@ -97,7 +111,7 @@ describe('rewards', () => {
     expect(() => registerReward('art', () => ({ reward: 0 }))).toThrow(/built in/);
   });
 
-  it('each turn records the step rewards of the reward in use (not always ART\'s), and per-turn advantages subtract them', async () => {
+  it("each turn records the step rewards of the reward in use (not always ART's), and per-turn advantages subtract them", async () => {
     const env = envWith({ reward: 'rlvr' });
     const policies = [new ExpertPolicy(), new ExpertPolicy(), new RandomPolicy(11), new RandomPolicy(12), new RandomPolicy(13)];
     const ts = await Promise.all(policies.map((p, sample) => env.runEpisode(task, withTokens(p), { groupId: 'g', sample })));

@@ -43,7 +43,24 @@ describe('StepPipeline', () => {
   it('max_staleness 0 is the synchronous loop: a batch starts only after the step before it is finished', async () => {
     const { events, got } = await schedule(0, 4, 15, 15);
     expect(got).toEqual([10, 20, 30, 40]);
-    expect(events).toEqual(['start 1', 'made 1', 'train 1', 'trained 1', 'start 2', 'made 2', 'train 2', 'trained 2', 'start 3', 'made 3', 'train 3', 'trained 3', 'start 4', 'made 4', 'train 4', 'trained 4']);
+    expect(events).toEqual([
+      'start 1',
+      'made 1',
+      'train 1',
+      'trained 1',
+      'start 2',
+      'made 2',
+      'train 2',
+      'trained 2',
+      'start 3',
+      'made 3',
+      'train 3',
+      'trained 3',
+      'start 4',
+      'made 4',
+      'train 4',
+      'trained 4',
+    ]);
   });
 
   it('max_staleness 1: the next batch is collected while the learner trains, never two ahead', async () => {
@@ -99,7 +116,8 @@ describe('StepPipeline', () => {
   });
 });
 
-const traj = (versions: (number | undefined)[]): Trajectory => ({ turns: versions.map((v) => (v === undefined ? {} : { policy_version: v })) }) as unknown as Trajectory;
+const traj = (versions: (number | undefined)[]): Trajectory =>
+  ({ turns: versions.map((v) => (v === undefined ? {} : { policy_version: v })) }) as unknown as Trajectory;
 
 describe('staleness', () => {
   it('a trajectory is as stale as its oldest turn, measured against the weights the step trains from', () => {
@@ -157,19 +175,31 @@ describe('held-out pass@k and pass^k (evalFigures)', () => {
 });
 
 describe('no learning signal (noSignalReason)', () => {
-  const ep = (task: string, success: boolean, reward: number, finish = 'answer', error?: string) => ({ task_id: task, success, reward, finish, ...(error ? { error } : {}) }) as unknown as Trajectory;
+  const ep = (task: string, success: boolean, reward: number, finish = 'answer', error?: string) =>
+    ({ task_id: task, success, reward, finish, ...(error ? { error } : {}) }) as unknown as Trajectory;
   const got = (trajectories: Trajectory[], droppedNoSignal = 0) => ({ trajectories, droppedNoSignal }) as unknown as Parameters<typeof noSignalReason>[1];
   it('a group with different rewards is signal; equal rewards in every group are not, counted by kind', () => {
     const mixed = [{ trajectories: [ep('a', true, 1), ep('a', false, 0)] }];
     expect(noSignalReason(mixed, got(mixed[0]!.trajectories), { weights_changed: true })).toBeUndefined();
     const flat = [{ trajectories: [ep('a', true, 1), ep('a', true, 1)] }, { trajectories: [ep('b', false, 0), ep('b', false, 0)] }];
-    expect(noSignalReason(flat, got(flat.flatMap((g) => g.trajectories), 3), undefined)).toBe('every one of the 2 groups had equal rewards (1 all failed, 1 all solved, 0 other); 3 more dropped by dynamic sampling for the same reason');
+    expect(
+      noSignalReason(
+        flat,
+        got(
+          flat.flatMap((g) => g.trajectories),
+          3,
+        ),
+        undefined,
+      ),
+    ).toBe('every one of the 2 groups had equal rewards (1 all failed, 1 all solved, 0 other); 3 more dropped by dynamic sampling for the same reason');
   });
   it('every episode failed: the most frequent cause; weights left bit-identical: the learner step', () => {
     const failed = [ep('a', false, 0, 'error', 'a tool server failed: gone'), ep('a', false, 0, 'error', 'a tool server failed: gone')];
     expect(noSignalReason([], got(failed), undefined)).toBe('every one of the 2 episodes failed (2 x a tool server failed: gone)');
     const mixed = [{ trajectories: [ep('a', true, 1), ep('a', false, 0)] }];
-    expect(noSignalReason(mixed, got(mixed[0]!.trajectories), { weights_changed: false, lr: 1e-9, grad_norm: 0.5 })).toMatch(/^the learner's step left the weights bit-identical \(lr 1e-9; grad norm 0\.5\)/);
+    expect(noSignalReason(mixed, got(mixed[0]!.trajectories), { weights_changed: false, lr: 1e-9, grad_norm: 0.5 })).toMatch(
+      /^the learner's step left the weights bit-identical \(lr 1e-9; grad norm 0\.5\)/,
+    );
   });
 });
 

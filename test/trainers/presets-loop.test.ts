@@ -47,7 +47,11 @@ beforeAll(async () => {
     req.on('end', async () => {
       const parsed = JSON.parse(body) as Record<string, unknown>;
       seen.push({ cmd: String(parsed.cmd), body: parsed });
-      const r = await fetch(new URL('rpc', target.endsWith('/') ? target : target + '/'), { method: 'POST', headers: { 'content-type': 'application/json', authorization: String(req.headers.authorization ?? '') }, body });
+      const r = await fetch(new URL('rpc', target.endsWith('/') ? target : target + '/'), {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: String(req.headers.authorization ?? '') },
+        body,
+      });
       res.writeHead(r.status, { 'content-type': 'application/json' });
       res.end(await r.text());
     });
@@ -65,7 +69,21 @@ afterAll(async () => {
 async function runPreset(preset: TrainConfig['preset'], extra: Record<string, unknown> = {}, trainTasks?: Task[]) {
   seen.length = 0;
   const runDir = join(mkdtempSync(join(tmpdir(), `mcp-gym-preset-${preset}-`)), 'run');
-  const config = resolveConfig({ preset, suite: 'calculator', max_difficulty: 1, model: MODEL, steps: 1, tasks_per_step: 4, group: 4, eval_limit: 4, eval_samples: 1, eval_every: 0, learner: url, learner_token: TOKEN, ...extra });
+  const config = resolveConfig({
+    preset,
+    suite: 'calculator',
+    max_difficulty: 1,
+    model: MODEL,
+    steps: 1,
+    tasks_per_step: 4,
+    group: 4,
+    eval_limit: 4,
+    eval_samples: 1,
+    eval_every: 0,
+    learner: url,
+    learner_token: TOKEN,
+    ...extra,
+  });
   await train({ config, runDir, trainTasks });
   // The run's own model directory got the trained weights back from the learner.
   const local = JSON.parse(readFileSync(join(runDir, 'model', 'config.json'), 'utf8')) as { version: number; training?: { rl_steps?: number } };
@@ -73,31 +91,43 @@ async function runPreset(preset: TrainConfig['preset'], extra: Record<string, un
   const trains = seen.filter((s) => s.cmd === 'train');
   expect(trains).toHaveLength(1);
   const metrics = JSON.parse(readFileSync(join(runDir, 'metrics.jsonl'), 'utf8').trim().split('\n')[0]!) as Record<string, number>;
-  return { request: trains[0]!.body as { config: Record<string, unknown>; batch: { group_ids: string[]; advantages: number[] } }, metrics, cmds: seen.map((s) => s.cmd) };
+  return {
+    request: trains[0]!.body as { config: Record<string, unknown>; batch: { group_ids: string[]; advantages: number[] } },
+    metrics,
+    cmds: seen.map((s) => s.cmd),
+  };
 }
 
 describe('presets reach the learner (a real learner over HTTP behind a recording proxy)', () => {
-  it.each(['grpo', 'dr_grpo', 'gspo', 'rlvr', 'art'] as const)('%s', async (preset) => {
-    const { request, cmds } = await runPreset(preset);
-    const p = PRESETS[preset];
-    expect(request.config.loss).toBe(p.loss);
-    expect(request.config.clip_low).toBe(p.clip_low);
-    expect(request.config.clip_high).toBe(p.clip_high);
-    expect(request.config.beta).toBe(p.beta);
-    expect(request.config).toMatchObject({ adam_eps: 1e-8, adam_beta1: 0.9, adam_beta2: 0.999, total_steps: 1 });
-    // Dr. GRPO's constant: the run's fixed budget of policy tokens (max_new_tokens 96 x the train
-    // tasks' largest max_turns, at most the context of 384), not a batch's longest sequence.
-    const maxTurns = Math.max(...generateSuite('calculator', { train: 4000, eval: 500 }).filter((t) => t.split === 'train' && t.difficulty <= 1).map((t) => t.max_turns));
-    if (preset === 'dr_grpo') expect(request.config.dr_grpo_constant).toBe(Math.min(384, 96 * maxTurns));
-    else expect(request.config.dr_grpo_constant).toBeUndefined();
-    // The run used the remote learner for everything: the model sent, load, step-0 checkpoint,
-    // train, export; the learner's files are in its own directory, not the run's.
-    expect(cmds.slice(0, 5)).toEqual(['put_files', 'load', 'checkpoint_save', 'train', 'export']);
-    const put = seen.find((s) => s.cmd === 'put_files')!.body as { dir: string };
-    expect(existsSync(join(learnerCwd, 'mcp-gym-files', put.dir, 'model.onnx.data'))).toBe(true);
-    const ckpt = seen.find((s) => s.cmd === 'checkpoint_save')!.body as { dir: string };
-    expect(ckpt.dir.startsWith(join(learnerCwd, 'mcp-gym-files'))).toBe(true);
-  }, 120_000);
+  it.each(['grpo', 'dr_grpo', 'gspo', 'rlvr', 'art'] as const)(
+    '%s',
+    async (preset) => {
+      const { request, cmds } = await runPreset(preset);
+      const p = PRESETS[preset];
+      expect(request.config.loss).toBe(p.loss);
+      expect(request.config.clip_low).toBe(p.clip_low);
+      expect(request.config.clip_high).toBe(p.clip_high);
+      expect(request.config.beta).toBe(p.beta);
+      expect(request.config).toMatchObject({ adam_eps: 1e-8, adam_beta1: 0.9, adam_beta2: 0.999, total_steps: 1 });
+      // Dr. GRPO's constant: the run's fixed budget of policy tokens (max_new_tokens 96 x the train
+      // tasks' largest max_turns, at most the context of 384), not a batch's longest sequence.
+      const maxTurns = Math.max(
+        ...generateSuite('calculator', { train: 4000, eval: 500 })
+          .filter((t) => t.split === 'train' && t.difficulty <= 1)
+          .map((t) => t.max_turns),
+      );
+      if (preset === 'dr_grpo') expect(request.config.dr_grpo_constant).toBe(Math.min(384, 96 * maxTurns));
+      else expect(request.config.dr_grpo_constant).toBeUndefined();
+      // The run used the remote learner for everything: the model sent, load, step-0 checkpoint,
+      // train, export; the learner's files are in its own directory, not the run's.
+      expect(cmds.slice(0, 5)).toEqual(['put_files', 'load', 'checkpoint_save', 'train', 'export']);
+      const put = seen.find((s) => s.cmd === 'put_files')!.body as { dir: string };
+      expect(existsSync(join(learnerCwd, 'mcp-gym-files', put.dir, 'model.onnx.data'))).toBe(true);
+      const ckpt = seen.find((s) => s.cmd === 'checkpoint_save')!.body as { dir: string };
+      expect(ckpt.dir.startsWith(join(learnerCwd, 'mcp-gym-files'))).toBe(true);
+    },
+    120_000,
+  );
 
   it('dapo: clip-higher, token-level loss, and the dropped groups are not in the batch', async () => {
     // 8 tasks of 4 rollouts from a pool of easy tasks (the model solves about 40%) and hard ones

@@ -40,11 +40,28 @@ describe('flags from the schema', () => {
     expect(TRAIN_FLAGS.map((f) => f.field).sort()).toEqual(fields.filter((f) => f !== 'total_steps').sort());
     for (const f of TRAIN_FLAGS) expect(TRAIN_HELP).toContain(`--${f.flag}`);
     // Among them the nine that had no flag before.
-    for (const f of ['overlong-max', 'overlong-cache', 'top-k', 'top-p', 'eval-limit', 'max-resample-rounds', 'min-lr-ratio', 'weight-decay', 'ref-reset-every', 'max-grad-norm']) expect(TRAIN_HELP).toContain(`--${f}`);
+    for (const f of [
+      'overlong-max',
+      'overlong-cache',
+      'top-k',
+      'top-p',
+      'eval-limit',
+      'max-resample-rounds',
+      'min-lr-ratio',
+      'weight-decay',
+      'ref-reset-every',
+      'max-grad-norm',
+    ])
+      expect(TRAIN_HELP).toContain(`--${f}`);
   });
 
   it('flag values are typed by the schema; bad ones name the flag', () => {
-    expect(flagValues(TRAIN_FLAGS, { 'top-k': '5', 'per-turn': false, loss: 'dapo', lr: '3e-4' })).toEqual({ top_k: 5, per_turn: false, loss: 'dapo', lr: 3e-4 });
+    expect(flagValues(TRAIN_FLAGS, { 'top-k': '5', 'per-turn': false, loss: 'dapo', lr: '3e-4' })).toEqual({
+      top_k: 5,
+      per_turn: false,
+      loss: 'dapo',
+      lr: 3e-4,
+    });
     expect(() => flagValues(TRAIN_FLAGS, { 'top-k': '0.5' })).toThrow(/--top-k must be a non-negative integer, got '0.5'/);
     expect(() => flagValues(TRAIN_FLAGS, { loss: 'ppo' })).toThrow(/--loss must be one of grpo, dapo, dr_grpo, gspo, cispo, got 'ppo'/);
   });

@@ -9,7 +9,17 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { readTrajectories, type Trajectory } from '../../src/env/index.ts';
-import { R1_STAGES, R1ConfigError, r1Table, runR1Pipeline, selectVerified, sequenceOf, trajectorySignature, type R1ConfigInput, type RejectionCounts } from '../../src/trainers/index.ts';
+import {
+  R1_STAGES,
+  R1ConfigError,
+  r1Table,
+  runR1Pipeline,
+  selectVerified,
+  sequenceOf,
+  trajectorySignature,
+  type R1ConfigInput,
+  type RejectionCounts,
+} from '../../src/trainers/index.ts';
 
 const ROOT = join(import.meta.dirname, '..', '..');
 const MODEL = join(ROOT, 'models', 'calc-tiny');
@@ -20,8 +30,21 @@ const trainConfig = (dir: string) => {
   return f;
 };
 const small = (dir: string, o: Partial<R1ConfigInput> = {}): R1ConfigInput => ({
-  grpo_steps: 1, grpo2_steps: 1, tasks_per_step: 3, group: 2, lr: 1e-4, rs_tasks: 6, rs_k: 4, rs_max_per_task: 1, rs_sft_steps: 3, rs_sft_batch: 4,
-  eval_limit: 4, eval_samples: 1, concurrency: 8, train_config: trainConfig(dir), ...o,
+  grpo_steps: 1,
+  grpo2_steps: 1,
+  tasks_per_step: 3,
+  group: 2,
+  lr: 1e-4,
+  rs_tasks: 6,
+  rs_k: 4,
+  rs_max_per_task: 1,
+  rs_sft_steps: 3,
+  rs_sft_batch: 4,
+  eval_limit: 4,
+  eval_samples: 1,
+  concurrency: 8,
+  train_config: trainConfig(dir),
+  ...o,
 });
 
 describe('the R1 pipeline', () => {
@@ -74,7 +97,10 @@ describe('the R1 pipeline', () => {
 
     if (kept.length > 0) {
       // The SFT data: each kept sample's token sequence as sampled, the loss on the policy's tokens only.
-      const data = readFileSync(join(out, '3-rs-sft', 'model', 'sft-data.jsonl'), 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l) as { ids: number[]; mask: number[] });
+      const data = readFileSync(join(out, '3-rs-sft', 'model', 'sft-data.jsonl'), 'utf8')
+        .split('\n')
+        .filter(Boolean)
+        .map((l) => JSON.parse(l) as { ids: number[]; mask: number[] });
       expect(data.length).toBe(kept.length);
       data.forEach((ex, i) => {
         const t = kept[i]!;
@@ -103,9 +129,28 @@ describe('the R1 pipeline', () => {
     // words are duplicates; another answer is distinct.
     const base = (over: Partial<Trajectory>, sample: number): Trajectory =>
       ({
-        id: `t${sample}`, task_id: over.task_id ?? 'a', group_id: 'a@rs', sample, split: 'train', difficulty: 1, policy: { id: 'p' }, messages: [], answer: '4', success: true, reward: 1, reward_parts: {}, finish: 'answer',
+        id: `t${sample}`,
+        task_id: over.task_id ?? 'a',
+        group_id: 'a@rs',
+        sample,
+        split: 'train',
+        difficulty: 1,
+        policy: { id: 'p' },
+        messages: [],
+        answer: '4',
+        success: true,
+        reward: 1,
+        reward_parts: {},
+        finish: 'answer',
         turns: [
-          { tokens: [1, 2], env_tokens: [5, 6], action: { content: 'let me add', tool_calls: [{ id: 'c1', name: 'calculator.add', arguments: { a: 2, b: 2 } }] }, tool_results: [], step_reward: 0, policy_ms: 1 },
+          {
+            tokens: [1, 2],
+            env_tokens: [5, 6],
+            action: { content: 'let me add', tool_calls: [{ id: 'c1', name: 'calculator.add', arguments: { a: 2, b: 2 } }] },
+            tool_results: [],
+            step_reward: 0,
+            policy_ms: 1,
+          },
           { tokens: [3], env_tokens: [7], action: { content: '4', tool_calls: [] }, tool_results: [], step_reward: 0, policy_ms: 1 },
         ],
         metrics: {},
@@ -113,7 +158,15 @@ describe('the R1 pipeline', () => {
       }) as unknown as Trajectory;
     const reworded = base({}, 1);
     reworded.turns[0]!.action = { content: 'adding now', tool_calls: [{ id: 'x9', name: 'calculator.add', arguments: { b: 2, a: 2 } }] };
-    const ts = [base({}, 0), reworded, base({ answer: ' 4 ' }, 2), base({ answer: '4.0' }, 3), base({ success: false }, 4), base({ answer: '5' }, 5), base({ task_id: 'b' }, 0)];
+    const ts = [
+      base({}, 0),
+      reworded,
+      base({ answer: ' 4 ' }, 2),
+      base({ answer: '4.0' }, 3),
+      base({ success: false }, 4),
+      base({ answer: '5' }, 5),
+      base({ task_id: 'b' }, 0),
+    ];
     const { kept, counts } = selectVerified(ts, { maxPerTask: 2, maxLen: 100 });
     expect(kept.map((t) => `${t.task_id}${t.sample}`)).toEqual(['a0', 'a3', 'b0']);
     expect(counts.rejected).toEqual({ incorrect: 1, duplicate: 2, over_max: 1, untrainable: 0 });
@@ -125,12 +178,27 @@ describe('the R1 pipeline', () => {
     const dir = tmp('given');
     const given = join(dir, 'given');
     cpSync(MODEL, given, { recursive: true });
-    const digest = (d: string) => Object.fromEntries(readdirSync(d).sort().map((f) => [f, createHash('sha256').update(readFileSync(join(d, f))).digest('hex')]));
+    const digest = (d: string) =>
+      Object.fromEntries(
+        readdirSync(d)
+          .sort()
+          .map((f) => [
+            f,
+            createHash('sha256')
+              .update(readFileSync(join(d, f)))
+              .digest('hex'),
+          ]),
+      );
     const before = digest(given);
     const out = join(dir, 'p');
     const ac = new AbortController();
     // Stage 1 only: the signal stops the pipeline as stage 2 starts.
-    const r = await runR1Pipeline({ config: small(dir, { model: given, sft: true, sft_demos: 16, sft_steps: 2, sft_batch: 4, sft_lr: 1e-4 }), out, signal: ac.signal, onLog: (l) => l.startsWith('stage 2-grpo') && ac.abort() });
+    const r = await runR1Pipeline({
+      config: small(dir, { model: given, sft: true, sft_demos: 16, sft_steps: 2, sft_batch: 4, sft_lr: 1e-4 }),
+      out,
+      signal: ac.signal,
+      onLog: (l) => l.startsWith('stage 2-grpo') && ac.abort(),
+    });
     expect(r.record.stages.map((s) => s.name)).toEqual(['1-sft']);
     expect(r.record.stages[0]!.model).toBe(join(out, '1-sft', 'model'));
     expect(digest(given)).toEqual(before);
@@ -149,7 +217,9 @@ describe('the R1 pipeline', () => {
     expect(first.record.stages.map((s) => s.name)).toEqual(['1-sft']);
     expect(first.record.stages[0]!.detail.demos).toBe(16);
     // The SFT'd model records the tool surface it was trained on (eval warns when a server drifts from it).
-    expect((JSON.parse(readFileSync(join(out, '1-sft', 'model', 'tool-surface.json'), 'utf8')) as { servers: Record<string, unknown> }).servers).toHaveProperty('calculator');
+    expect((JSON.parse(readFileSync(join(out, '1-sft', 'model', 'tool-surface.json'), 'utf8')) as { servers: Record<string, unknown> }).servers).toHaveProperty(
+      'calculator',
+    );
     expect(first.record.partial['2-grpo']).toBeGreaterThan(0);
     const state = JSON.parse(readFileSync(join(out, '2-grpo', 'state.json'), 'utf8')) as { step: number };
     expect(state.step).toBe(1);
@@ -167,7 +237,10 @@ describe('the R1 pipeline', () => {
     expect(lines.some((l) => l.startsWith('stage 1-sft:') && /demonstrations/.test(l))).toBe(false);
     // Stage 2 resumed at step 1: its steps are 1 and 2, each once.
     expect(lines.some((l) => /stage 2-grpo: resuming .* at step 1/.test(l))).toBe(true);
-    const steps = readFileSync(join(out, '2-grpo', 'metrics.jsonl'), 'utf8').split('\n').filter(Boolean).map((l) => (JSON.parse(l) as { step: number }).step);
+    const steps = readFileSync(join(out, '2-grpo', 'metrics.jsonl'), 'utf8')
+      .split('\n')
+      .filter(Boolean)
+      .map((l) => (JSON.parse(l) as { step: number }).step);
     expect(steps).toEqual([1, 2]);
     expect(second.record.stages[1]!.detail.steps).toBe(2);
     // The wall time of stage 2 counts both attempts.

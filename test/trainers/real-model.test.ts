@@ -26,10 +26,41 @@ describe.runIf(RUN)('two GRPO steps on SmolLM2-135M-Instruct (MCP_GYM_REAL_MODEL
     const dir = mkdtempSync(join(tmpdir(), 'mcp-gym-real-'));
     const run = join(dir, 'run');
     const t0 = performance.now();
-    const r = await runCli(['train', '--model', 'smollm2-135m', '--preset', 'art', '--suite', 'sql', '--max-difficulty', '1', '--steps', '2', '--tasks-per-step', '2', '--group', '4', '--lr', '2e-5', '--beta', '0', '--max-new-tokens', '96', '--eval-limit', '2', '--eval-samples', '1', '--run', run]);
+    const r = await runCli([
+      'train',
+      '--model',
+      'smollm2-135m',
+      '--preset',
+      'art',
+      '--suite',
+      'sql',
+      '--max-difficulty',
+      '1',
+      '--steps',
+      '2',
+      '--tasks-per-step',
+      '2',
+      '--group',
+      '4',
+      '--lr',
+      '2e-5',
+      '--beta',
+      '0',
+      '--max-new-tokens',
+      '96',
+      '--eval-limit',
+      '2',
+      '--eval-samples',
+      '1',
+      '--run',
+      run,
+    ]);
     const seconds = (performance.now() - t0) / 1000;
     expect(r.code, r.stderr.slice(-2000)).toBe(0);
-    const metrics = readFileSync(join(run, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Record<string, number>);
+    const metrics = readFileSync(join(run, 'metrics.jsonl'), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as Record<string, number>);
     expect(metrics.map((m) => m.step)).toEqual([1, 2]);
     const model = join(run, 'model');
     expect(existsSync(join(model, 'chat_template.jinja'))).toBe(true);
@@ -39,8 +70,13 @@ describe.runIf(RUN)('two GRPO steps on SmolLM2-135M-Instruct (MCP_GYM_REAL_MODEL
     const first = episodes[0]!;
     const prompt = first.turns[0]!.env_tokens!;
     const messages = first.messages.filter((m) => m.role === 'system' || m.role === 'user').slice(0, 2);
-    const tools = (first.tools ?? []).map((t) => ({ type: 'function', function: { name: t.name, ...(t.description ? { description: t.description } : {}), parameters: t.parameters } }));
-    const out = JSON.parse(hfPython(`
+    const tools = (first.tools ?? []).map((t) => ({
+      type: 'function',
+      function: { name: t.name, ...(t.description ? { description: t.description } : {}), parameters: t.parameters },
+    }));
+    const out = JSON.parse(
+      hfPython(
+        `
 import json, sys, torch, transformers
 from safetensors.torch import load_file
 d, src, msgs, tools = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), json.loads(sys.argv[4])
@@ -52,13 +88,39 @@ g = m.generate(torch.tensor([ids]), max_new_tokens=24, do_sample=False)
 a, b = load_file(d + "/model.safetensors"), load_file(src + "/model.safetensors")
 changed = sum(int(not torch.equal(a[k], b[k])) for k in a)
 print(json.dumps({"ids": list(ids), "text": tok.decode(g[0][len(ids):]), "changed": changed, "tensors": len(a)}))
-`, [model, join(process.env.MCP_GYM_MODELS ?? join(process.env.HOME ?? '', '.cache', 'mcp-gym', 'models'), 'smollm2-135m'), JSON.stringify(messages), JSON.stringify(tools)], 300_000)) as { ids: number[]; text: string; changed: number; tensors: number };
+`,
+        [
+          model,
+          join(process.env.MCP_GYM_MODELS ?? join(process.env.HOME ?? '', '.cache', 'mcp-gym', 'models'), 'smollm2-135m'),
+          JSON.stringify(messages),
+          JSON.stringify(tools),
+        ],
+        300_000,
+      ),
+    ) as { ids: number[]; text: string; changed: number; tensors: number };
     expect(out.ids).toEqual(prompt);
     expect(out.text.length).toBeGreaterThan(0);
     expect(out.changed).toBeGreaterThan(0);
 
-    const ev = await runCli(['eval', '--model', model, '--suite', 'sql', '--max-difficulty', '1', '--limit', '2', '-k', '1', '--out', join(dir, 'eval'), '--json']);
+    const ev = await runCli([
+      'eval',
+      '--model',
+      model,
+      '--suite',
+      'sql',
+      '--max-difficulty',
+      '1',
+      '--limit',
+      '2',
+      '-k',
+      '1',
+      '--out',
+      join(dir, 'eval'),
+      '--json',
+    ]);
     expect(ev.code, ev.stderr.slice(-2000)).toBe(0);
-    console.log(`2 GRPO steps on SmolLM2-135M in ${seconds.toFixed(0)} s; ${out.changed} of ${out.tensors} tensors changed; greedy: ${JSON.stringify(out.text.slice(0, 80))}`);
+    console.log(
+      `2 GRPO steps on SmolLM2-135M in ${seconds.toFixed(0)} s; ${out.changed} of ${out.tensors} tensors changed; greedy: ${JSON.stringify(out.text.slice(0, 80))}`,
+    );
   }, 1_200_000);
 });

@@ -12,8 +12,19 @@ import { describe, expect, it } from 'vitest';
 import type { Trajectory } from '../../src/env/index.ts';
 import { groupPriority, learnerConfig, ReplayBuffer, resolveConfig, train, type KeptGroup, type ReplayOptions } from '../../src/trainers/index.ts';
 
-const opts = (o: Partial<ReplayOptions> = {}): ReplayOptions => ({ fraction: 0.5, capacity: 8, maxAge: 3, priority: 'uniform', seed: 5, advantage: 'grpo', ...o });
-const group = (id: string, rewards: number[]): KeptGroup => ({ group_id: id, trajectories: rewards.map((reward, i) => ({ id: `${id}/${i}`, reward, success: reward > 0, turns: [] }) as unknown as Trajectory) });
+const opts = (o: Partial<ReplayOptions> = {}): ReplayOptions => ({
+  fraction: 0.5,
+  capacity: 8,
+  maxAge: 3,
+  priority: 'uniform',
+  seed: 5,
+  advantage: 'grpo',
+  ...o,
+});
+const group = (id: string, rewards: number[]): KeptGroup => ({
+  group_id: id,
+  trajectories: rewards.map((reward, i) => ({ id: `${id}/${i}`, reward, success: reward > 0, turns: [] }) as unknown as Trajectory),
+});
 
 describe('replay buffer', () => {
   it('takes only groups with signal; drops the oldest over capacity and the too old at a draw', () => {
@@ -30,7 +41,12 @@ describe('replay buffer', () => {
     expect(b.size).toBe(2); // drawn groups stay (until too old or pushed out)
     // Never a group of the step's own batch.
     b.add(4, [group('e', [1, 0])]);
-    expect(b.draw(4, 5).groups.map((g) => g.group_id).sort()).toEqual(['c', 'd']);
+    expect(
+      b
+        .draw(4, 5)
+        .groups.map((g) => g.group_id)
+        .sort(),
+    ).toEqual(['c', 'd']);
     // round(fraction × tasks_per_step), at most tasks_per_step − 1.
     expect(new ReplayBuffer(opts({ fraction: 0.25 })).target(12)).toBe(3);
     expect(new ReplayBuffer(opts({ fraction: 0.9 })).target(4)).toBe(3);
@@ -59,7 +75,10 @@ describe('replay buffer', () => {
       const out: string[][] = [];
       for (let s = from; s <= to; s++) {
         out.push(b.draw(s, 3).groups.map((g) => g.group_id));
-        b.add(s, Array.from({ length: 4 }, (_, i) => group(`s${s}g${i}`, i === 3 ? [1, 1] : [i, 0, 1])));
+        b.add(
+          s,
+          Array.from({ length: 4 }, (_, i) => group(`s${s}g${i}`, i === 3 ? [1, 1] : [i, 0, 1])),
+        );
       }
       return out;
     };
@@ -86,13 +105,29 @@ describe('replay buffer', () => {
     const logs: string[] = [];
     await train({
       config: resolveConfig({
-        preset: 'art', suite: 'calculator', max_difficulty: 2, model: MODEL, steps: 3, tasks_per_step: 4, group: 4, eval_limit: 4, eval_samples: 1, eval_every: 0,
-        max_staleness: 0, dynamic_sampling: true, replay_fraction: 0.5, replay_max_age: 2, curriculum: 'adaptive',
+        preset: 'art',
+        suite: 'calculator',
+        max_difficulty: 2,
+        model: MODEL,
+        steps: 3,
+        tasks_per_step: 4,
+        group: 4,
+        eval_limit: 4,
+        eval_samples: 1,
+        eval_every: 0,
+        max_staleness: 0,
+        dynamic_sampling: true,
+        replay_fraction: 0.5,
+        replay_max_age: 2,
+        curriculum: 'adaptive',
       }),
       runDir,
       onLog: (l) => logs.push(l),
     });
-    const m = readFileSync(join(runDir, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Record<string, unknown> & { staleness_hist: Record<string, number>; replayed_group_ids: string[] });
+    const m = readFileSync(join(runDir, 'metrics.jsonl'), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as Record<string, unknown> & { staleness_hist: Record<string, number>; replayed_group_ids: string[] });
     expect(m.map((x) => x.step)).toEqual([1, 2, 3]);
     expect(m[0]!.replay_groups).toBe(0); // nothing in the buffer yet
     for (const x of m.slice(1)) {
@@ -103,7 +138,9 @@ describe('replay buffer', () => {
       expect(typeof x.is_weight_mean).toBe('number');
       // Synchronous: fresh groups are 0 steps stale, replayed ones 1 or 2 (never dropped).
       expect(x.stale_groups_dropped).toBe(0);
-      const stale = Object.entries(x.staleness_hist).filter(([k]) => Number(k) > 0).reduce((n, [, v]) => n + v, 0);
+      const stale = Object.entries(x.staleness_hist)
+        .filter(([k]) => Number(k) > 0)
+        .reduce((n, [, v]) => n + v, 0);
       expect(stale).toBeGreaterThanOrEqual(2 * 2);
       expect(Number(x.replay_age_mean)).toBeGreaterThanOrEqual(1);
       expect(Number(x.replay_fraction)).toBeCloseTo(2 / Number(x.groups), 12);
@@ -111,7 +148,11 @@ describe('replay buffer', () => {
     expect(m[0]!.curriculum_levels).toEqual({ calculator: 1 });
     expect(m[0]!.difficulty_mix).toBeDefined();
     // state.json names the buffer of its step; the files of earlier steps are gone.
-    const state = JSON.parse(readFileSync(join(runDir, 'state.json'), 'utf8')) as { step: number; replay_file: string; curriculum: { levels: Record<string, number> } };
+    const state = JSON.parse(readFileSync(join(runDir, 'state.json'), 'utf8')) as {
+      step: number;
+      replay_file: string;
+      curriculum: { levels: Record<string, number> };
+    };
     expect(state.replay_file).toBe(join('replay', 'step-00003.json'));
     expect(readdirSync(join(runDir, 'replay'))).toEqual(['step-00003.json']);
     const stored = JSON.parse(readFileSync(join(runDir, state.replay_file), 'utf8')) as { entries: { step: number }[] };

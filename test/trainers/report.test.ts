@@ -16,7 +16,24 @@ const CHROMIUM = ['/usr/bin/chromium', '/usr/bin/chromium-browser'].find((p) => 
 
 /** The DOM of a page as headless Chromium renders it (after its script ran). */
 function renderedDom(dir: string, file: string): string {
-  return execFileSync(CHROMIUM!, ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync', `--user-data-dir=${join(dir, 'profile')}`, '--virtual-time-budget=3000', '--dump-dom', `file://${file}`], { encoding: 'utf8', timeout: 60_000, stdio: ['ignore', 'pipe', 'ignore'] });
+  return execFileSync(
+    CHROMIUM!,
+    [
+      '--headless',
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-quic',
+      '--no-first-run',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+      `--user-data-dir=${join(dir, 'profile')}`,
+      '--virtual-time-budget=3000',
+      '--dump-dom',
+      `file://${file}`,
+    ],
+    { encoding: 'utf8', timeout: 60_000, stdio: ['ignore', 'pipe', 'ignore'] },
+  );
 }
 
 /** Each chart of a page: its id, the values and labels of its x and y ticks, its axis labels, and its bands' points. */
@@ -35,16 +52,28 @@ function chartsOf(html: string) {
 }
 
 const trajectory = {
-  id: 't', task_id: 'calc-7', group_id: 'calc-7@0', sample: 0, split: 'eval', difficulty: 1, policy: { id: 'onnx:x' },
+  id: 't',
+  task_id: 'calc-7',
+  group_id: 'calc-7@0',
+  sample: 0,
+  split: 'eval',
+  difficulty: 1,
+  policy: { id: 'onnx:x' },
   messages: [
     { role: 'user', content: 'Use the calculator tool evaluate to compute 2 + 3.' },
     { role: 'assistant', content: '', tool_calls: [{ id: 'c', type: 'function', function: { name: 'evaluate', arguments: '{"expression":"2 + 3"}' } }] },
     { role: 'tool', tool_call_id: 'c', content: '5' },
     { role: 'assistant', content: '5' },
   ],
-  turns: [], answer: '5', success: true, reward: 1.36, reward_parts: {}, checks: [],
+  turns: [],
+  answer: '5',
+  success: true,
+  reward: 1.36,
+  reward_parts: {},
+  checks: [],
   metrics: { turns: 2, tool_calls: 1, tool_errors: 0, policy_tokens: 40 },
-  timings: { started_at: '', total_ms: 1, policy_ms: 1, tool_ms: 1 }, finish: 'answer',
+  timings: { started_at: '', total_ms: 1, policy_ms: 1, tool_ms: 1 },
+  finish: 'answer',
 } as unknown as Trajectory;
 
 describe.skipIf(!CHROMIUM)('report.html in headless Chromium', () => {
@@ -52,23 +81,53 @@ describe.skipIf(!CHROMIUM)('report.html in headless Chromium', () => {
     const dir = mkdtempSync(join(tmpdir(), 'mcp-gym-report-'));
     const file = join(dir, 'report.html');
     const metrics = Array.from({ length: 7 }, (_, i) => ({
-      step: i + 1, reward_mean: 0.5 + i / 10, success_rate: 0.3 + i / 20, kl: i / 100, entropy: 1 - i / 20, policy_tokens_mean: 40 + i, turns_mean: 2,
-      staleness_mean: i / 10, staleness_max: 1, stale_groups_dropped: 0, is_truncated_fraction: 0.01 * i, is_masked_fraction: 0, clip_fraction: 0.02, sampler_log_ratio_mean: -0.001 * i,
-      step_seconds: 3 + i / 10, learner_seconds: 2.5, learner_idle_fraction: 0.1,
+      step: i + 1,
+      reward_mean: 0.5 + i / 10,
+      success_rate: 0.3 + i / 20,
+      kl: i / 100,
+      entropy: 1 - i / 20,
+      policy_tokens_mean: 40 + i,
+      turns_mean: 2,
+      staleness_mean: i / 10,
+      staleness_max: 1,
+      stale_groups_dropped: 0,
+      is_truncated_fraction: 0.01 * i,
+      is_masked_fraction: 0,
+      clip_fraction: 0.02,
+      sampler_log_ratio_mean: -0.001 * i,
+      step_seconds: 3 + i / 10,
+      learner_seconds: 2.5,
+      learner_idle_fraction: 0.1,
     }));
     const pass = (p: number) => ({ pass_at_k: { 1: p, 2: p + 0.1, 3: p + 0.15, 4: p + 0.2 }, pass_hat_k: { 1: p, 2: p - 0.1, 3: p - 0.15, 4: p - 0.2 } });
-    const evals = [{ step: 0, success: 0.3, ci95: [0.2, 0.4] as [number, number], ...pass(0.3) }, { step: 5, success: 0.5, ci95: [0.4, 0.6] as [number, number], ...pass(0.5) }, { step: 7, success: 0.6, ci95: [0.5, 0.7] as [number, number], ...pass(0.6) }];
+    const evals = [
+      { step: 0, success: 0.3, ci95: [0.2, 0.4] as [number, number], ...pass(0.3) },
+      { step: 5, success: 0.5, ci95: [0.4, 0.6] as [number, number], ...pass(0.5) },
+      { step: 7, success: 0.6, ci95: [0.5, 0.7] as [number, number], ...pass(0.6) },
+    ];
     // A config set away from the art preset in three fields, one of them float noise; and a secret.
     const config = resolveConfig({ preset: 'art', steps: 7, curriculum_share: 0.6499999999999999, lr: 5e-4, learner_token: 'sekret-token' });
     const before = { step: 0, success: 0.3, ci95: [0.3393765611244294, 0.4742041800000517], episodes: 200, mean_reward: 0.7617000000000023 };
-    writeReport(file, { title: 'test run', metrics, evals, samples: [{ label: 'eval', trajectory }], summary: { before, train_seconds: 15.195904591, steps: 7, config } });
+    writeReport(file, {
+      title: 'test run',
+      metrics,
+      evals,
+      samples: [{ label: 'eval', trajectory }],
+      summary: { before, train_seconds: 15.195904591, steps: 7, config },
+    });
     const dom = renderedDom(dir, file);
     expect(dom).toContain('data-ready="1"');
     const drawn = Object.fromEntries([...dom.matchAll(/<figure class="chart" id="([\w-]+)" data-drawn="(\d+)"/g)].map((m) => [m[1], Number(m[2])]));
     expect(drawn).toEqual({
-      'chart-reward': 7, 'chart-success': 10, 'chart-kl': 7, 'chart-entropy': 7, 'chart-length': 14,
+      'chart-reward': 7,
+      'chart-success': 10,
+      'chart-kl': 7,
+      'chart-entropy': 7,
+      'chart-length': 14,
       'chart-pass': 12, // pass@1 and pass^2..pass^4: 4 series of 3 evaluations (pass@1's interval is a band)
-      'chart-staleness': 21, 'chart-corrections': 28, 'chart-time': 21,
+      'chart-staleness': 21,
+      'chart-corrections': 28,
+      'chart-time': 21,
     });
     expect(dom).toContain('evaluate</b>(<code>{"expression":"2 + 3"}</code>)');
 
@@ -79,7 +138,10 @@ describe.skipIf(!CHROMIUM)('report.html in headless Chromium', () => {
     for (const c of charts) {
       expect(c.x.ticks[0], c.id).toEqual({ value: 0, label: '0' });
       expect(c.x.ticks.at(-1), c.id).toEqual({ value: 7, label: '7' });
-      expect(c.x.ticks.every((t) => Number.isInteger(t.value)), c.id).toBe(true);
+      expect(
+        c.x.ticks.every((t) => Number.isInteger(t.value)),
+        c.id,
+      ).toBe(true);
       expect(c.x.label, c.id).toBe('step');
       expect(c.y.ticks.length, c.id).toBeGreaterThanOrEqual(2);
       expect(c.y.label, c.id).not.toBe('');
@@ -102,8 +164,17 @@ describe.skipIf(!CHROMIUM)('report.html in headless Chromium', () => {
 
     // The config: a grouped table, the fields set away from the preset marked with the preset's value.
     expect(dom).toContain('<table class="config" data-group="rollout">');
-    const changed = [...dom.matchAll(/<tr class="changed" data-key="(\w+)">[^]*?<td class="value">([^<]*)<\/td><td class="default">([^<]*)<\/td>/g)].map((m) => [m[1], m[2], m[3]]);
-    expect(changed).toEqual([['curriculum_share', '0.65', '0.5'], ['steps', '7', '30'], ['lr', '5e-4', '1e-4'], ['learner_token', '(hidden)', '—']].sort((a, b) => CONFIG_GROUPS.indexOf(groupOf(dom, a[0]!)) - CONFIG_GROUPS.indexOf(groupOf(dom, b[0]!))));
+    const changed = [...dom.matchAll(/<tr class="changed" data-key="(\w+)">[^]*?<td class="value">([^<]*)<\/td><td class="default">([^<]*)<\/td>/g)].map(
+      (m) => [m[1], m[2], m[3]],
+    );
+    expect(changed).toEqual(
+      [
+        ['curriculum_share', '0.65', '0.5'],
+        ['steps', '7', '30'],
+        ['lr', '5e-4', '1e-4'],
+        ['learner_token', '(hidden)', '—'],
+      ].sort((a, b) => CONFIG_GROUPS.indexOf(groupOf(dom, a[0]!)) - CONFIG_GROUPS.indexOf(groupOf(dom, b[0]!))),
+    );
     expect(dom).toMatch(/<tr data-key="beta"><th[^>]*>beta<\/th><td class="value">0.04<\/td><td class="default"><\/td><\/tr>/);
     // No float noise outside the raw JSON, which is there, collapsed, for copying; the secret nowhere.
     const raw = /<details class="raw">[^]*?<\/details>/.exec(dom)?.[0] ?? '';
@@ -118,9 +189,19 @@ describe.skipIf(!CHROMIUM)('report.html in headless Chromium', () => {
     const dir = mkdtempSync(join(tmpdir(), 'mcp-gym-report-'));
     const file = join(dir, 'report.html');
     const metrics = Array.from({ length: 6 }, (_, i) => ({
-      step: i + 1, reward_mean: 0.5, success_rate: 0.4, kl: 0.01, entropy: 1, policy_tokens_mean: 40, turns_mean: 2, ref_reset: i === 2 || i === 4,
-      curriculum_levels: { calculator: 1 + Math.floor(i / 2), kv: 1 }, difficulty_mix: i < 2 ? { 1: 12 } : { 1: 6, 2: 6 },
-      replay_groups: i ? 3 : 0, replay_buffer_size: 8 * i, replay_age_mean: i ? 1.5 : 0,
+      step: i + 1,
+      reward_mean: 0.5,
+      success_rate: 0.4,
+      kl: 0.01,
+      entropy: 1,
+      policy_tokens_mean: 40,
+      turns_mean: 2,
+      ref_reset: i === 2 || i === 4,
+      curriculum_levels: { calculator: 1 + Math.floor(i / 2), kv: 1 },
+      difficulty_mix: i < 2 ? { 1: 12 } : { 1: 6, 2: 6 },
+      replay_groups: i ? 3 : 0,
+      replay_buffer_size: 8 * i,
+      replay_age_mean: i ? 1.5 : 0,
     }));
     writeReport(file, { title: 'curriculum run', metrics, evals: [{ step: 0, success: 0.3, ci95: [0.2, 0.4] }], samples: [] });
     const dom = renderedDom(dir, file);
@@ -132,10 +213,19 @@ describe.skipIf(!CHROMIUM)('report.html in headless Chromium', () => {
     const stepCharts = ['reward', 'success', 'kl', 'entropy', 'length', 'curriculum', 'difficulty-mix', 'replay'].map((c) => `chart-${c}`);
     const charts = [...dom.matchAll(/<figure class="chart" id="([\w-]+)"[^]*?<\/figure>/g)].filter((m) => stepCharts.includes(m[1]!));
     expect(charts).toHaveLength(stepCharts.length);
-    for (const m of charts) expect([...m[0].matchAll(/<line class="marker" data-step="(\d+)"/g)].map((x) => Number(x[1])), m[1]).toEqual([3, 5]);
+    for (const m of charts)
+      expect(
+        [...m[0].matchAll(/<line class="marker" data-step="(\d+)"/g)].map((x) => Number(x[1])),
+        m[1],
+      ).toEqual([3, 5]);
     expect(dom).toContain('reference reset at step 3');
     // A run without them has neither chart nor marker.
-    writeReport(file, { title: 'plain run', metrics: metrics.map(({ curriculum_levels: _l, replay_groups: _r, ref_reset: _f, ...m }) => m), evals: [], samples: [] });
+    writeReport(file, {
+      title: 'plain run',
+      metrics: metrics.map(({ curriculum_levels: _l, replay_groups: _r, ref_reset: _f, ...m }) => m),
+      evals: [],
+      samples: [],
+    });
     const plain = readFileSync(file, 'utf8');
     expect(plain).not.toContain('chart-curriculum');
     expect(plain).not.toContain('chart-replay');
@@ -203,12 +293,33 @@ describe('chart helpers', () => {
 
   it('formatValue: no float noise, short exponents for the tiny and the huge', () => {
     const cases: [unknown, string][] = [
-      [0.6499999999999999, '0.65'], [0.1 + 0.2, '0.3'], [-0.30000000000000004, '-0.3'], [0, '0'], [-0, '0'],
-      [5e-4, '5e-4'], [0.0005, '5e-4'], [1e-8, '1e-8'], [1.0627040792892259e-7, '1.063e-7'], [0.001, '0.001'], [0.7617000000000023, '0.7617'],
-      [123456789, '123456789'], [1234567.891, '1.235e6'], [1e21, '1e21'], [-3.3e25, '-3.3e25'],
-      [Number.NaN, 'NaN'], [Infinity, '∞'], [-Infinity, '-∞'],
-      [true, 'true'], [false, 'false'], ['', '(empty)'], ['grpo', 'grpo'], [null, '—'], [undefined, '—'],
-      [[1, 0.1 + 0.2], '1, 0.3'], [[], '(none)'], [{ correctness: 1, safety: 0.25 }, 'correctness=1, safety=0.25'],
+      [0.6499999999999999, '0.65'],
+      [0.1 + 0.2, '0.3'],
+      [-0.30000000000000004, '-0.3'],
+      [0, '0'],
+      [-0, '0'],
+      [5e-4, '5e-4'],
+      [0.0005, '5e-4'],
+      [1e-8, '1e-8'],
+      [1.0627040792892259e-7, '1.063e-7'],
+      [0.001, '0.001'],
+      [0.7617000000000023, '0.7617'],
+      [123456789, '123456789'],
+      [1234567.891, '1.235e6'],
+      [1e21, '1e21'],
+      [-3.3e25, '-3.3e25'],
+      [Number.NaN, 'NaN'],
+      [Infinity, '∞'],
+      [-Infinity, '-∞'],
+      [true, 'true'],
+      [false, 'false'],
+      ['', '(empty)'],
+      ['grpo', 'grpo'],
+      [null, '—'],
+      [undefined, '—'],
+      [[1, 0.1 + 0.2], '1, 0.3'],
+      [[], '(none)'],
+      [{ correctness: 1, safety: 0.25 }, 'correctness=1, safety=0.25'],
     ];
     for (const [x, want] of cases) expect(formatValue(x), String(x)).toBe(want);
     expect(formatValue(0.123456789, 6)).toBe('0.123457');
@@ -222,7 +333,10 @@ describe('chart helpers', () => {
     const config = resolveConfig({ preset: 'prorl', steps: 4, curriculum_share: 0.6499999999999999 });
     const rows = configRows(config, configDefaults(config));
     expect(rows.map((r) => r.group)).toEqual([...rows.map((r) => r.group)].sort((a, b) => CONFIG_GROUPS.indexOf(a) - CONFIG_GROUPS.indexOf(b)));
-    expect(rows.filter((r) => r.changed).map((r) => [r.key, r.value, r.default])).toEqual([['steps', '4', '30'], ['curriculum_share', '0.65', '0.5']]);
+    expect(rows.filter((r) => r.changed).map((r) => [r.key, r.value, r.default])).toEqual([
+      ['steps', '4', '30'],
+      ['curriculum_share', '0.65', '0.5'],
+    ]);
     const byKey = Object.fromEntries(rows.map((r) => [r.key, r]));
     // The preset's own values (beta 0.01, the adaptive curriculum) are not marked.
     expect(byKey.beta).toMatchObject({ value: '0.01', changed: false, group: 'algorithm / loss' });
@@ -232,7 +346,10 @@ describe('chart helpers', () => {
     expect(byKey.eval_every!.group).toBe('evaluation');
     expect(byKey.temperature!.group).toBe('sampling');
     // Without defaults nothing is marked; a field no group knows is "other".
-    expect(configRows({ steps: 4, something_new: 1 }).map((r) => [r.key, r.group, r.changed])).toEqual([['steps', 'rollout', false], ['something_new', 'other', false]]);
+    expect(configRows({ steps: 4, something_new: 1 }).map((r) => [r.key, r.group, r.changed])).toEqual([
+      ['steps', 'rollout', false],
+      ['something_new', 'other', false],
+    ]);
     // A report without a summary has no config section.
     expect(renderReport({ title: 't', metrics: [], evals: [], samples: [] })).not.toContain('class="config"');
   });

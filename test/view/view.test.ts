@@ -80,9 +80,39 @@ beforeAll(async () => {
     runCli(['train', '--preset', 'grpo', ...SMALL, '--lr', '0.0002', '--run', join(dir, 'nested', 'run-grpo')]),
     runCli(['train', '--preset', 'art', ...SMALL, '--learner', 'http://127.0.0.1:1', '--run', join(dir, 'run-fail')]),
     runCli(['eval', '--suite', 'calculator,kv', '-k', '2', '--limit', '3', '--policy', 'random:3', '--out', join(dir, 'eval-random')]),
-    runCli(['bench', '--stdio', `${process.execPath} ${CLI} serve kv`, '--calls', '10', '--concurrency', '1,4', '--duration-ms', '300', '--fuzz', '--fuzz-cases', '10', '--out', join(dir, 'bench-kv')]),
+    runCli([
+      'bench',
+      '--stdio',
+      `${process.execPath} ${CLI} serve kv`,
+      '--calls',
+      '10',
+      '--concurrency',
+      '1,4',
+      '--duration-ms',
+      '300',
+      '--fuzz',
+      '--fuzz-cases',
+      '10',
+      '--out',
+      join(dir, 'bench-kv'),
+    ]),
     // A server that crashes on one input: a fuzz finding with the input that triggered it.
-    runCli(['bench', '--stdio', `${process.execPath} --import tsx ${FRAGILE}`, '--calls', '0', '--exclude', 'blocky,hangy', '--fuzz', '--fuzz-cases', '10', '--timeout-ms', '800', '--out', join(dir, 'bench-fragile')]),
+    runCli([
+      'bench',
+      '--stdio',
+      `${process.execPath} --import tsx ${FRAGILE}`,
+      '--calls',
+      '0',
+      '--exclude',
+      'blocky,hangy',
+      '--fuzz',
+      '--fuzz-cases',
+      '10',
+      '--timeout-ms',
+      '800',
+      '--out',
+      join(dir, 'bench-fragile'),
+    ]),
   ]);
   for (const [i, r] of made.entries()) if (i !== 2 && r.code !== 0) throw new Error(`fixture ${i} failed (${r.code}): ${r.stderr.slice(-2000)}`);
   expect(made[2]!.code).not.toBe(0);
@@ -135,7 +165,11 @@ describe('mcp-gym view: the API', () => {
     expect((await getJson<{ rows: unknown[] }>(`/api/run/${id}/metrics?since=99`)).body.rows).toEqual([]);
     const config = (await getJson(`/api/run/${id}/config`)).body;
     expect(config).toMatchObject({ preset: 'art', steps: 2, group: 4 });
-    const t = (await getJson<{ total: number; matched: number; items: { success: boolean; step: number; reward: number }[] }>(`/api/run/${id}/trajectories?outcome=failure&step=2&max=10`)).body;
+    const t = (
+      await getJson<{ total: number; matched: number; items: { success: boolean; step: number; reward: number }[] }>(
+        `/api/run/${id}/trajectories?outcome=failure&step=2&max=10`,
+      )
+    ).body;
     expect(t.total).toBe(32);
     expect(t.items.every((x) => !x.success && x.step === 2)).toBe(true);
     const one = (await getJson<{ trajectory: { turns: Record<string, unknown>[] } }>(`/api/run/${id}/trajectory/0`)).body;
@@ -146,7 +180,24 @@ describe('mcp-gym view: the API', () => {
   it('tells a running run, one stopped with Ctrl-C and one whose process died', async () => {
     const live = join(dir, 'run-live');
     const start = () => {
-      const child = spawn(process.execPath, [CLI, 'train', '--preset', 'art', ...SMALL, '--steps', '40', '--eval-limit', '2', '--run', live, ...(existsSync(join(live, 'state.json')) ? ['--resume'] : [])], { cwd: ROOT, stdio: 'ignore' });
+      const child = spawn(
+        process.execPath,
+        [
+          CLI,
+          'train',
+          '--preset',
+          'art',
+          ...SMALL,
+          '--steps',
+          '40',
+          '--eval-limit',
+          '2',
+          '--run',
+          live,
+          ...(existsSync(join(live, 'state.json')) ? ['--resume'] : []),
+        ],
+        { cwd: ROOT, stdio: 'ignore' },
+      );
       children.push(child);
       return child;
     };
@@ -188,12 +239,31 @@ describe('mcp-gym view: the API', () => {
     symlinkSync(outside, join(dir, 'link-out'));
     try {
       const rel = join('..', outside.split('/').at(-1)!);
-      for (const id of [`0/${rel}`, '0/..', '0/../..', `0/nested/../../${outside.split('/').at(-1)}`, '1/run-art', '-1/run-art', `/${outside}`, `0/${outside}`, '0/link-out', '0/run-art/../../etc', 'x', '0/run-art%00']) {
+      for (const id of [
+        `0/${rel}`,
+        '0/..',
+        '0/../..',
+        `0/nested/../../${outside.split('/').at(-1)}`,
+        '1/run-art',
+        '-1/run-art',
+        `/${outside}`,
+        `0/${outside}`,
+        '0/link-out',
+        '0/run-art/../../etc',
+        'x',
+        '0/run-art%00',
+      ]) {
         const res = await rawGet(viewer.url, `/api/run/${encodeURIComponent(id)}/config`);
         expect(res.status, id).toBe(404);
         expect(res.body).not.toContain('outside"');
       }
-      for (const path of ['/api/run/0/../../etc/passwd', '/../../etc/passwd', '/api/run/0%2F..%2F..%2Fetc/config', '/api/run/%2e%2e/config', '/app.js/../../../etc/passwd']) {
+      for (const path of [
+        '/api/run/0/../../etc/passwd',
+        '/../../etc/passwd',
+        '/api/run/0%2F..%2F..%2Fetc/config',
+        '/api/run/%2e%2e/config',
+        '/app.js/../../../etc/passwd',
+      ]) {
         const res = await rawGet(viewer.url, path);
         expect([400, 404], path).toContain(res.status);
         expect(res.body).not.toContain('root:');
@@ -226,7 +296,7 @@ describe('mcp-gym view: the API', () => {
     }
   });
 
-  it('bound to 0.0.0.0, accepts only this machine\'s names in the Host header (no DNS rebinding), and --allowed-host ones', async () => {
+  it("bound to 0.0.0.0, accepts only this machine's names in the Host header (no DNS rebinding), and --allowed-host ones", async () => {
     const wide = await startViewer({ roots: [dir], host: '0.0.0.0', allowedHosts: ['runs.lab.example'] });
     try {
       const local = `http://127.0.0.1:${wide.port}/`;
@@ -274,7 +344,7 @@ describe('mcp-gym view: the API', () => {
 });
 
 describe('mcp-gym view: a real-model job (mcp-gym start --model)', () => {
-  it('lists the job with its three evaluations and its RL run; serves each stage\'s trajectories, tagged and filtered by stage', async () => {
+  it("lists the job with its three evaluations and its RL run; serves each stage's trajectories, tagged and filtered by stage", async () => {
     // A job directory in the layout runModelJob writes, from the fixtures' real episodes: the eval's as
     // the base evaluation, the art run as the RL stage (its first and last evaluations: SFT and RL).
     const root = mkdtempSync(join(tmpdir(), 'mcp-gym-view-job-'));
@@ -286,17 +356,40 @@ describe('mcp-gym view: a real-model job (mcp-gym start --model)', () => {
     const read = (f: string) => readTrajectories(join(job, f));
     const stage = (f: string) => stageEval(read(f), 2, f);
     const files = { base: 'base/trajectories.jsonl', sft: `rl/evals/${evalFiles[0]}`, rl: `rl/evals/${evalFiles.at(-1)}` };
-    const result = { model: 'smollm2-135m', suite: 'calculator (difficulty 1-1)', base: stage(files.base), sft: stage(files.sft), rl: stage(files.rl), rl_minus_sft: { points: 1, ci95: [-2, 4], tasks: 8 }, seconds: { sft: 1, rl: 2, eval: 3, total: 6 } };
+    const result = {
+      model: 'smollm2-135m',
+      suite: 'calculator (difficulty 1-1)',
+      base: stage(files.base),
+      sft: stage(files.sft),
+      rl: stage(files.rl),
+      rl_minus_sft: { points: 1, ci95: [-2, 4], tasks: 8 },
+      seconds: { sft: 1, rl: 2, eval: 3, total: 6 },
+    };
     writeFileSync(join(job, 'base', 'eval.json'), JSON.stringify(result.base));
-    writeFileSync(join(job, 'job.json'), JSON.stringify({ config: { model_name: 'smollm2-135m', suite: 'calculator', min_difficulty: 1, max_difficulty: 1, eval_tasks: 8, k: 2, rl: { preset: 'art' } }, seconds: result.seconds, result }));
+    writeFileSync(
+      join(job, 'job.json'),
+      JSON.stringify({
+        config: { model_name: 'smollm2-135m', suite: 'calculator', min_difficulty: 1, max_difficulty: 1, eval_tasks: 8, k: 2, rl: { preset: 'art' } },
+        seconds: result.seconds,
+        result,
+      }),
+    );
     const v = await startViewer({ roots: [root] });
     try {
       const list = ((await (await fetch(new URL('/api/list', v.url))).json()) as { entries: Entry[] }).entries;
-      expect(list.map((e) => [e.id, e.kind]).sort()).toEqual([['0/job', 'job'], ['0/job/rl', 'run']]);
+      expect(list.map((e) => [e.id, e.kind]).sort()).toEqual([
+        ['0/job', 'job'],
+        ['0/job/rl', 'run'],
+      ]);
       const e = list.find((x) => x.kind === 'job')!;
       expect(e).toMatchObject({ model: 'smollm2-135m', preset: 'art', status: 'finished', suite: 'calculator (difficulty 1-1)' });
-      expect(e.stages).toEqual({ base: { success: result.base.success, ci95: result.base.ci95 }, sft: { success: result.sft.success, ci95: result.sft.ci95 }, rl: { success: result.rl.success, ci95: result.rl.ci95 } });
-      const api = async (path: string) => (await fetch(new URL(`/api/run/${encodeURIComponent('0/job')}/${path}`, v.url))).json() as Promise<Record<string, unknown>>;
+      expect(e.stages).toEqual({
+        base: { success: result.base.success, ci95: result.base.ci95 },
+        sft: { success: result.sft.success, ci95: result.sft.ci95 },
+        rl: { success: result.rl.success, ci95: result.rl.ci95 },
+      });
+      const api = async (path: string) =>
+        (await fetch(new URL(`/api/run/${encodeURIComponent('0/job')}/${path}`, v.url))).json() as Promise<Record<string, unknown>>;
       const all = (await api('trajectories?limit=1000')) as { total: number; items: { stage: string; index: number }[] };
       expect(all.total).toBe(read(files.base).length + read(files.sft).length + read(files.rl).length);
       for (const s of ['base', 'sft', 'rl'] as const) {
@@ -371,7 +464,10 @@ describe('mcp-gym view: the page in Chromium', () => {
       expect(await page.$$eval('#charts .chart[data-metric="eval:success"] polygon.band', (els) => els.length)).toBe(2);
       // Smoothing changes what is drawn, never the values; wall-clock x is the steps' seconds added up.
       await page.fill('#smoothing', '0.6');
-      const smoothed = await page.$eval(`${lines}[data-run="0/run-art"]`, (el) => ({ ys: JSON.parse(el.getAttribute('data-ys')!), drawn: JSON.parse(el.getAttribute('data-drawn')!) }));
+      const smoothed = await page.$eval(`${lines}[data-run="0/run-art"]`, (el) => ({
+        ys: JSON.parse(el.getAttribute('data-ys')!),
+        drawn: JSON.parse(el.getAttribute('data-drawn')!),
+      }));
       const artRows = rows(join(dir, 'run-art', 'metrics.jsonl'));
       expect(smoothed.ys).toEqual(artRows.map((r) => r.reward_mean));
       expect(smoothed.drawn[0]).toBeCloseTo(smoothed.ys[0], 9);
@@ -387,7 +483,11 @@ describe('mcp-gym view: the page in Chromium', () => {
       // Live: a step appended to metrics.jsonl appears without a reload.
       const extra = { ...artRows.at(-1)!, step: artRows.length + 1, reward_mean: 0.123 };
       appendFileSync(join(dir, 'run-art', 'metrics.jsonl'), JSON.stringify(extra) + '\n');
-      await waitFor('the appended step', async () => (await page.$eval(`${lines}[data-run="0/run-art"]`, (el) => el.getAttribute('data-n')).catch(() => null)) === '3', 15_000);
+      await waitFor(
+        'the appended step',
+        async () => (await page.$eval(`${lines}[data-run="0/run-art"]`, (el) => el.getAttribute('data-n')).catch(() => null)) === '3',
+        15_000,
+      );
       expect(await page.$eval(`${lines}[data-run="0/run-art"]`, (el) => JSON.parse(el.getAttribute('data-ys')!).at(-1))).toBe(0.123);
 
       // The configs side by side, their differences highlighted.
@@ -402,8 +502,14 @@ describe('mcp-gym view: the page in Chromium', () => {
       await page.waitForSelector('#traj-table tbody tr');
       await page.selectOption('#f-outcome', 'success');
       await page.click('#traj-filters button[type="submit"]');
-      await waitFor('the successes only', () => page.$$eval('#traj-table tbody tr td:nth-child(6)', (tds) => tds.length > 0 && tds.every((td) => td.textContent === 'success')), 15_000);
-      const withCalls = await page.$$eval('#traj-table tbody tr', (trs) => trs.filter((tr) => Number(tr.children[8]!.textContent) > 0).map((tr) => Number(tr.getAttribute('data-index'))));
+      await waitFor(
+        'the successes only',
+        () => page.$$eval('#traj-table tbody tr td:nth-child(6)', (tds) => tds.length > 0 && tds.every((td) => td.textContent === 'success')),
+        15_000,
+      );
+      const withCalls = await page.$$eval('#traj-table tbody tr', (trs) =>
+        trs.filter((tr) => Number(tr.children[8]!.textContent) > 0).map((tr) => Number(tr.getAttribute('data-index'))),
+      );
       expect(withCalls.length).toBeGreaterThan(0);
       await page.click(`#traj-table tbody tr[data-index="${withCalls[0]}"] button.open-a`);
       await page.waitForSelector('#traj-a .traj .tool-call');
@@ -417,7 +523,11 @@ describe('mcp-gym view: the page in Chromium', () => {
       await page.selectOption('#f-outcome', '');
       await page.click('#traj-filters button[type="submit"]');
       await waitFor('the group', async () => (await page.$$eval('#traj-table tbody tr', (trs) => trs.length)) === 4, 15_000);
-      const other = await page.$$eval('#traj-table tbody tr', (trs, first) => trs.map((tr) => Number(tr.getAttribute('data-index'))).find((i) => i !== first)!, withCalls[0]!);
+      const other = await page.$$eval(
+        '#traj-table tbody tr',
+        (trs, first) => trs.map((tr) => Number(tr.getAttribute('data-index'))).find((i) => i !== first)!,
+        withCalls[0]!,
+      );
       await page.click(`#traj-table tbody tr[data-index="${other}"] button.open-b`);
       await page.waitForSelector('#traj-b .traj');
       const groups = await page.$$eval('.traj .muted', (els) => els.map((e) => /group (\S+)/.exec(e.textContent!)?.[1]));
@@ -438,7 +548,10 @@ describe('mcp-gym view: the page in Chromium', () => {
       expect(await fresh.$eval('#traj-a .traj', (el) => el.textContent)).toBe(await page.$eval('#traj-a .traj', (el) => el.textContent));
       expect(await fresh.$eval('#traj-b .traj', (el) => el.textContent)).toBe(await page.$eval('#traj-b .traj', (el) => el.textContent));
       expect(await fresh.$eval('#f-group', (el) => (el as unknown as { value: string }).value)).toBe(groups[0]);
-      expect(await fresh.$$eval('#entries tbody tr.selected', (trs) => trs.map((t) => t.getAttribute('data-id')).sort())).toEqual(['0/nested/run-grpo', '0/run-art']);
+      expect(await fresh.$$eval('#entries tbody tr.selected', (trs) => trs.map((t) => t.getAttribute('data-id')).sort())).toEqual([
+        '0/nested/run-grpo',
+        '0/run-art',
+      ]);
       await fresh.close();
       await page.goBack();
       await waitFor('the page before the second trajectory', async () => (await page.$$eval('#traj-b .traj', (els) => els.length)) === 0, 15_000);
@@ -451,31 +564,46 @@ describe('mcp-gym view: the page in Chromium', () => {
       await page.click('#tabs button[data-tab="evals"]');
       await page.waitForSelector('.eval-card table.per-task tbody tr');
       expect(await page.$$eval('.eval-card table.per-task tbody tr', (trs) => trs.length)).toBe(6);
-      expect(await page.$$eval('.eval-card table.per-task thead th', (ths) => ths.map((t) => t.textContent))).toEqual(expect.arrayContaining(['pass@2', 'pass^2']));
+      expect(await page.$$eval('.eval-card table.per-task thead th', (ths) => ths.map((t) => t.textContent))).toEqual(
+        expect.arrayContaining(['pass@2', 'pass^2']),
+      );
       expect(await page.$$eval('.eval-card table.failures tbody tr', (trs) => trs.length)).toBeGreaterThan(0);
       await page.screenshot({ path: join(SHOTS, '3-eval.png'), fullPage: true });
       // a trajectory of the eval opens too
       await page.click('#tabs button[data-tab="trajectories"]');
       await page.selectOption('#traj-source', '0/eval-random');
-      await waitFor("the eval's trajectories", async () => (await page.$eval('#traj-list p', (p) => p.textContent).catch(() => ''))?.includes('of 12 trajectories'), 15_000);
+      await waitFor(
+        "the eval's trajectories",
+        async () => (await page.$eval('#traj-list p', (p) => p.textContent).catch(() => ''))?.includes('of 12 trajectories'),
+        15_000,
+      );
 
       // Benchmarks: latency histograms, throughput against concurrency, fuzz, skipped tools.
       await page.click('#entries tr[data-id="0/bench-kv"] input.sel');
       await page.click('#tabs button[data-tab="bench"]');
       await page.waitForSelector('.bench-card svg.histogram');
-      const bench = JSON.parse(readFileSync(join(dir, 'bench-kv', 'bench.json'), 'utf8')) as { tools: Record<string, { histogram: { counts: number[] } }>; skipped: { tool: string }[] };
-      const hist = await page.$$eval('.bench-card .chart[data-tool] ', (els) => els.map((e) => ({ tool: e.getAttribute('data-tool')!, counts: JSON.parse(e.querySelector('svg')!.getAttribute('data-counts')!) })));
+      const bench = JSON.parse(readFileSync(join(dir, 'bench-kv', 'bench.json'), 'utf8')) as {
+        tools: Record<string, { histogram: { counts: number[] } }>;
+        skipped: { tool: string }[];
+      };
+      const hist = await page.$$eval('.bench-card .chart[data-tool] ', (els) =>
+        els.map((e) => ({ tool: e.getAttribute('data-tool')!, counts: JSON.parse(e.querySelector('svg')!.getAttribute('data-counts')!) })),
+      );
       expect(hist.length).toBe(Object.keys(bench.tools).length);
       for (const x of hist) expect(x.counts).toEqual(bench.tools[x.tool]!.histogram.counts);
       expect(await page.$$eval('.bench-card polyline.series', (els) => els.length)).toBe(Object.keys(bench.tools).length);
-      expect(await page.$$eval('.bench-card table.skipped tbody tr td:first-child', (tds) => tds.map((t) => t.textContent))).toEqual(bench.skipped.map((s) => s.tool));
+      expect(await page.$$eval('.bench-card table.skipped tbody tr td:first-child', (tds) => tds.map((t) => t.textContent))).toEqual(
+        bench.skipped.map((s) => s.tool),
+      );
       await page.screenshot({ path: join(SHOTS, '4-bench.png'), fullPage: true });
       // The fragile server's finding, with the input that crashed it.
       await page.click('#entries tr[data-id="0/bench-kv"] input.sel');
       await page.click('#entries tr[data-id="0/bench-fragile"] input.sel');
       await page.click('#tabs button[data-tab="bench"]');
       await page.waitForSelector('.bench-card table.findings');
-      const findings = await page.$$eval('.bench-card table.findings tbody tr', (trs) => trs.map((tr) => [...tr.querySelectorAll('td')].map((td) => td.textContent!.trim())));
+      const findings = await page.$$eval('.bench-card table.findings tbody tr', (trs) =>
+        trs.map((tr) => [...tr.querySelectorAll('td')].map((td) => td.textContent!.trim())),
+      );
       expect(findings).toContainEqual(expect.arrayContaining(['crash', 'crashy']));
       expect(JSON.parse(findings.find((f) => f[1] === 'crashy')![4]!)).toEqual({ text: '' });
 

@@ -82,14 +82,22 @@ function strftime(now: Date, format: string): string {
   const pad = (n: number) => String(n).padStart(2, '0');
   return format.replace(/%([dbBmYye%])/g, (_m, c: string) => {
     switch (c) {
-      case 'd': return pad(now.getDate());
-      case 'e': return String(now.getDate());
-      case 'b': return MONTHS[now.getMonth()]!;
-      case 'B': return FULL_MONTHS[now.getMonth()]!;
-      case 'm': return pad(now.getMonth() + 1);
-      case 'Y': return String(now.getFullYear());
-      case 'y': return pad(now.getFullYear() % 100);
-      default: return '%';
+      case 'd':
+        return pad(now.getDate());
+      case 'e':
+        return String(now.getDate());
+      case 'b':
+        return MONTHS[now.getMonth()]!;
+      case 'B':
+        return FULL_MONTHS[now.getMonth()]!;
+      case 'm':
+        return pad(now.getMonth() + 1);
+      case 'Y':
+        return String(now.getFullYear());
+      case 'y':
+        return pad(now.getFullYear() % 100);
+      default:
+        return '%';
     }
   });
 }
@@ -116,7 +124,8 @@ export class ChatTemplateRenderer {
   }
 
   static fromTokenizer(tokenizer: HfTokenizer, options: RendererOptions = {}): ChatTemplateRenderer {
-    if (!tokenizer.chatTemplate) throw new Error('ChatTemplateRenderer: the checkpoint has no chat template (tokenizer_config.json chat_template or chat_template.jinja)');
+    if (!tokenizer.chatTemplate)
+      throw new Error('ChatTemplateRenderer: the checkpoint has no chat template (tokenizer_config.json chat_template or chat_template.jinja)');
     return new ChatTemplateRenderer(tokenizer.chatTemplate, {
       ...(tokenizer.bosToken !== undefined ? { bosToken: tokenizer.bosToken } : {}),
       ...(tokenizer.eosToken !== undefined ? { eosToken: tokenizer.eosToken } : {}),
@@ -129,7 +138,11 @@ export class ChatTemplateRenderer {
     return messages.map((m) => {
       const out: Record<string, unknown> = { ...m, content: m.content ?? '' };
       if (m.tool_calls) {
-        out.tool_calls = m.tool_calls.map((c) => ({ ...c, type: c.type ?? 'function', function: { name: c.function.name, arguments: this.convertArguments(c.function.arguments) } }));
+        out.tool_calls = m.tool_calls.map((c) => ({
+          ...c,
+          type: c.type ?? 'function',
+          function: { name: c.function.name, arguments: this.convertArguments(c.function.arguments) },
+        }));
       }
       return out;
     });
@@ -167,8 +180,15 @@ export class ChatTemplateRenderer {
       // so the environment is set up here with the same globals and a fixed date.
       const env = new Environment();
       const globals: Record<string, unknown> = {
-        false: false, true: true, none: null, False: false, True: true, None: null,
-        raise_exception: (message: string) => { throw new Error(message); },
+        false: false,
+        true: true,
+        none: null,
+        False: false,
+        True: true,
+        None: null,
+        raise_exception: (message: string) => {
+          throw new Error(message);
+        },
         range: (start: number, stop?: number, step = 1) => {
           const [a, b] = stop === undefined ? [0, start] : [start, stop];
           const out: number[] = [];

@@ -12,5 +12,14 @@ export {
   type RenderOptions,
 } from './chat-template.ts';
 export { parseToolCalls, type CallParse, type ParsedToolCall, type ParsedToolCalls } from './tool-calls.ts';
-export { resolveToolFormat, writeChatTemplate, hermesTemplate, isHermesTemplate, templateHasTools, TOOL_FORMAT_CHOICES, type ToolFormat, type ToolFormatChoice } from './tool-format.ts';
+export {
+  resolveToolFormat,
+  writeChatTemplate,
+  hermesTemplate,
+  isHermesTemplate,
+  templateHasTools,
+  TOOL_FORMAT_CHOICES,
+  type ToolFormat,
+  type ToolFormatChoice,
+} from './tool-format.ts';
 export { HfSequence, assistantMessageFromText, type ContinueResult, type Rewritten } from './sequence.ts';

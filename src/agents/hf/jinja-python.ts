@@ -44,9 +44,8 @@ const { StringValue, FunctionValue, BooleanValue, UndefinedValue } = classes();
 
 /** The characters Python's str.isspace() holds for (str.strip() / str.split() without arguments). */
 const PY_SPACE = new Set([
-  0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x1c, 0x1d, 0x1e, 0x1f, 0x20, 0x85, 0xa0, 0x1680,
-  0x2000, 0x2001, 0x2002, 0x2003, 0x2004, 0x2005, 0x2006, 0x2007, 0x2008, 0x2009, 0x200a,
-  0x2028, 0x2029, 0x202f, 0x205f, 0x3000,
+  0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x1c, 0x1d, 0x1e, 0x1f, 0x20, 0x85, 0xa0, 0x1680, 0x2000, 0x2001, 0x2002, 0x2003, 0x2004, 0x2005, 0x2006, 0x2007, 0x2008,
+  0x2009, 0x200a, 0x2028, 0x2029, 0x202f, 0x205f, 0x3000,
 ]);
 
 /** Python's `s.strip(chars)` / `lstrip` / `rstrip`: chars null strips Python's whitespace. */
@@ -96,7 +95,8 @@ export function pyStrRepr(s: string): string {
     else if (ch === '\r') out += '\\r';
     else if (ch === '\t') out += '\\t';
     else if (ch !== ' ' && NOT_PRINTABLE.test(ch)) {
-      out += c < 0x100 ? `\\x${c.toString(16).padStart(2, '0')}` : c < 0x10000 ? `\\u${c.toString(16).padStart(4, '0')}` : `\\U${c.toString(16).padStart(8, '0')}`;
+      out +=
+        c < 0x100 ? `\\x${c.toString(16).padStart(2, '0')}` : c < 0x10000 ? `\\u${c.toString(16).padStart(4, '0')}` : `\\U${c.toString(16).padStart(8, '0')}`;
     } else out += ch;
   }
   return out + quote;
@@ -148,33 +148,45 @@ function numberText(v: RV): string {
 /** Python's `repr()` of a runtime value (how str() writes the items of a list or dict). */
 export function pyRepr(v: RV): string {
   switch (v.type) {
-    case 'StringValue': return pyStrRepr(v.value as string);
-    case 'ArrayValue': return `[${(v.value as RV[]).map(pyRepr).join(', ')}]`;
+    case 'StringValue':
+      return pyStrRepr(v.value as string);
+    case 'ArrayValue':
+      return `[${(v.value as RV[]).map(pyRepr).join(', ')}]`;
     case 'TupleValue': {
       const items = (v.value as RV[]).map(pyRepr);
       return items.length === 1 ? `(${items[0]},)` : `(${items.join(', ')})`;
     }
     case 'ObjectValue':
     case 'KeywordArgumentsValue':
-      return `{${Array.from((v.value as Map<string, RV>).entries()).map(([k, x]) => `${pyStrRepr(k)}: ${pyRepr(x)}`).join(', ')}}`;
-    default: return pyStr(v);
+      return `{${Array.from((v.value as Map<string, RV>).entries())
+        .map(([k, x]) => `${pyStrRepr(k)}: ${pyRepr(x)}`)
+        .join(', ')}}`;
+    default:
+      return pyStr(v);
   }
 }
 
 /** Python's `str()` of a runtime value: what `{{ x }}`, `~` and `|string` write. */
 export function pyStr(v: RV): string {
   switch (v.type) {
-    case 'StringValue': return v.value as string;
+    case 'StringValue':
+      return v.value as string;
     case 'IntegerValue':
-    case 'FloatValue': return numberText(v);
-    case 'BooleanValue': return v.value ? 'True' : 'False';
-    case 'NullValue': return 'None';
-    case 'UndefinedValue': return '';
+    case 'FloatValue':
+      return numberText(v);
+    case 'BooleanValue':
+      return v.value ? 'True' : 'False';
+    case 'NullValue':
+      return 'None';
+    case 'UndefinedValue':
+      return '';
     case 'ArrayValue':
     case 'TupleValue':
     case 'ObjectValue':
-    case 'KeywordArgumentsValue': return pyRepr(v);
-    default: return v.toString();
+    case 'KeywordArgumentsValue':
+      return pyRepr(v);
+    default:
+      return v.toString();
   }
 }
 
@@ -219,8 +231,10 @@ export function pyJson(v: RV, o: PyJsonOptions = {}, depth = 0): string {
   const [itemSep, keySep] = o.separators ?? (indent !== null ? [',', ': '] : [', ', ': ']);
   switch (v.type) {
     case 'NullValue':
-    case 'UndefinedValue': return 'null';
-    case 'BooleanValue': return v.value ? 'true' : 'false';
+    case 'UndefinedValue':
+      return 'null';
+    case 'BooleanValue':
+      return v.value ? 'true' : 'false';
     case 'IntegerValue':
     case 'FloatValue': {
       const x = v.value as number;
@@ -228,7 +242,8 @@ export function pyJson(v: RV, o: PyJsonOptions = {}, depth = 0): string {
       if (!Number.isFinite(x)) return x > 0 ? 'Infinity' : '-Infinity';
       return numberText(v);
     }
-    case 'StringValue': return jsonString(v.value as string, o.ensureAscii ?? false);
+    case 'StringValue':
+      return jsonString(v.value as string, o.ensureAscii ?? false);
     case 'ArrayValue':
     case 'TupleValue':
     case 'ObjectValue':
@@ -293,14 +308,17 @@ function pythonStringMethods(s: RV, builtins: Map<string, RV>): Map<string, RV> 
   builtins.set('lstrip', new FunctionValue((args: RV[]) => new StringValue(pyStrip(text, chars(args, 'lstrip'), 'left'))));
   builtins.set('rstrip', new FunctionValue((args: RV[]) => new StringValue(pyStrip(text, chars(args, 'rstrip'), 'right'))));
   const split = builtins.get('split')!;
-  builtins.set('split', new FunctionValue((args: RV[], scope: unknown) => {
-    const sep = args[0];
-    if (sep === undefined || sep.type === 'NullValue') {
-      const max = args[1] && args[1].type === 'IntegerValue' ? (args[1].value as number) : -1;
-      return arrayOf(pySplitWhitespace(text, max).map((p) => new StringValue(p)));
-    }
-    return (split.value as (a: RV[], s: unknown) => RV)(args, scope);
-  }));
+  builtins.set(
+    'split',
+    new FunctionValue((args: RV[], scope: unknown) => {
+      const sep = args[0];
+      if (sep === undefined || sep.type === 'NullValue') {
+        const max = args[1] && args[1].type === 'IntegerValue' ? (args[1].value as number) : -1;
+        return arrayOf(pySplitWhitespace(text, max).map((p) => new StringValue(p)));
+      }
+      return (split.value as (a: RV[], s: unknown) => RV)(args, scope);
+    }),
+  );
   return builtins;
 }
 
@@ -327,7 +345,8 @@ function installStringMethods(): void {
   if (!get) throw new Error('jinja-python: @huggingface/jinja has changed (StringValue.builtins is not a getter); update src/agents/hf/jinja-python.ts');
   // Jinja2's `is iterable`: also dicts, tuples and Undefined (an empty iteration), not only lists and strings.
   const tests = (Environment as unknown as { TESTS: Map<string, (v: RV) => boolean> }).TESTS;
-  if (!tests?.has('iterable')) throw new Error('jinja-python: @huggingface/jinja has changed (Environment.TESTS has no iterable); update src/agents/hf/jinja-python.ts');
+  if (!tests?.has('iterable'))
+    throw new Error('jinja-python: @huggingface/jinja has changed (Environment.TESTS has no iterable); update src/agents/hf/jinja-python.ts');
   tests.set('iterable', (v) => ['ArrayValue', 'TupleValue', 'StringValue', 'ObjectValue', 'KeywordArgumentsValue', 'UndefinedValue'].includes(v.type));
   const done = new WeakSet<object>();
   Object.defineProperty(proto, 'builtins', {
@@ -420,19 +439,25 @@ export class PythonInterpreter extends Base {
 
   override applyFilter(operand: RV, filterNode: Node, environment: Environment): RV {
     const f = filterNode;
-    const name = f.type === 'Identifier' ? (f.value as string) : f.type === 'CallExpression' && f.callee?.type === 'Identifier' ? (f.callee.value as string) : undefined;
+    const name =
+      f.type === 'Identifier' ? (f.value as string) : f.type === 'CallExpression' && f.callee?.type === 'Identifier' ? (f.callee.value as string) : undefined;
     const v = operand;
     const args = (): [RV[], Map<string, RV>] => (f.type === 'CallExpression' ? this.evaluateArguments(f.args, environment) : [[], new Map<string, RV>()]);
     if (name === 'tojson') {
       const kwargs = args()[1];
       const indent = kwargs.get('indent');
       const sep = kwargs.get('separators');
-      return new StringValue(pyJson(v, {
-        indent: indent && indent.type !== 'NullValue' ? (indent.value as number | string) : null,
-        ensureAscii: kwargs.get('ensure_ascii')?.value === true,
-        sortKeys: kwargs.get('sort_keys')?.value === true,
-        separators: sep && (sep.type === 'ArrayValue' || sep.type === 'TupleValue') ? [(sep.value as RV[])[0]!.value as string, (sep.value as RV[])[1]!.value as string] : null,
-      }));
+      return new StringValue(
+        pyJson(v, {
+          indent: indent && indent.type !== 'NullValue' ? (indent.value as number | string) : null,
+          ensureAscii: kwargs.get('ensure_ascii')?.value === true,
+          sortKeys: kwargs.get('sort_keys')?.value === true,
+          separators:
+            sep && (sep.type === 'ArrayValue' || sep.type === 'TupleValue')
+              ? [(sep.value as RV[])[0]!.value as string, (sep.value as RV[])[1]!.value as string]
+              : null,
+        }),
+      );
     }
     if (name === 'string') return new StringValue(pyStr(v));
     // Jinja2's Undefined is '' to string filters.
@@ -446,7 +471,9 @@ export class PythonInterpreter extends Base {
       const [pos, kw] = args();
       const sep = pos[0] ?? kw.get('d') ?? kw.get('separator');
       const attribute = kw.get('attribute') ?? pos[1];
-      const items = (v.value as RV[]).map((x) => (attribute && x.type === 'ObjectValue' ? ((x.value as Map<string, RV>).get(String(attribute.value)) ?? x) : x));
+      const items = (v.value as RV[]).map((x) =>
+        attribute && x.type === 'ObjectValue' ? ((x.value as Map<string, RV>).get(String(attribute.value)) ?? x) : x,
+      );
       return new StringValue(items.map(pyStr).join(sep ? pyStr(sep) : ''));
     }
     return super.applyFilter(operand, filterNode, environment);

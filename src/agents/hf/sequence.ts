@@ -60,7 +60,11 @@ export function assistantMessageFromText(text: string, family: ChatTemplateRende
   if (family === 'llama3' && body.endsWith('<|eom_id|>')) body = body.slice(0, -'<|eom_id|>'.length);
   const parsed = parseToolCalls(body, family);
   if (!parsed.calls.length) return { role: 'assistant', content: body };
-  const tool_calls = parsed.calls.map((c, i) => ({ id: `call_${i}`, type: 'function' as const, function: { name: c.name, arguments: c.argumentsText ?? c.arguments } }));
+  const tool_calls = parsed.calls.map((c, i) => ({
+    id: `call_${i}`,
+    type: 'function' as const,
+    function: { name: c.name, arguments: c.argumentsText ?? c.arguments },
+  }));
   const first = body.indexOf('<tool_call>');
   if (family === 'qwen' && first >= 0) {
     const content = body.slice(0, first).replace(/\n$/, '');
@@ -88,12 +92,20 @@ export class HfSequence {
     readonly options: { context?: Record<string, unknown> } = {},
   ) {}
 
-  get ids(): readonly number[] { return this._ids; }
+  get ids(): readonly number[] {
+    return this._ids;
+  }
   /** 1 on sampled tokens, 0 on prompt and environment tokens. */
-  get mask(): readonly number[] { return this._mask; }
+  get mask(): readonly number[] {
+    return this._mask;
+  }
   /** The text the sequence stands for (prompt and environment texts, decoded sampled tokens). */
-  get text(): string { return this._text; }
-  get messages(): readonly ChatMessage[] { return this._messages; }
+  get text(): string {
+    return this._text;
+  }
+  get messages(): readonly ChatMessage[] {
+    return this._messages;
+  }
 
   private renderOptions(addGenerationPrompt: boolean): RenderOptions {
     return { ...(this.tools ? { tools: this.tools } : {}), addGenerationPrompt, ...(this.options.context ? { context: this.options.context } : {}) };

@@ -247,7 +247,12 @@ function parseLlama(text: string): ParsedToolCalls {
   if (!objects.length && unclosed === undefined && !leftover && !tail.trim()) errors.push('<|python_tag|> without a tool call');
   const error = errors.length ? errors.join('; ') : undefined;
   const trailing = tail.replace(/^[;\s]+/, '').trim();
-  return { content: [before, trailing].filter(Boolean).join('\n'), calls, mode: trailing && calls.length && !error ? 'lenient' : modeOf(calls.length, error), ...(error ? { error } : {}) };
+  return {
+    content: [before, trailing].filter(Boolean).join('\n'),
+    calls,
+    mode: trailing && calls.length && !error ? 'lenient' : modeOf(calls.length, error),
+    ...(error ? { error } : {}),
+  };
 }
 
 /**

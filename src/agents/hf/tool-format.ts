@@ -95,7 +95,9 @@ export function isHermesTemplate(template: string): boolean {
 export function hermesTemplate(template: string): string {
   if (isHermesTemplate(template)) return template;
   if (!template.includes('<|im_end|>')) {
-    throw new Error('tool format hermes: the chat template does not end its turns with <|im_end|> (ChatML); mcp-gym adds the Hermes tool format to ChatML templates only');
+    throw new Error(
+      'tool format hermes: the chat template does not end its turns with <|im_end|> (ChatML); mcp-gym adds the Hermes tool format to ChatML templates only',
+    );
   }
   return `${HERMES_PRELUDE}${template}`;
 }
@@ -114,12 +116,18 @@ export interface ResolvedTemplate {
  */
 export function resolveToolFormat(template: string, choice: ToolFormatChoice = 'auto'): ResolvedTemplate {
   if (isHermesTemplate(template)) {
-    if (choice === 'native') throw new Error('tool format native: this checkpoint was trained with the Hermes tool format (its chat template begins with the mcp-gym prelude); use --tool-format hermes or auto');
+    if (choice === 'native')
+      throw new Error(
+        'tool format native: this checkpoint was trained with the Hermes tool format (its chat template begins with the mcp-gym prelude); use --tool-format hermes or auto',
+      );
     return { template, format: 'hermes', added: false };
   }
   const has = templateHasTools(template);
   if (choice === 'native' || (choice === 'auto' && has)) {
-    if (!has) throw new Error("tool format native: the model's chat template has no tools (no `tools` variable, no tool_calls); use --tool-format hermes (or auto, which picks it)");
+    if (!has)
+      throw new Error(
+        "tool format native: the model's chat template has no tools (no `tools` variable, no tool_calls); use --tool-format hermes (or auto, which picks it)",
+      );
     return { template, format: 'native', added: false };
   }
   return { template: hermesTemplate(template), format: 'hermes', added: true };
@@ -139,4 +147,3 @@ export function writeChatTemplate(dir: string, template: string): void {
   delete config.chat_template;
   writeFileSync(configFile, `${JSON.stringify(config, null, 2)}\n`);
 }
-

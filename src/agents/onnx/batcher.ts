@@ -93,7 +93,8 @@ export class GenerationBatcher {
     if (request.signal?.aborted) return Promise.reject(request.signal.reason ?? new Error('aborted'));
     const p = request.prompt;
     if (p.length === 0) return Promise.reject(new Error('generate: an empty prompt'));
-    if (p.length >= this.active.maxLen) return Promise.reject(new Error(`generate: a prompt of ${p.length} tokens does not fit the context of ${this.active.maxLen}`));
+    if (p.length >= this.active.maxLen)
+      return Promise.reject(new Error(`generate: a prompt of ${p.length} tokens does not fit the context of ${this.active.maxLen}`));
     return new Promise((resolve, reject) => {
       this.queue.push({ request, resolve, reject });
       if (!this.draining) void this.drain();
@@ -166,7 +167,13 @@ export class GenerationBatcher {
           ...d.sampling,
           maxNewTokens: Math.max(...batch.map((q) => q.request.maxNewTokens)),
           rng: d.rng,
-          rows: batch.map(({ request: r }) => ({ sampling: r.sampling ?? d.sampling, maxNewTokens: r.maxNewTokens, rng: r.rng ?? d.rng, onToken: r.onToken, signal: r.signal })),
+          rows: batch.map(({ request: r }) => ({
+            sampling: r.sampling ?? d.sampling,
+            maxNewTokens: r.maxNewTokens,
+            rng: r.rng ?? d.rng,
+            onToken: r.onToken,
+            signal: r.signal,
+          })),
           onStep: (rows) => {
             c.steps++;
             c.rowSteps += rows;
@@ -210,7 +217,14 @@ export class GenerationBatcher {
         c.rows++;
         return {
           prompt: r.prompt,
-          opts: { sampling: r.sampling ?? defaults.sampling, maxNewTokens: r.maxNewTokens, rng: r.rng ?? defaults.rng, onToken: r.onToken, signal: r.signal, ...(r.cacheKey !== undefined ? { cacheKey: r.cacheKey } : {}) },
+          opts: {
+            sampling: r.sampling ?? defaults.sampling,
+            maxNewTokens: r.maxNewTokens,
+            rng: r.rng ?? defaults.rng,
+            onToken: r.onToken,
+            signal: r.signal,
+            ...(r.cacheKey !== undefined ? { cacheKey: r.cacheKey } : {}),
+          },
           onDone: (g, version) => {
             taken.delete(q);
             this.running--;

@@ -71,7 +71,9 @@ export function readAnyConfig(dir: string): ModelConfig | HfOnnxConfig {
     // readModelConfig reports it
   }
   if (hfCheckpoint) {
-    throw new Error(`${dir} is a Hugging Face checkpoint without an ONNX export (${hfOnnxConfigPath(dir)}): export it first (python -m mcp_gym_learner.hf_export --model-dir ${dir})`);
+    throw new Error(
+      `${dir} is a Hugging Face checkpoint without an ONNX export (${hfOnnxConfigPath(dir)}): export it first (python -m mcp_gym_learner.hf_export --model-dir ${dir})`,
+    );
   }
   return readModelConfig(dir);
 }

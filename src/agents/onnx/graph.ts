@@ -31,7 +31,19 @@ export class Graph {
    * from). `prefix` (graphs that read one, `graphPrefix`): the shared prefix's keys and values and which of
    * its positions each row reads (`mask` [B, n]); without it the graph reads an empty prefix.
    */
-  async run(session: ort.InferenceSession, ids: BigInt64Array, positions: BigInt64Array, mask: Float32Array, B: number, Tn: number, C: number, keys: Float32Array[], values: Float32Array[], scores: Scores = 'logits', prefix?: { p: Prefix; mask: Float32Array }) {
+  async run(
+    session: ort.InferenceSession,
+    ids: BigInt64Array,
+    positions: BigInt64Array,
+    mask: Float32Array,
+    B: number,
+    Tn: number,
+    C: number,
+    keys: Float32Array[],
+    values: Float32Array[],
+    scores: Scores = 'logits',
+    prefix?: { p: Prefix; mask: Float32Array },
+  ) {
     const { L, H, Dh } = this.shape;
     const feeds: Record<string, ort.Tensor> = {
       input_ids: new ort.Tensor('int64', ids, [B, Tn]),
@@ -54,7 +66,7 @@ export class Graph {
     // Only the outputs used: the [B, V] scores the rows sample from, and the new keys and values.
     const t0 = performance.now();
     const out = await session.run(feeds, [scores, 'new_keys', 'new_values']);
-    const kind = Tn > 1 || B === 1 && C === 0 ? 'prefill' : 'decode';
+    const kind = Tn > 1 || (B === 1 && C === 0) ? 'prefill' : 'decode';
     const st = this.timing[kind];
     st.calls++;
     st.rows += B;

@@ -162,7 +162,18 @@ export class KvSlots {
    * Writes row `srcRow` of new keys/values [L, srcB, H, Tn, Dh] into row `dstRow` of the caches
    * (keys [dstB, H, Dh, C] transposed, values [dstB, H, C, Dh]) at slots [slot, slot + Tn).
    */
-  store(newK: Float32Array, newV: Float32Array, srcB: number, srcRow: number, Tn: number, cacheK: Float32Array[], cacheV: Float32Array[], dstRow: number, slot: number, C: number): void {
+  store(
+    newK: Float32Array,
+    newV: Float32Array,
+    srcB: number,
+    srcRow: number,
+    Tn: number,
+    cacheK: Float32Array[],
+    cacheV: Float32Array[],
+    dstRow: number,
+    slot: number,
+    C: number,
+  ): void {
     const { L, H, Dh } = this.shape;
     const n = Tn * Dh;
     for (let l = 0; l < L; l++) {

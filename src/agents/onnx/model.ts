@@ -105,7 +105,10 @@ export class OnnxModel {
    * are rendered with its own template (src/agents/hf), and this throws for one.
    */
   get template(): ChatTemplate {
-    if (!this.gptTemplate) throw new Error(`OnnxModel.template: ${this.dir} is a Hugging Face ${this.family} model; the template of template.ts is the embedded GPT's (render with src/agents/hf instead)`);
+    if (!this.gptTemplate)
+      throw new Error(
+        `OnnxModel.template: ${this.dir} is a Hugging Face ${this.family} model; the template of template.ts is the embedded GPT's (render with src/agents/hf instead)`,
+      );
     return this.gptTemplate;
   }
 
@@ -141,7 +144,13 @@ export class OnnxModel {
     if (isHfConfig(config)) {
       // New weights only: a graph of other shapes (or another model) needs a new OnnxModel.
       const a = config.architecture;
-      const same = config.family === this.family && a.n_layers === this.L && a.n_kv_heads === this.H && a.head_dim === this.Dh && a.vocab_size === this.V && a.max_seq_len === this.maxLen;
+      const same =
+        config.family === this.family &&
+        a.n_layers === this.L &&
+        a.n_kv_heads === this.H &&
+        a.head_dim === this.Dh &&
+        a.vocab_size === this.V &&
+        a.max_seq_len === this.maxLen;
       if (!same) throw new Error(`OnnxModel.reload: ${hfOnnxConfigPath(this.dir)} now describes another architecture; load the model again`);
       (this as { eosTokenIds: readonly number[] }).eosTokenIds = [...config.eos_token_ids];
     }
@@ -171,7 +180,16 @@ export class OnnxModel {
    * [B, H, Dh, C], values [B, H, C, Dh]; H the cache's heads): returns the last position's logits [B, V] and the new
    * keys/values [L, B, H, T, Dh].
    */
-  async forward(ids: BigInt64Array, positions: BigInt64Array, mask: Float32Array, B: number, Tn: number, C: number, keys: Float32Array[], values: Float32Array[]) {
+  async forward(
+    ids: BigInt64Array,
+    positions: BigInt64Array,
+    mask: Float32Array,
+    B: number,
+    Tn: number,
+    C: number,
+    keys: Float32Array[],
+    values: Float32Array[],
+  ) {
     return this.graph.run(this.session, ids, positions, mask, B, Tn, C, keys, values);
   }
 
@@ -189,7 +207,14 @@ export class OnnxModel {
     for (const p of prompts) this.checkPrompt(p);
     const rows: ResolvedRow[] = prompts.map((_, i) => {
       const r = o.rows?.[i];
-      return { sampling: r?.sampling ?? o, maxNewTokens: r?.maxNewTokens ?? o.maxNewTokens, rng: r?.rng ?? o.rng, onToken: r?.onToken, signal: r?.signal, ...(r?.cacheKey !== undefined ? { cacheKey: r.cacheKey } : {}) };
+      return {
+        sampling: r?.sampling ?? o,
+        maxNewTokens: r?.maxNewTokens ?? o.maxNewTokens,
+        rng: r?.rng ?? o.rng,
+        onToken: r?.onToken,
+        signal: r?.signal,
+        ...(r?.cacheKey !== undefined ? { cacheKey: r.cacheKey } : {}),
+      };
     });
     const session = this.users.acquire(this.session);
     try {
@@ -208,7 +233,16 @@ export class OnnxModel {
           if ((j - i + 1) * this.rowBytes(c) > this.budget) break;
           C = c;
         }
-        const lane = this.kv.newLane(session, j - i, C, prefix, this.sampler.scoresFor(session, order.slice(i, j).map((r) => rows[r]!.sampling)));
+        const lane = this.kv.newLane(
+          session,
+          j - i,
+          C,
+          prefix,
+          this.sampler.scoresFor(
+            session,
+            order.slice(i, j).map((r) => rows[r]!.sampling),
+          ),
+        );
         for (const r of order.slice(i, j)) await this.sampler.laneAdd(lane, { prompt: prompts[r]!, opts: rows[r]!, gen: out[r]!, slot: 0, next: 0, base: 0 });
         await this.sampler.runLane(lane, this.stopTokens(o.stop), undefined, o.onStep);
         i = j;
@@ -259,7 +293,15 @@ export class OnnxModel {
           recent.push(r.prompt);
           if (recent.length > 16) recent.shift();
           this.kv.laneReserve(lane, lane.B + 1, C);
-          await this.sampler.laneAdd(lane, { prompt: r.prompt, opts: r.opts, gen: { tokens: [], logprobs: [], stopped: false }, slot: 0, next: 0, base: 0, onDone: (g) => r.onDone(g, version) });
+          await this.sampler.laneAdd(lane, {
+            prompt: r.prompt,
+            opts: r.opts,
+            gen: { tokens: [], logprobs: [], stopped: false },
+            slot: 0,
+            next: 0,
+            base: 0,
+            onDone: (g) => r.onDone(g, version),
+          });
         }
       };
       await this.sampler.runLane(lane, this.stopTokens(o.stop), admit, o.onStep);

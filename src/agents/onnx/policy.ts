@@ -54,9 +54,19 @@ export class OnnxPolicy implements Policy {
     readonly hf?: HfTurns,
   ) {
     this.id = `onnx:${model.name}`;
-    this.sampling = { temperature: options.temperature ?? 1, topK: options.topK ?? 0, topP: options.topP ?? 1, ...(options.minP ? { minP: options.minP } : {}) };
+    this.sampling = {
+      temperature: options.temperature ?? 1,
+      topK: options.topK ?? 0,
+      topP: options.topP ?? 1,
+      ...(options.minP ? { minP: options.minP } : {}),
+    };
     if ((options.batching ?? (hf ? 'continuous' : 'static')) === 'continuous') {
-      this.batcher = new GenerationBatcher(model, { mode: 'continuous', maxBatch: options.maxBatch ?? (hf ? 64 : 32), sampling: this.sampling, rng: seededRandom(options.seed ?? 1) });
+      this.batcher = new GenerationBatcher(model, {
+        mode: 'continuous',
+        maxBatch: options.maxBatch ?? (hf ? 64 : 32),
+        sampling: this.sampling,
+        rng: seededRandom(options.seed ?? 1),
+      });
     }
   }
 
@@ -90,7 +100,10 @@ export class OnnxPolicy implements Policy {
     let seq = this.sequences.get(obs.episodeId);
     let env: number[];
     if (!seq || obs.turn === 0) {
-      env = tpl.prompt(obs.messages as never, obs.tools.map((t) => t.name));
+      env = tpl.prompt(
+        obs.messages as never,
+        obs.tools.map((t) => t.name),
+      );
       seq = [];
     } else {
       const results = obs.newMessages.filter((m) => m.role === 'tool').map((m) => m.content);
@@ -152,7 +165,12 @@ export class OnnxPolicy implements Policy {
 
   private enqueue(row: { prompt: number[]; maxNewTokens: number; rng: RandomFn; cacheKey?: string }): Promise<Generation> {
     if (this.batcher) {
-      return this.batcher.submit({ prompt: row.prompt, maxNewTokens: row.maxNewTokens, rng: row.rng, ...(row.cacheKey !== undefined ? { cacheKey: row.cacheKey } : {}) });
+      return this.batcher.submit({
+        prompt: row.prompt,
+        maxNewTokens: row.maxNewTokens,
+        rng: row.rng,
+        ...(row.cacheKey !== undefined ? { cacheKey: row.cacheKey } : {}),
+      });
     }
     return new Promise((resolve, reject) => {
       this.queue.push({ ...row, resolve, reject });
@@ -180,7 +198,12 @@ export class OnnxPolicy implements Policy {
         try {
           const gens = await this.model.generate(
             batch.map((p) => p.prompt),
-            { ...this.sampling, maxNewTokens: Math.max(...batch.map((p) => p.maxNewTokens)), rng: batch[0]!.rng, rows: batch.map((p) => ({ maxNewTokens: p.maxNewTokens, rng: p.rng, ...(p.cacheKey !== undefined ? { cacheKey: p.cacheKey } : {}) })) },
+            {
+              ...this.sampling,
+              maxNewTokens: Math.max(...batch.map((p) => p.maxNewTokens)),
+              rng: batch[0]!.rng,
+              rows: batch.map((p) => ({ maxNewTokens: p.maxNewTokens, rng: p.rng, ...(p.cacheKey !== undefined ? { cacheKey: p.cacheKey } : {}) })),
+            },
           );
           batch.forEach((p, i) => p.resolve(gens[i]!));
         } catch (err) {

@@ -79,7 +79,10 @@ export class PrefixCache {
     const none = Array.from({ length: L }, () => new Float32Array(0));
     const ids = BigInt64Array.from(more, (t) => BigInt(t));
     const pos = BigInt64Array.from({ length: n }, (_, t) => BigInt(prefix.n + t));
-    const r = await this.graph.run(session, ids, pos, new Float32Array(n).fill(1), 1, n, 0, none, none, 'logits', { p: prefix, mask: new Float32Array(prefix.n).fill(1) });
+    const r = await this.graph.run(session, ids, pos, new Float32Array(n).fill(1), 1, n, 0, none, none, 'logits', {
+      p: prefix,
+      mask: new Float32Array(prefix.n).fill(1),
+    });
     const K = Array.from({ length: L }, () => new Float32Array(H * Dh * N));
     const V = Array.from({ length: L }, () => new Float32Array(H * N * Dh));
     for (let l = 0; l < L; l++) {

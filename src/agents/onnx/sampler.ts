@@ -119,7 +119,10 @@ export class LaneSampler {
           finished.push(row);
           continue;
         }
-        const { token, logprob } = lane.scores === 'probs' ? sampleFromProbs(lane.logits, row.slot * V, V, o.rng) : sampleToken(lane.logits, row.slot * V, V, o.sampling, o.rng, scratch);
+        const { token, logprob } =
+          lane.scores === 'probs'
+            ? sampleFromProbs(lane.logits, row.slot * V, V, o.rng)
+            : sampleToken(lane.logits, row.slot * V, V, o.sampling, o.rng, scratch);
         const g = row.gen;
         g.tokens.push(token);
         g.logprobs.push(logprob);

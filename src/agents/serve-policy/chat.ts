@@ -14,7 +14,13 @@ import { answerStream } from './stream.ts';
 export async function chat(s: ServeState, req: IncomingMessage, res: ServerResponse): Promise<void> {
   const body = await readJson(req);
   if (given(body.model) && body.model !== s.modelName) {
-    throw new ApiError(404, `The model \`${String(body.model)}\` does not exist: this server serves \`${s.modelName}\``, 'invalid_request_error', 'model_not_found', 'model');
+    throw new ApiError(
+      404,
+      `The model \`${String(body.model)}\` does not exist: this server serves \`${s.modelName}\``,
+      'invalid_request_error',
+      'model_not_found',
+      'model',
+    );
   }
   const r = readChatRequest(body);
   const model = s.batcher.model;
@@ -22,7 +28,13 @@ export async function chat(s: ServeState, req: IncomingMessage, res: ServerRespo
   const prompt = dialect.prompt(r);
   if (prompt.length >= model.maxLen) {
     // OpenAI's code for it, so that clients can tell it from other bad requests.
-    throw new ApiError(400, `This model's maximum context length is ${model.maxLen} tokens, but the messages take ${prompt.length} tokens (at least one must be left for the completion). Shorten the messages.`, 'invalid_request_error', 'context_length_exceeded', 'messages');
+    throw new ApiError(
+      400,
+      `This model's maximum context length is ${model.maxLen} tokens, but the messages take ${prompt.length} tokens (at least one must be left for the completion). Shorten the messages.`,
+      'invalid_request_error',
+      'context_length_exceeded',
+      'messages',
+    );
   }
   const maxNew = Math.min(r.maxTokens ?? Infinity, model.maxLen - prompt.length);
   const rng: RandomFn = seededRandom(r.seed ?? Math.floor(s.serverRng() * 2 ** 32));

@@ -66,7 +66,9 @@ export async function answerWhole(s: ServeState, res: ServerResponse, t: Turn): 
         message: {
           role: 'assistant',
           content: toolCalls.length && !content ? null : content,
-          ...(toolCalls.length ? { tool_calls: toolCalls.map((c) => ({ id: callId(), type: 'function', function: { name: c.name, arguments: c.arguments } })) } : {}),
+          ...(toolCalls.length
+            ? { tool_calls: toolCalls.map((c) => ({ id: callId(), type: 'function', function: { name: c.name, arguments: c.arguments } })) }
+            : {}),
         },
         logprobs: r.logprobs ? { content: g.tokens.map((tok, i) => logprobEntry(t, tok, g.logprobs[i]!)) } : null,
         finish_reason: finishReason(g, toolCalls.length),

@@ -26,7 +26,11 @@ async function reloadModel(s: ServeState, body: Record<string, unknown>) {
   const dir = typeof body.model_dir === 'string' ? resolve(body.model_dir) : s.modelDir;
   if (!existsSync(join(dir, 'config.json'))) throw bad(`No model at ${dir}: it has no config.json`, 'model_dir');
   const hf = isHfModelDir(dir);
-  if (hf !== (current.family !== 'gpt')) throw bad(`The model at ${dir} is ${hf ? 'a Hugging Face checkpoint' : 'an embedded GPT'}; the served one is ${current.family === 'gpt' ? 'an embedded GPT' : 'a Hugging Face checkpoint'}: reload a model of the same kind`, 'model_dir');
+  if (hf !== (current.family !== 'gpt'))
+    throw bad(
+      `The model at ${dir} is ${hf ? 'a Hugging Face checkpoint' : 'an embedded GPT'}; the served one is ${current.family === 'gpt' ? 'an embedded GPT' : 'a Hugging Face checkpoint'}: reload a model of the same kind`,
+      'model_dir',
+    );
   if (!hf) {
     let config: ModelConfig;
     try {

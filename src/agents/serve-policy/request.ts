@@ -75,7 +75,8 @@ function readMessages(raw: unknown): TemplateMessage[] {
         if (given(calls) && !Array.isArray(calls)) throw bad(`${where}.tool_calls must be an array`, `${where}.tool_calls`);
         const tool_calls = ((calls ?? []) as unknown[]).map((c, j) => {
           const fn = isObject(c) ? c.function : undefined;
-          if (!isObject(fn) || typeof fn.name !== 'string') throw bad(`${where}.tool_calls[${j}] must be {"type": "function", "function": {"name", "arguments"}}`, `${where}.tool_calls`);
+          if (!isObject(fn) || typeof fn.name !== 'string')
+            throw bad(`${where}.tool_calls[${j}] must be {"type": "function", "function": {"name", "arguments"}}`, `${where}.tool_calls`);
           const args = fn.arguments ?? '';
           const id = isObject(c) && typeof c.id === 'string' ? { id: c.id } : {};
           return { ...id, function: { name: fn.name, arguments: typeof args === 'string' ? args : JSON.stringify(args) } };
@@ -102,25 +103,36 @@ export function readChatRequest(body: Record<string, unknown>): ChatRequest {
       if (given(f.parameters) && !isObject(f.parameters)) throw bad(`tools[${i}].function.parameters must be a JSON schema object`, 'tools');
       return {
         type: 'function',
-        function: { name: f.name as string, ...(typeof f.description === 'string' ? { description: f.description } : {}), ...(isObject(f.parameters) ? { parameters: f.parameters } : {}) },
+        function: {
+          name: f.name as string,
+          ...(typeof f.description === 'string' ? { description: f.description } : {}),
+          ...(isObject(f.parameters) ? { parameters: f.parameters } : {}),
+        },
       };
     });
   }
-  if (given(body.tool_choice) && body.tool_choice !== 'auto') throw bad(`tool_choice ${JSON.stringify(body.tool_choice)} is not supported (only "auto": the model decides)`, 'tool_choice');
+  if (given(body.tool_choice) && body.tool_choice !== 'auto')
+    throw bad(`tool_choice ${JSON.stringify(body.tool_choice)} is not supported (only "auto": the model decides)`, 'tool_choice');
   const n = optNumber(body, 'n', Number.isInteger, 'an integer');
   if (n !== undefined && n !== 1) throw bad(`n must be 1: this server returns one choice per request (got ${n}); send several requests instead`, 'n');
   const topLogprobs = optNumber(body, 'top_logprobs', (x) => Number.isInteger(x) && x >= 0, 'a non-negative integer');
-  if (topLogprobs) throw bad(`top_logprobs ${topLogprobs} is not supported: only the sampled token's logprob is returned (use top_logprobs 0 or leave it out)`, 'top_logprobs');
+  if (topLogprobs)
+    throw bad(
+      `top_logprobs ${topLogprobs} is not supported: only the sampled token's logprob is returned (use top_logprobs 0 or leave it out)`,
+      'top_logprobs',
+    );
   for (const key of ['stop', 'stop_token_ids']) {
     const v = body[key];
-    if (given(v) && !(Array.isArray(v) && v.length === 0)) throw bad(`'${key}' is not supported: a turn ends at the model's end-of-turn token or at max_tokens`, key);
+    if (given(v) && !(Array.isArray(v) && v.length === 0))
+      throw bad(`'${key}' is not supported: a turn ends at the model's end-of-turn token or at max_tokens`, key);
   }
   if (isObject(body.logit_bias) && Object.keys(body.logit_bias).length) throw bad('logit_bias is not supported', 'logit_bias');
   for (const key of ['presence_penalty', 'frequency_penalty']) {
     if (given(body[key]) && body[key] !== 0) throw bad(`'${key}' is not supported (only 0)`, key);
   }
   if (given(body.repetition_penalty) && body.repetition_penalty !== 1) throw bad("'repetition_penalty' is not supported (only 1)", 'repetition_penalty');
-  if (given(body.response_format) && !(isObject(body.response_format) && body.response_format.type === 'text')) throw bad('response_format other than {"type": "text"} is not supported', 'response_format');
+  if (given(body.response_format) && !(isObject(body.response_format) && body.response_format.type === 'text'))
+    throw bad('response_format other than {"type": "text"} is not supported', 'response_format');
   for (const key of ['echo', 'ignore_eos', 'use_beam_search']) if (body[key] === true) throw bad(`'${key}' is not supported`, key);
   if (given(body.best_of) && body.best_of !== 1) throw bad("'best_of' is not supported (only 1)", 'best_of');
 

@@ -26,8 +26,26 @@ export async function startPolicyServer(o: PolicyServerOptions): Promise<PolicyS
   const modelName = o.modelName ?? first.name;
   const created = Math.floor(Date.now() / 1000);
   const serverRng = seededRandom(o.seed ?? 1);
-  const batcher = new GenerationBatcher(first, { maxBatch: o.maxBatch ?? 32, sampling: { temperature: 1, topK: 0, topP: 1 }, rng: serverRng, mode: o.batching ?? 'static' });
-  const s: ServeState = { o, allowed, models, batcher, modelName, created, serverRng, modelDir, requests: 0, inexact: 0, reloading: Promise.resolve(), retiring: [] };
+  const batcher = new GenerationBatcher(first, {
+    maxBatch: o.maxBatch ?? 32,
+    sampling: { temperature: 1, topK: 0, topP: 1 },
+    rng: serverRng,
+    mode: o.batching ?? 'static',
+  });
+  const s: ServeState = {
+    o,
+    allowed,
+    models,
+    batcher,
+    modelName,
+    created,
+    serverRng,
+    modelDir,
+    requests: 0,
+    inexact: 0,
+    reloading: Promise.resolve(),
+    retiring: [],
+  };
 
   const server = createServer((req, res) => {
     handle(s, req, res).catch((err: unknown) => answerError(req, res, err));
@@ -77,7 +95,13 @@ const ROUTES: Record<string, string[]> = { '/v1/models': ['GET'], '/v1/chat/comp
 
 async function handle(s: ServeState, req: IncomingMessage, res: ServerResponse): Promise<void> {
   const { o, allowed, modelName } = s;
-  if (!hostAllowed(allowed, req)) throw new ApiError(403, `Forbidden: the Host or Origin header names a host this server does not answer (allowed: ${[...allowed].join(', ')})`, 'permission_error', 'host_not_allowed');
+  if (!hostAllowed(allowed, req))
+    throw new ApiError(
+      403,
+      `Forbidden: the Host or Origin header names a host this server does not answer (allowed: ${[...allowed].join(', ')})`,
+      'permission_error',
+      'host_not_allowed',
+    );
   if (o.token !== undefined && !tokenMatches(req.headers.authorization, o.token)) {
     throw new ApiError(401, 'Incorrect or missing API key: send Authorization: Bearer <token>', 'authentication_error', 'invalid_api_key');
   }
@@ -85,11 +109,18 @@ async function handle(s: ServeState, req: IncomingMessage, res: ServerResponse):
   const method = req.method ?? 'GET';
   const modelPath = /^\/v1\/models\/(.+)$/.exec(path);
   const methods = modelPath ? ['GET'] : ROUTES[path];
-  if (!methods) throw new ApiError(404, `Not found: ${method} ${path}. Routes: GET /v1/models, POST /v1/chat/completions, POST /v1/reload, GET /health`, 'not_found_error', 'not_found');
+  if (!methods)
+    throw new ApiError(
+      404,
+      `Not found: ${method} ${path}. Routes: GET /v1/models, POST /v1/chat/completions, POST /v1/reload, GET /health`,
+      'not_found_error',
+      'not_found',
+    );
   if (!methods.includes(method)) throw new ApiError(405, `${path} answers ${methods.join(', ')}, not ${method}`, 'invalid_request_error', 'method_not_allowed');
   if (modelPath) {
     const name = decodeURIComponent(modelPath[1]!);
-    if (name !== modelName) throw new ApiError(404, `The model \`${name}\` does not exist: this server serves \`${modelName}\``, 'invalid_request_error', 'model_not_found');
+    if (name !== modelName)
+      throw new ApiError(404, `The model \`${name}\` does not exist: this server serves \`${modelName}\``, 'invalid_request_error', 'model_not_found');
     return sendJson(res, 200, modelCard(s));
   }
   if (path === '/v1/models') return sendJson(res, 200, { object: 'list', data: [modelCard(s)] });
@@ -101,12 +132,29 @@ async function handle(s: ServeState, req: IncomingMessage, res: ServerResponse):
 /** A route's failure, answered in OpenAI's shape (an error that is not an ApiError is a 500). */
 function answerError(req: IncomingMessage, res: ServerResponse, err: unknown): void {
   const e = err instanceof ApiError ? err : new ApiError(500, err instanceof Error ? err.message : String(err), 'internal_server_error');
-  sendError(res, e, e.status === 401 ? { 'www-authenticate': 'Bearer' } : e.status === 405 ? { allow: ROUTES[new URL(req.url ?? '/', 'http://localhost').pathname]?.join(', ') ?? 'GET' } : {});
+  sendError(
+    res,
+    e,
+    e.status === 401
+      ? { 'www-authenticate': 'Bearer' }
+      : e.status === 405
+        ? { allow: ROUTES[new URL(req.url ?? '/', 'http://localhost').pathname]?.join(', ') ?? 'GET' }
+        : {},
+  );
 }
 
 function modelCard(s: ServeState) {
   const m = s.batcher.model;
-  return { id: s.modelName, object: 'model', created: s.created, owned_by: 'mcp-gym', root: s.modelDir, parent: null, max_model_len: m.maxLen, version: m.version };
+  return {
+    id: s.modelName,
+    object: 'model',
+    created: s.created,
+    owned_by: 'mcp-gym',
+    root: s.modelDir,
+    parent: null,
+    max_model_len: m.maxLen,
+    version: m.version,
+  };
 }
 
 function hostAllowed(allowed: Set<string>, req: IncomingMessage): boolean {

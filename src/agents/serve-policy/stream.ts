@@ -15,11 +15,20 @@ export async function answerStream(s: ServeState, res: ServerResponse, t: Turn):
   res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', connection: 'keep-alive' });
   let fingerprint = `v${t.model.version}`;
   const send = (choices: unknown[], extra: Record<string, unknown> = {}) => {
-    if (!res.writableEnded && !res.destroyed) res.write(`data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created: now, model: s.modelName, system_fingerprint: fingerprint, choices, ...extra })}\n\n`);
+    if (!res.writableEnded && !res.destroyed)
+      res.write(
+        `data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created: now, model: s.modelName, system_fingerprint: fingerprint, choices, ...extra })}\n\n`,
+      );
   };
   const deltaOf = (d: Delta) => ({
     ...(d.content ? { content: d.content } : {}),
-    ...(d.call ? { tool_calls: [{ index: callIds.length - 1, id: callIds[callIds.length - 1], type: 'function', function: { name: d.call.name, arguments: d.call.arguments } }] } : {}),
+    ...(d.call
+      ? {
+          tool_calls: [
+            { index: callIds.length - 1, id: callIds[callIds.length - 1], type: 'function', function: { name: d.call.name, arguments: d.call.arguments } },
+          ],
+        }
+      : {}),
   });
   send([{ index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }], r.returnTokenIds ? { prompt_token_ids: prompt } : {});
   let g: BatchedGeneration;

@@ -86,7 +86,8 @@ export const calculatorSampler: Sampler = (rng, difficulty) => {
 
 export const calculatorSuite = {
   name: 'calculator',
-  description: 'Exact arithmetic with the calculator: +, -, *, / with more operations, parentheses and bigger operands (up to 30-digit integers) as the difficulty grows.',
+  description:
+    'Exact arithmetic with the calculator: +, -, *, / with more operations, parentheses and bigger operands (up to 30-digit integers) as the difficulty grows.',
   families: ['calculator.arith'],
   servers: ['calculator'],
   sampler: calculatorSampler,

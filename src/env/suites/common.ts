@@ -32,7 +32,6 @@ export function paramsKey(task: Pick<Task, 'family' | 'params'>): string {
   return stableJson({ family: task.family ?? null, params: task.params ?? null });
 }
 
-
 /** A task a sampler proposes, before it gets its id and split. */
 export interface Candidate {
   family: string;

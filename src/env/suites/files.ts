@@ -13,10 +13,58 @@ const NAME_WORDS = ['report', 'draft', 'summary', 'invoice', 'memo', 'plan', 'bu
 const EXTS = ['.txt', '.md', '.log', '.csv'];
 /** Words of file contents; none is a part of another, of a file name or of a folder name. */
 const CONTENT_WORDS = [
-  'otter', 'falcon', 'walrus', 'badger', 'heron', 'lynx', 'bison', 'gecko', 'marmot', 'ocelot', 'puffin', 'tapir', 'quokka', 'jackal',
-  'mango', 'papaya', 'quince', 'apricot', 'lychee', 'guava', 'durian', 'kumquat', 'cobalt', 'quartz', 'basalt', 'granite', 'amber',
-  'saffron', 'nutmeg', 'cumin', 'fennel', 'sorrel', 'violet', 'crimson', 'indigo', 'teal', 'harbor', 'canyon', 'glacier', 'meadow',
-  'volcano', 'lagoon', 'tundra', 'savanna', 'comet', 'nebula', 'pulsar', 'quasar', 'zephyr', 'monsoon', 'drizzle', 'thunder',
+  'otter',
+  'falcon',
+  'walrus',
+  'badger',
+  'heron',
+  'lynx',
+  'bison',
+  'gecko',
+  'marmot',
+  'ocelot',
+  'puffin',
+  'tapir',
+  'quokka',
+  'jackal',
+  'mango',
+  'papaya',
+  'quince',
+  'apricot',
+  'lychee',
+  'guava',
+  'durian',
+  'kumquat',
+  'cobalt',
+  'quartz',
+  'basalt',
+  'granite',
+  'amber',
+  'saffron',
+  'nutmeg',
+  'cumin',
+  'fennel',
+  'sorrel',
+  'violet',
+  'crimson',
+  'indigo',
+  'teal',
+  'harbor',
+  'canyon',
+  'glacier',
+  'meadow',
+  'volcano',
+  'lagoon',
+  'tundra',
+  'savanna',
+  'comet',
+  'nebula',
+  'pulsar',
+  'quasar',
+  'zephyr',
+  'monsoon',
+  'drizzle',
+  'thunder',
 ];
 
 type FileOp =
@@ -79,7 +127,10 @@ export const filesSampler: Sampler = (rng, difficulty) => {
   const dirs = rng.sample(DIRS, level.dirs);
   const reserved = new Set<string>();
   const sentence = (n: number): string => {
-    const words = rng.sample(CONTENT_WORDS.filter((w) => !reserved.has(w)), n);
+    const words = rng.sample(
+      CONTENT_WORDS.filter((w) => !reserved.has(w)),
+      n,
+    );
     return words.join(' ');
   };
   const initial = new Map<string, string>();
@@ -216,9 +267,9 @@ export const filesSampler: Sampler = (rng, difficulty) => {
 
 export const filesSuite = {
   name: 'files',
-  description: 'Edits of a small file tree written by setup: create, copy, move/rename, find the file holding a word and write its path, delete (one file or every file of a kind); more steps and files as the difficulty grows.',
+  description:
+    'Edits of a small file tree written by setup: create, copy, move/rename, find the file holding a word and write its path, delete (one file or every file of a kind); more steps and files as the difficulty grows.',
   families: ['files.create', 'files.copy', 'files.move', 'files.find', 'files.delete', 'files.multi'],
   servers: ['files'],
   sampler: filesSampler,
 };
-

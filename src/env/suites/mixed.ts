@@ -39,7 +39,8 @@ function searchStore(rng: SeededRandom, split: Split, level: number, store: 'kv'
   const where = store === 'kv' ? `${chainSlug(chain)}:${slug(start.title)}` : `answers/${slug(start.title)}_${chainSlug(chain)}.txt`;
   const searchTool = agentTool(servers, 'search', 'search');
   const storeText = store === 'kv' ? `store the answer under the kv key ${quote(where)} with set` : `write the answer into the file ${where} with write_file`;
-  const storeCall = store === 'kv' ? call('kv', 'set', { key: where, value: chain.answer }) : call('files', 'write_file', { path: where, content: chain.answer });
+  const storeCall =
+    store === 'kv' ? call('kv', 'set', { key: where, value: chain.answer }) : call('files', 'write_file', { path: where, content: chain.answer });
   return {
     family: store === 'kv' ? 'mixed.search_kv' : 'mixed.search_files',
     params: { question: chain.template, start: start.id, store },
@@ -88,7 +89,10 @@ function sqlCalculator(rng: SeededRandom, split: Split): Candidate | undefined {
     prompt: `Use the sql tool query to find how many units of the product ${first} and of the product ${second} were ordered in total, then use evaluate to compute ${what}. Answer with the number only.`,
     servers: { sql: 'sql', calculator: 'calculator' },
     checks: [answerNumber(value), { kind: 'call', server: 'calculator', tool: 'evaluate', weight: 0.25 }],
-    solution: { calls: [call('sql', 'query', { sql: a.sql }), call('sql', 'query', { sql: b.sql }), call('calculator', 'evaluate', { expression })], answer: value },
+    solution: {
+      calls: [call('sql', 'query', { sql: a.sql }), call('sql', 'query', { sql: b.sql }), call('calculator', 'evaluate', { expression })],
+      answer: value,
+    },
   };
 }
 
@@ -110,7 +114,10 @@ function kvCalculator(rng: SeededRandom, big: boolean): Candidate {
     servers: { kv: 'kv', calculator: 'calculator' },
     setup: keys.map((key, i) => call('kv', 'set', { key, value: values[i]! })),
     checks: [storeCheck('kv', target, { kind: 'number', value }), { kind: 'call', server: 'calculator', tool: 'evaluate', weight: 0.25 }],
-    solution: { calls: [...keys.map((key) => call('kv', 'get', { key })), call('calculator', 'evaluate', { expression }), call('kv', 'set', { key: target, value })], answer: 'done' },
+    solution: {
+      calls: [...keys.map((key) => call('kv', 'get', { key })), call('calculator', 'evaluate', { expression }), call('kv', 'set', { key: target, value })],
+      answer: 'done',
+    },
   };
 }
 

@@ -60,7 +60,16 @@ export function lineChart(series, o) {
   }
   const X = (x) => m.l + ((x - x0) / (x1 - x0)) * pw;
   const Y = (y) => m.t + ph - ((y - y0) / (y1 - y0)) * ph;
-  Object.entries({ 'data-x0': x0, 'data-x1': x1, 'data-y0': y0, 'data-y1': y1, 'data-left': m.l, 'data-top': m.t, 'data-width': pw, 'data-height': ph }).forEach(([k, v]) => svg.setAttribute(k, String(v)));
+  Object.entries({
+    'data-x0': x0,
+    'data-x1': x1,
+    'data-y0': y0,
+    'data-y1': y1,
+    'data-left': m.l,
+    'data-top': m.t,
+    'data-width': pw,
+    'data-height': ph,
+  }).forEach(([k, v]) => svg.setAttribute(k, String(v)));
   for (const t of niceTicks(y0, y1, 5)) {
     svg.append(s('line', { class: 'grid', x1: m.l, x2: m.l + pw, y1: Y(t), y2: Y(t) }));
     svg.append(s('text', { x: m.l - 4, y: Y(t) + 3, 'text-anchor': 'end' }, fmt(t, 3)));
@@ -103,7 +112,20 @@ export function lineChart(series, o) {
     );
     for (let i = 0; i < pts.length; i++) {
       const c = s('circle', { cx: X(pts[i].x), cy: Y(drawn[i]), r: pts.length > 60 ? 1.2 : 2.5, fill: sr.color });
-      c.append(s('title', {}, sr.label + ': ' + (o.xLabel || 'x') + ' ' + fmt(pts[i].x, 2) + ', ' + fmt(pts[i].y, 4) + (pts[i].lo !== undefined ? ' [' + fmt(pts[i].lo, 3) + ', ' + fmt(pts[i].hi, 3) + ']' : '')));
+      c.append(
+        s(
+          'title',
+          {},
+          sr.label +
+            ': ' +
+            (o.xLabel || 'x') +
+            ' ' +
+            fmt(pts[i].x, 2) +
+            ', ' +
+            fmt(pts[i].y, 4) +
+            (pts[i].lo !== undefined ? ' [' + fmt(pts[i].lo, 3) + ', ' + fmt(pts[i].hi, 3) + ']' : ''),
+        ),
+      );
       svg.append(c);
     }
   }

@@ -7,7 +7,8 @@ export function h(tag, attrs, ...children) {
   for (const [k, v] of Object.entries(attrs || {})) {
     if (v === undefined || v === null || v === false) continue;
     if (k === 'class') el.className = v;
-    else if (k === 'style') el.style.cssText = v; // through the CSSOM: the page's CSP refuses style attributes
+    else if (k === 'style')
+      el.style.cssText = v; // through the CSSOM: the page's CSP refuses style attributes
     else if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
     else el.setAttribute(k, v === true ? '' : String(v));
   }

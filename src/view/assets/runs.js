@@ -66,7 +66,9 @@ function seriesOf(id, metric, xAxis) {
       const f = flatten(e, '', {});
       let y = f[key];
       if (y === undefined && (key === 'pass_hat_k' || key === 'pass_at_k')) {
-        const ks = Object.keys(e[key] || {}).map(Number).sort((a, b) => a - b);
+        const ks = Object.keys(e[key] || {})
+          .map(Number)
+          .sort((a, b) => a - b);
         if (ks.length) y = e[key][String(ks.at(-1))];
       }
       if (typeof y !== 'number') continue;
@@ -116,7 +118,11 @@ export function renderMetricPicker() {
 
 function renderLegend() {
   const legend = document.getElementById('legend');
-  legend.replaceChildren(...selectedRuns().map((id) => h('span', { class: 'item', 'data-run': id }, h('span', { class: 'swatch', style: 'background:' + colorOf(id) }), labelOf(id))));
+  legend.replaceChildren(
+    ...selectedRuns().map((id) =>
+      h('span', { class: 'item', 'data-run': id }, h('span', { class: 'swatch', style: 'background:' + colorOf(id) }), labelOf(id)),
+    ),
+  );
 }
 
 export function renderCharts() {
@@ -133,8 +139,22 @@ export function renderCharts() {
   const charts = [];
   for (const metric of [...state.metricsShown].filter((m) => available.has(m))) {
     const series = ids.map((id) => ({ id, label: labelOf(id), color: colorOf(id), points: seriesOf(id, metric, xAxis) }));
-    const legend = h('div', { class: 'legend' }, ...series.filter((sr) => sr.points.length).map((sr) => h('span', { class: 'item' }, h('span', { class: 'swatch', style: 'background:' + sr.color }), sr.label)));
-    charts.push(h('div', { class: 'chart', 'data-metric': metric }, h('h3', {}, metric), lineChart(series, { metric, smoothing, xLabel: xAxis === 'wall' ? 'wall-clock (s)' : 'step' }), legend));
+    const legend = h(
+      'div',
+      { class: 'legend' },
+      ...series
+        .filter((sr) => sr.points.length)
+        .map((sr) => h('span', { class: 'item' }, h('span', { class: 'swatch', style: 'background:' + sr.color }), sr.label)),
+    );
+    charts.push(
+      h(
+        'div',
+        { class: 'chart', 'data-metric': metric },
+        h('h3', {}, metric),
+        lineChart(series, { metric, smoothing, xLabel: xAxis === 'wall' ? 'wall-clock (s)' : 'step' }),
+        legend,
+      ),
+    );
   }
   box.replaceChildren(...(charts.length ? charts : [h('p', { class: 'muted' }, 'Pick metrics above.')]));
 }
@@ -157,13 +177,25 @@ export async function renderConfig() {
   }
   const only = document.getElementById('only-diff').checked;
   const keys = [...new Set(ids.flatMap((id) => Object.keys(state.configs[id] || {})))];
-  const head = h('tr', {}, h('th', {}, 'field'), ...ids.map((id) => h('th', {}, h('span', { class: 'swatch', style: 'background:' + colorOf(id) }), ' ', labelOf(id))));
+  const head = h(
+    'tr',
+    {},
+    h('th', {}, 'field'),
+    ...ids.map((id) => h('th', {}, h('span', { class: 'swatch', style: 'background:' + colorOf(id) }), ' ', labelOf(id))),
+  );
   const rows = [];
   for (const k of keys) {
     const vals = ids.map((id) => (state.configs[id] && k in state.configs[id] ? JSON.stringify(state.configs[id][k]) : undefined));
     const differs = ids.length > 1 && new Set(vals.map((v) => (v === undefined ? '(none)' : v))).size > 1;
     if (only && !differs) continue;
-    rows.push(h('tr', { class: differs ? 'diff' : '', 'data-field': k }, h('td', {}, k), ...vals.map((v) => h('td', {}, v === undefined ? h('span', { class: 'muted' }, '(none)') : v))));
+    rows.push(
+      h(
+        'tr',
+        { class: differs ? 'diff' : '', 'data-field': k },
+        h('td', {}, k),
+        ...vals.map((v) => h('td', {}, v === undefined ? h('span', { class: 'muted' }, '(none)') : v)),
+      ),
+    );
   }
   const ndiff = keys.filter((k) => new Set(ids.map((id) => JSON.stringify((state.configs[id] || {})[k]) ?? '(none)')).size > 1).length;
   box.replaceChildren(

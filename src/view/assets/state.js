@@ -3,7 +3,18 @@
 
 const TOKEN = new URLSearchParams(location.search).get('token');
 export const COLORS = ['#2563eb', '#dc2626', '#16a34a', '#9333ea', '#ea580c', '#0891b2', '#be185d', '#4d7c0f', '#7c2d12', '#1e3a8a'];
-const DEFAULT_METRICS = ['reward_mean', 'success_rate', 'eval:success', 'eval:pass_hat_k', 'kl', 'entropy', 'clip_fraction', 'tool_error_rate', 'turns_mean', 'rollout_tokens_per_s'];
+const DEFAULT_METRICS = [
+  'reward_mean',
+  'success_rate',
+  'eval:success',
+  'eval:pass_hat_k',
+  'kl',
+  'entropy',
+  'clip_fraction',
+  'tool_error_rate',
+  'turns_mean',
+  'rollout_tokens_per_s',
+];
 
 export const state = {
   entries: [],
