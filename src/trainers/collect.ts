@@ -16,7 +16,7 @@
 import { join } from 'node:path';
 import pLimit from 'p-limit';
 import { makeChatModel } from '../agents/index.ts';
-import { applyRuler, JudgeError, rollout, type ChatModel, type Environment, type Policy, type RulerOptions, type Task, type Trajectory } from '../env/index.ts';
+import { applyRuler, JudgeError, rollout, type ChatModel, type Environment, type Policy, type RulerOptions, type Trajectory } from '../env/index.ts';
 import { isZeroVariance } from './advantages.ts';
 import { overlongPenalty, type KeptGroup } from './batch.ts';
 import type { TrainConfig } from './config.ts';

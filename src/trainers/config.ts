@@ -2,19 +2,15 @@
  * The training configuration: one zod schema, filled from a preset, a config file and flags (in
  * that order). Its learner half is the contract's LearnerConfigSchema (src/trainers/protocol.ts):
  * one schema gives the types, the validation, the command-line flags of `mcp-gym train` (each
- * field's `.describe()` is its help) and the learner's JSON Schema. Presets are configurations
- * of the one loop (docs/training.md, "Presets"): reward, advantage estimator, loss, sampling,
- * schedule.
+ * field's `.describe()` is its help) and the learner's JSON Schema; the fields by group
+ * (CONFIG_GROUPS). The presets are in presets.ts, the resolution (preset < file < flags, the
+ * refusals) and what the learner and the sampler get of it in resolve-config.ts.
  */
-import { existsSync, readFileSync } from 'node:fs';
 import { z } from 'zod';
-import { join } from 'node:path';
-import { availableParallelism } from 'node:os';
 import { BUNDLED_MODEL_DIR } from '../paths.ts';
-import { isHfModelDir } from '../agents/index.ts';
-import { LearnerConfigSchema, type LearnerConfigInput } from './protocol.ts';
+import { LearnerConfigSchema } from './protocol.ts';
 import { composerWeightsSchema, FaultSpecError, parseFaults } from '../env/index.ts';
-import { CURRICULUM_MODES, parseReportTo, parseSchedule, REPLAY_PRIORITIES } from './options.ts';
+import { CURRICULUM_MODES, REPLAY_PRIORITIES } from './options.ts';
 
 /** The learner's off-policy corrections (its is_correction field). */
 const IS_CORRECTIONS = LearnerConfigSchema.shape.is_correction.unwrap().options;
@@ -274,7 +270,7 @@ export type TrainConfigInput = z.input<typeof TrainConfigSchema>;
  * test/trainers/config.test.ts checks that every field is in exactly one group.
  */
 export const CONFIG_GROUPS = {
-  tasks: ['preset', 'suite', 'tasks', 'eval_tasks', 'min_difficulty', 'max_difficulty', 'model', 'seed'],
+  run: ['preset', 'suite', 'tasks', 'eval_tasks', 'min_difficulty', 'max_difficulty', 'model', 'seed'],
   rollout: [
     'tasks_per_step',
     'group',
@@ -389,7 +385,8 @@ export function flattenConfig(input: Record<string, unknown>, file?: string, gro
   const at = file ? `${file}: ` : '';
   const out: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(input)) {
-    if (!(k in CONFIG_GROUPS)) {
+    // `learner` is a group (an object) and a field (the remote learner's URL, a string).
+    if (!(k in CONFIG_GROUPS) || (k === 'learner' && typeof v === 'string')) {
       if (k in out) throw new Error(`${at}${k}: given twice (flat and in its group, ${GROUP_OF[k]})`);
       out[k] = v;
       continue;
@@ -412,233 +409,6 @@ export function flattenConfig(input: Record<string, unknown>, file?: string, gro
 /** A grouped config's input: each group's fields, as a JSON config file may give them. */
 export type GroupedConfigInput = { [G in ConfigGroup]?: Partial<Pick<TrainConfigInput, (typeof CONFIG_GROUPS)[G][number]>> };
 
-export const PRESETS: Record<TrainConfig['preset'], Partial<TrainConfigInput>> = {
-  grpo: { reward: 'verifier', advantage: 'grpo', loss: 'grpo', clip_low: 0.2, clip_high: 0.2, beta: 0.04 },
-  dapo: {
-    reward: 'verifier',
-    advantage: 'grpo',
-    loss: 'dapo',
-    clip_low: 0.2,
-    clip_high: 0.28,
-    beta: 0,
-    dynamic_sampling: true,
-    overlong_max: 160,
-    overlong_cache: 48,
-    entropy_coef: 0,
-  },
-  dr_grpo: { reward: 'verifier', advantage: 'dr_grpo', loss: 'dr_grpo', clip_low: 0.2, clip_high: 0.2, beta: 0 },
-  gspo: { reward: 'verifier', advantage: 'grpo', loss: 'gspo', clip_low: 0.0003, clip_high: 0.0004, beta: 0 },
-  rlvr: { reward: 'rlvr', advantage: 'grpo', loss: 'grpo', clip_low: 0.2, clip_high: 0.2, beta: 0.04 },
-  art: { reward: 'art', advantage: 'grpo', loss: 'grpo', clip_low: 0.2, clip_high: 0.2, beta: 0.04 },
-  // GRPO on RULER's listwise score combined half and half with the verifier's (needs a judge).
-  ruler: {
-    reward: 'verifier',
-    advantage: 'grpo',
-    loss: 'grpo',
-    clip_low: 0.2,
-    clip_high: 0.2,
-    beta: 0.04,
-    ruler: 'listwise',
-    ruler_weight: 0.5,
-    ruler_verifier_weight: 0.5,
-  },
-  // PPO with GAE (docs/algorithms.md, "PPO with GAE"): ART's reward (its step rewards give the value head
-  // signal inside the episode), PPO's token-level loss and symmetric clip, 2 epochs of 2 minibatches, GAE
-  // per turn (per token, γλ = 0.94 per token fades the credit within ~20 tokens: bench/RESULTS.md).
-  ppo: {
-    reward: 'art',
-    advantage: 'gae',
-    loss: 'dapo',
-    clip_low: 0.2,
-    clip_high: 0.2,
-    beta: 0,
-    epochs: 2,
-    minibatch_size: 48,
-    gae_gamma: 0.99,
-    gae_lambda: 0.95,
-    gae_level: 'turn',
-    value_coef: 0.5,
-    value_clip: 0.2,
-    whiten_advantages: true,
-  },
-  // ProRL (docs/algorithms.md, "ProRL"): GRPO with the KL kept and the reference and AdamW reset
-  // every 20 steps, DAPO's clip-higher (0.28: ProRL's 0.4 went with lr 2e-6 over thousands of steps,
-  // against entropy collapse; on runs of ~100 steps at this repository's learning rates it mostly
-  // widens the trust region) and dynamic sampling, warm-up then cosine, the adaptive curriculum,
-  // a quarter of each batch replayed (by |advantage|), an evaluation every 10 steps.
-  prorl: {
-    reward: 'verifier',
-    advantage: 'grpo',
-    loss: 'grpo',
-    clip_low: 0.2,
-    clip_high: 0.28,
-    beta: 0.01,
-    ref_reset_every: 20,
-    dynamic_sampling: true,
-    warmup_steps: 5,
-    min_lr_ratio: 0.1,
-    curriculum: 'adaptive',
-    replay_fraction: 0.25,
-    replay_priority: 'advantage',
-    replay_max_age: 4,
-    eval_every: 10,
-  },
-};
-
-/** preset < config file < explicit overrides; errors name the field. */
-export function resolveConfig(overridesIn: Partial<TrainConfigInput> & GroupedConfigInput, file?: string): TrainConfig {
-  let fromFile: Record<string, unknown> = {};
-  const grouped = new Set<string>(); // the fields given in their group: errors name them so (rollout.group)
-  if (file) {
-    try {
-      fromFile = JSON.parse(readFileSync(file, 'utf8'));
-    } catch (err) {
-      throw new Error(`${file}: cannot read the config: ${(err as Error).message}`);
-    }
-    if (fromFile === null || typeof fromFile !== 'object' || Array.isArray(fromFile))
-      throw new Error(`${file}: the config is a JSON object of fields (flat, or grouped: ${Object.keys(CONFIG_GROUPS).join(', ')})`);
-    fromFile = flattenConfig(fromFile, file, grouped);
-  }
-  const overrides = flattenConfig(overridesIn as Record<string, unknown>, undefined, grouped) as Partial<TrainConfigInput>;
-  const preset = (overrides.preset ?? fromFile.preset ?? 'art') as TrainConfig['preset'];
-  if (!(preset in PRESETS)) throw new Error(`preset: unknown preset '${preset}'; presets: ${Object.keys(PRESETS).join(', ')}`);
-  const merged = { ...PRESETS[preset], ...fromFile, ...Object.fromEntries(Object.entries(overrides).filter(([, v]) => v !== undefined)), preset };
-  const r = TrainConfigSchema.safeParse(merged);
-  if (!r.success) {
-    const i = r.error.issues[0]!;
-    const field = String(i.path[0] ?? '');
-    const named = grouped.has(field) ? [`${GROUP_OF[field]}.${field}`, ...i.path.slice(1)].join('.') : i.path.join('.');
-    throw new Error(`${file ? `${file}: ` : ''}${named || '(config)'}: ${i.message}`);
-  }
-  if (r.data.policy !== 'onnx' && !r.data.base_url) {
-    throw new Error(
-      `${file ? `${file}: ` : ''}policy: '${r.data.policy}' needs base_url (--base-url URL): training samples through a server that returns token ids and loads the new weights (mcp-gym serve-policy, vLLM)`,
-    );
-  }
-  const hfOnly = hfOnlyFields(r.data);
-  if (hfOnly.length && existsSync(join(r.data.model, 'config.json')) && !isHfModelDir(r.data.model)) {
-    throw new Error(
-      `${file ? `${file}: ` : ''}${hfOnly[0]}: for Hugging Face models only; ${r.data.model} is an embedded GPT model (mcp-gym's format), trained in full: leave out ${hfOnly.join(', ')}`,
-    );
-  }
-  if (r.data.learner && isHfModelDir(r.data.model)) {
-    throw new Error(
-      `${file ? `${file}: ` : ''}learner: a remote learner (${r.data.learner}) trains the embedded model only; ${r.data.model} is a Hugging Face checkpoint, whose learner writes the whole weights after every step into the directory the sampler reloads (540 MB for a 135M model in float32; docs/models.md, "Not here"): run this command where the checkpoint and a GPU are (the learner then starts locally with the venv), or sample with vLLM (--policy openai:..., LoRA adapters pushed to it), or leave out learner`,
-    );
-  }
-  try {
-    parseReportTo(r.data.report_to);
-  } catch (err) {
-    throw new Error(`${file ? `${file}: ` : ''}${(err as Error).message}`);
-  }
-  if (r.data.drop_zero_variance && (r.data.beta > 0 || r.data.entropy_coef > 0 || r.data.advantage === 'gae')) {
-    const why =
-      r.data.beta > 0
-        ? `beta ${r.data.beta} (the KL term trains on every sequence)`
-        : r.data.entropy_coef > 0
-          ? `entropy_coef ${r.data.entropy_coef}`
-          : "advantage 'gae' (the value head trains on every sequence)";
-    throw new Error(
-      `${file ? `${file}: ` : ''}drop_zero_variance: groups without signal add no gradient only with beta 0, entropy_coef 0 and a group advantage; this run has ${why}`,
-    );
-  }
-  if (r.data.curriculum_low > r.data.curriculum_high) {
-    throw new Error(
-      `${file ? `${file}: ` : ''}curriculum_low: ${r.data.curriculum_low} is above curriculum_high ${r.data.curriculum_high} (the band that keeps the level)`,
-    );
-  }
-  if (r.data.curriculum === 'schedule') {
-    try {
-      parseSchedule(r.data.curriculum_schedule);
-    } catch (err) {
-      throw new Error(`${file ? `${file}: ` : ''}${(err as Error).message}`);
-    }
-  }
-  gaeRefusals(r.data, file);
-  if (r.data.ruler !== 'off' && !r.data.judge) {
-    throw new Error(
-      `${file ? `${file}: ` : ''}ruler: '${r.data.ruler}'${preset === 'ruler' ? ' (the ruler preset)' : ''} needs a judge: set judge (--judge openai:<model> or anthropic:<model>), or ruler: 'off'`,
-    );
-  }
-  return r.data;
-}
-
-/** PPO with GAE: the combinations that make no sense are refused, naming the field. */
-function gaeRefusals(c: TrainConfig, file?: string): void {
-  const at = file ? `${file}: ` : '';
-  if (c.advantage !== 'gae') {
-    const gaeOnly = (['gae_gamma', 'gae_lambda', 'gae_level', 'value_coef', 'value_clip', 'whiten_advantages'] as const).filter(
-      (k) => c[k] !== LearnerConfigSchema.shape[k].parse(undefined),
-    );
-    if (gaeOnly.length) throw new Error(`${at}${gaeOnly[0]}: only with advantage 'gae' (PPO with GAE); advantage is '${c.advantage}'`);
-    return;
-  }
-  if (c.per_turn) throw new Error(`${at}per_turn: not with advantage 'gae': GAE credits the turns itself (gae_level turn or token)`);
-  if (c.loss === 'gspo')
-    throw new Error(
-      `${at}loss: gspo takes one sequence-level ratio for all of a sequence's tokens, which does not fit GAE's per-token advantages: use dapo (token-level, as PPO), grpo, dr_grpo or cispo`,
-    );
-}
-
-/** The Hugging Face-only fields the config sets to other than their defaults. */
-function hfOnlyFields(c: TrainConfig): string[] {
-  const out: string[] = [];
-  if (c.lora_rank > 0) out.push('lora_rank');
-  if (c.lora_alpha !== undefined) out.push('lora_alpha');
-  if (c.lora_dropout !== 0) out.push('lora_dropout');
-  if (c.lora_targets !== 'all-linear') out.push('lora_targets');
-  if (c.dtype !== 'auto') out.push('dtype');
-  if (c.gradient_checkpointing) out.push('gradient_checkpointing');
-  return out;
-}
-
-/** What the learner's `load` gets for a Hugging Face model: dtype, gradient checkpointing and LoRA (with lora_rank > 0). */
-export function hfLoadOptions(c: TrainConfig): HfLoadOptions {
-  const targets =
-    c.lora_targets.trim() === 'all-linear'
-      ? 'all-linear'
-      : c.lora_targets
-          .split(',')
-          .map((t) => t.trim())
-          .filter(Boolean);
-  return {
-    dtype: c.dtype,
-    gradient_checkpointing: c.gradient_checkpointing,
-    ...(c.lora_rank > 0 ? { lora: { r: c.lora_rank, alpha: c.lora_alpha ?? 2 * c.lora_rank, dropout: c.lora_dropout, target_modules: targets } } : {}),
-  };
-}
-
-export interface HfLoadOptions {
-  dtype: TrainConfig['dtype'];
-  gradient_checkpointing: boolean;
-  lora?: { r: number; alpha: number; dropout: number; target_modules: string | string[] };
-}
-
-/**
- * What the learner gets of the config for each `train` call: the contract's fields, by the same
- * names, plus the two the run sets: the schedule's length and Dr. GRPO's constant (a fixed
- * budget of policy tokens, the same every step: docs/algorithms.md, "Dr. GRPO").
- */
-export function learnerConfig(c: TrainConfig, o: { totalSteps: number; policyTokenBudget: number }): LearnerConfigInput {
-  const out: Record<string, unknown> = {};
-  for (const k of Object.keys(LearnerConfigSchema.shape)) {
-    const v = (c as Record<string, unknown>)[k];
-    if (v !== undefined) out[k] = v;
-  }
-  // Replayed groups were sampled by older weights: correct them as stale ones.
-  out.is_correction = c.is_correction === 'auto' ? (c.max_staleness > 0 || c.replay_fraction > 0 ? 'token_truncate' : 'none') : c.is_correction;
-  out.total_steps = Math.max(1, o.totalSteps);
-  if (c.loss === 'dr_grpo') out.dr_grpo_constant = o.policyTokenBudget;
-  return LearnerConfigSchema.parse(out);
-}
-
-/** Dr. GRPO's budget of policy tokens per episode: the config's, or max_new_tokens × the largest max_turns, at most the context. */
-export function policyTokenBudget(c: TrainConfig, maxTurns: number, contextLength: number): number {
-  if (c.policy_token_budget > 0) return c.policy_token_budget;
-  return Math.max(1, Math.min(contextLength, c.max_new_tokens * Math.max(1, maxTurns)));
-}
-
-/** The embedded policy's onnxruntime threads (config `sampler_threads`, else its default). */
-export function samplerThreads(c: Pick<TrainConfig, 'sampler_threads' | 'max_staleness'>): number {
-  return c.sampler_threads ?? (c.max_staleness === 0 && availableParallelism() >= 2 ? 2 : 1);
-}
+/** A config as code gives it: fields flat, grouped, or both (`learner` is the URL's field when a string, the group when an object). */
+export type ConfigInput = Omit<Partial<TrainConfigInput>, 'learner'> &
+  Omit<GroupedConfigInput, 'learner'> & { learner?: string | GroupedConfigInput['learner'] };

@@ -3,19 +3,10 @@
  * buildTrainBatch, LearnerSession), the loop that composes them (train), the learner contract
  * and connections, SFT, and the run report.
  */
-export {
-  TrainConfigSchema,
-  PRESETS,
-  PRESET_NAMES,
-  CONFIG_GROUPS,
-  GROUP_OF,
-  flattenConfig,
-  resolveConfig,
-  learnerConfig,
-  policyTokenBudget,
-  samplerThreads,
-} from './config.ts';
-export type { TrainConfig, TrainConfigInput, ConfigGroup, GroupedConfigInput } from './config.ts';
+export { TrainConfigSchema, PRESET_NAMES, CONFIG_GROUPS, GROUP_OF, flattenConfig } from './config.ts';
+export { PRESETS } from './presets.ts';
+export { resolveConfig, learnerConfig, policyTokenBudget, samplerThreads, hfLoadOptions } from './resolve-config.ts';
+export type { TrainConfig, TrainConfigInput, ConfigGroup, GroupedConfigInput, ConfigInput } from './config.ts';
 export {
   LearnerConfigSchema,
   TrainBatchSchema,
@@ -61,17 +52,12 @@ export { renderReport, writeReport, lineChart } from './report.ts';
 export { hideSecrets, isSecretField } from './chart.ts';
 export { runSft, continueSft, expertDemos } from './sft.ts';
 export type { SftOptions, SftResult, ContinueSftOptions, ContinueSftResult } from './sft.ts';
-export {
-  runR1Pipeline,
-  R1ConfigSchema,
-  R1ConfigError,
-  R1_STAGES,
-  selectVerified,
-  trajectorySignature,
-  rejectionExamples,
-  r1Table,
-  writeR1Report,
-  parseR1Config,
-  pipelineChanges,
-} from './r1.ts';
-export type { R1Config, R1ConfigInput, R1Options, R1Result, R1Record, R1Stage, R1StageName, RejectionCounts, HeldOut } from './r1.ts';
+export { runR1Pipeline } from './r1.ts';
+export type { R1Options, R1Result } from './r1.ts';
+export { R1ConfigSchema, R1ConfigError, parseR1Config, pipelineChanges } from './r1-config.ts';
+export type { R1Config, R1ConfigInput } from './r1-config.ts';
+export { R1_STAGES } from './r1-record.ts';
+export type { R1Record, R1Stage, R1StageName, HeldOut } from './r1-record.ts';
+export { selectVerified, trajectorySignature, rejectionExamples } from './r1-rejection.ts';
+export type { RejectionCounts } from './r1-rejection.ts';
+export { r1Table, writeR1Report } from './r1-report.ts';

@@ -11,7 +11,8 @@ import { renameSync, writeFileSync } from 'node:fs';
 import { esc } from '../../lib/index.ts';
 import type { Trajectory } from '../env/index.ts';
 import { configRows, CONFIG_GROUPS, formatValue, hideSecrets, lineChart, type Band, type ChartOptions, type ConfigRow, type Series } from './chart.ts';
-import { PRESETS, TrainConfigSchema } from './config.ts';
+import { TrainConfigSchema } from './config.ts';
+import { PRESETS } from './presets.ts';
 
 export { configRows, configGroup, CONFIG_GROUPS, escapeHtml, formatTicks, formatValue, lineChart, niceTicks, sameValue, stepTicks } from './chart.ts';
 export type { Band, ChartOptions, ConfigGroup, ConfigRow, Series } from './chart.ts';

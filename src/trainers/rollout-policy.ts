@@ -7,7 +7,8 @@ import { cpSync, existsSync, rmSync } from 'node:fs';
 import { basename, join, resolve } from 'node:path';
 import { isHfModelDir, OnnxPolicy, OpenAIPolicy, ServerEndpointError } from '../agents/index.ts';
 import type { Policy } from '../env/index.ts';
-import { samplerThreads, type TrainConfig } from './config.ts';
+import type { TrainConfig } from './config.ts';
+import { samplerThreads } from './resolve-config.ts';
 
 /** What samples a run's rollouts: the model in-process, or a server that loads the run's weights. */
 export interface RolloutPolicy {

@@ -7,7 +7,8 @@
 import { generateSuite } from '../env/suites/index.ts';
 import { Environment, loadTasks, type ChatModel, type EnvironmentOptions, type RewardFn, type Task } from '../env/index.ts';
 import { rulerJudge, type Collected } from './collect.ts';
-import { hfLoadOptions, learnerConfig, policyTokenBudget, resolveConfig, type TrainConfig, type TrainConfigInput } from './config.ts';
+import type { TrainConfig, TrainConfigInput } from './config.ts';
+import { hfLoadOptions, learnerConfig, policyTokenBudget, resolveConfig } from './resolve-config.ts';
 import { Curriculum, type CurriculumState, type LevelMove } from './curriculum.ts';
 import { ensureHfOnnx } from './hf-onnx.ts';
 import { isHfModelDir, type LearnerConnection } from './learner-client.ts';

@@ -54,7 +54,7 @@ describe('the config by group', () => {
     const listed = Object.values(CONFIG_GROUPS).flat() as string[];
     expect([...listed].sort()).toEqual(Object.keys(TrainConfigSchema.shape).sort());
     expect(new Set(listed).size).toBe(listed.length);
-    expect(Object.keys(CONFIG_GROUPS)).toEqual(['tasks', 'rollout', 'algorithm', 'learner', 'eval', 'schedule']);
+    expect(Object.keys(CONFIG_GROUPS)).toEqual(['run', 'rollout', 'algorithm', 'learner', 'eval', 'schedule']);
   });
 
   it('a grouped config resolves as the same fields given flat; mistakes are named with their group', () => {
@@ -64,6 +64,9 @@ describe('the config by group', () => {
     expect(() => resolveConfig({ rollout: { nope: 1 } as never })).toThrow(/^rollout\.nope: no such field in the rollout group \(its fields: tasks_per_step, /);
     expect(() => resolveConfig({ group: 4, rollout: { group: 4 } })).toThrow(/^rollout\.group: given twice/);
     expect(() => resolveConfig({ rollout: 3 as never })).toThrow(/^rollout: a group of fields \(an object\), got 3$/);
+    // learner: the remote learner's URL when a string, the group when an object.
+    expect(resolveConfig({ learner: 'http://127.0.0.1:9' }).learner).toBe('http://127.0.0.1:9');
+    expect(resolveConfig({ learner: { learner: 'http://127.0.0.1:9', lr: 1e-4 } })).toMatchObject({ learner: 'http://127.0.0.1:9', lr: 1e-4 });
     expect(() => resolveConfig({ rollout: { group: 1 } })).toThrow(/^rollout\.group: Too small/);
     expect(() => resolveConfig({ group: 1 })).toThrow(/^group: Too small/);
     // A config file, grouped: the same, and its errors name the file.

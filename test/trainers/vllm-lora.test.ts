@@ -17,7 +17,7 @@ import { Environment, type Trajectory } from '../../src/env/index.ts';
 import { generateSuite } from '../../src/env/suites/index.ts';
 import { BUNDLED_MODEL_DIR, PACKAGE_ROOT } from '../../src/paths.ts';
 import { sequenceOf } from '../../src/trainers/batch.ts';
-import { hfLoadOptions } from '../../src/trainers/config.ts';
+import { hfLoadOptions } from '../../src/trainers/index.ts';
 import { learnerPython, LEARNER_DIR, resolveConfig, train } from '../../src/trainers/index.ts';
 import { startVllmReplay, type VllmReplay } from '../helpers/vllm-replay.ts';
 
