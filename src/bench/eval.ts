@@ -11,7 +11,8 @@
  */
 import { esc, overTasks, type Estimate } from '../../lib/index.ts';
 import { failureCauses, type FailureCause, type Task, type Trajectory } from '../env/index.ts';
-import { fmt, renderFeedbackHtml } from './report.ts';
+import { fmt } from './report-format.ts';
+import { renderFeedbackHtml } from './report-html.ts';
 import { taskStats, type TaskAgentStats } from './agent.ts';
 import { toolFeedback, type Feedback } from './feedback.ts';
 

@@ -6,7 +6,7 @@
  */
 import { faultCounts, type Trajectory } from '../env/index.ts';
 import { overTasks, type Estimate, type EvalReport } from './eval.ts';
-import { fmt } from './report.ts';
+import { fmt } from './report-format.ts';
 
 export interface FaultComparison {
   /** The spec, in a fixed order. */

@@ -101,22 +101,10 @@ export {
 } from './store.ts';
 export type { JsonlRepair } from './store.ts';
 export { runCode, extractCode } from './code-runner.ts';
-export {
-  rulerScore,
-  applyRuler,
-  rulerPrompt,
-  parseListwise,
-  parseVerdict,
-  standardise,
-  commonPrefixLength,
-  JudgeError,
-  DEFAULT_RUBRIC,
-  type RulerOptions,
-  type RulerScores,
-  type RulerApplied,
-  type RulerMode,
-  type Verdict,
-} from './ruler.ts';
+export { rulerScore, applyRuler, standardise, type RulerScores, type RulerApplied } from './ruler.ts';
+export { JudgeError, DEFAULT_RUBRIC, type RulerOptions, type RulerMode } from './ruler-types.ts';
+export { rulerPrompt, commonPrefixLength } from './ruler-prompt.ts';
+export { parseListwise, parseVerdict, type Verdict } from './ruler-parse.ts';
 export { parseFaults, formatFaults, hasFaults, sabotaged, faultCounts, EpisodeFaults, FaultSpecError, FAULT_NAMES, SABOTAGE_MARKS } from './faults.ts';
 export type { FaultSpec, FaultOptions, FaultMark, FaultedCall } from './faults.ts';
 export { synthesizeTasks, parseCandidates, synthesisPrompt, SYNTHESIS_SYSTEM, REJECTION_REASONS } from './synthesis.ts';
