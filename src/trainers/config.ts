@@ -329,6 +329,8 @@ export const CONFIG_GROUPS = {
     'warmup_steps',
     'min_lr_ratio',
     'weight_decay',
+    'adam_beta1',
+    'adam_beta2',
     'adam_eps',
     'vector_lr_scale',
     'epochs',
