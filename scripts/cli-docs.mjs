@@ -13,11 +13,18 @@ export const ROOT = fileURLToPath(new URL('..', import.meta.url));
 export const CLI_DOC = fileURLToPath(new URL('../docs/cli.md', import.meta.url));
 const BIN = fileURLToPath(new URL('../bin/mcp-gym.js', import.meta.url));
 
+/** Each command line's help, run once per process (the docs test reads it, then renders the page from it). */
+const helps = new Map();
+
 /** The help a command line prints (stdout), failing loudly when it exits non-zero. */
 export function helpOf(args) {
-  const r = spawnSync(process.execPath, [BIN, ...args], { cwd: ROOT, encoding: 'utf8', env: { ...process.env, NO_COLOR: '1' } });
-  if (r.status !== 0) throw new Error(`mcp-gym ${args.join(' ')} exited ${r.status}: ${r.stderr}`);
-  return r.stdout.replace(/\s+$/, '') + '\n';
+  const key = args.join('\0');
+  if (!helps.has(key)) {
+    const r = spawnSync(process.execPath, [BIN, ...args], { cwd: ROOT, encoding: 'utf8', env: { ...process.env, NO_COLOR: '1' } });
+    if (r.status !== 0) throw new Error(`mcp-gym ${args.join(' ')} exited ${r.status}: ${r.stderr}`);
+    helps.set(key, r.stdout.replace(/\s+$/, '') + '\n');
+  }
+  return helps.get(key);
 }
 
 /** The commands the main help lists, each as the words that name it (`pipeline r1`, `serve <name>`). */
