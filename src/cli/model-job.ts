@@ -24,7 +24,7 @@ export const MODEL_JOB = {
     steps: 18,
     tasks_per_step: 8,
     group: 8,
-    lr: 3e-5,
+    lr: 2e-5,
     beta: 0,
     epochs: 1,
     minibatch_size: 0,
