@@ -17,9 +17,10 @@ import {
   evaluateHeldOut,
   filterGroups,
   learn,
+  logRollouts,
+  persistEval,
   persistStep,
   produceBatch,
-  recordRollouts,
   rollBack,
   stepRecord,
 } from './stages.ts';
@@ -38,7 +39,7 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
     const ctx = await openRun(o, run, c, closers, produceBatch);
     const log = ctx.log;
     if (!o.resume || run.state.evals.length === 0) {
-      const before = await evaluateHeldOut(ctx, 0);
+      const before = persistEval(ctx, await evaluateHeldOut(ctx, 0));
       log(
         `held-out success before: ${(100 * before.success).toFixed(1)}% [${(100 * before.ci95[0]).toFixed(1)}, ${(100 * before.ci95[1]).toFixed(1)}] over ${before.episodes} episodes`,
       );
@@ -85,22 +86,22 @@ async function trainSteps(ctx: RunContext, closers: Closers): Promise<Ran> {
     const item = await pipe.next(step); // 1-4: sample tasks -> roll out -> score -> filter (produceBatch, ahead)
     if (!item) break;
     const waited = (performance.now() - tw) / 1000;
-    recordRollouts(ctx, step, item);
+    logRollouts(ctx, step, item);
     const kept = filterGroups(ctx, step, item); // 5: too stale, no signal
     const built = buildBatch(ctx, kept); // 6: advantages, the TrainBatch
-    const learned = await learn(ctx, step, built, item); // 7: the learner's step, the weights, the checkpoint
+    const learned = await learn(ctx, step, built); // 7: the learner's step, the new weights
     if (!learned) {
       pipe = await rollBack(ctx, pipe); // the learner died and restarted: back to its last checkpoint
       continue;
     }
     const m = stepRecord(ctx, step, item, kept, built, learned, waited);
     const noSignalStop = checkSignal(ctx, step, kept, item, built, learned, m);
-    if (!noSignalStop && c.eval_every > 0 && step % c.eval_every === 0 && step < c.steps) {
-      const e = await evaluateHeldOut(ctx, step); // 8: held out, every eval_every steps
-      m.eval_success = e.success;
-      if (e.pass_hat_k) m.eval_pass_hat_k = e.pass_hat_k[String(c.eval_samples)];
+    const evalDue = !noSignalStop && c.eval_every > 0 && step % c.eval_every === 0 && step < c.steps;
+    const evaluated = evalDue ? await evaluateHeldOut(ctx, step) : undefined; // 8: held out, every eval_every steps
+    if (!(await persistStep(ctx, { step, item, m, evaluated, checkpointDue: learned.checkpointDue }, pipe))) {
+      pipe = await rollBack(ctx, pipe); // 9: every write of the step; the learner died at the checkpoint: as above
+      continue;
     }
-    persistStep(ctx, step, item, m, learned.checkpointDue, pipe); // 9: state, metrics, report
     if (noSignalStop) {
       await pipe.stop();
       return { budgetSpent: false, noSignalStop };
@@ -133,7 +134,7 @@ async function finish(ctx: RunContext, ran: Ran): Promise<TrainResult> {
     return { runDir: run.dir, before: run.state.evals[0]!, steps: run.state.step, train_seconds: run.state.train_seconds, report: run.report, stopped };
   }
   const last = run.state.evals.at(-1);
-  const after = last && last.step === run.state.step && run.state.evals.length > 1 ? last : await evaluateHeldOut(ctx, run.state.step);
+  const after = last && last.step === run.state.step && run.state.evals.length > 1 ? last : persistEval(ctx, await evaluateHeldOut(ctx, run.state.step));
   run.commit();
   const result: TrainResult = {
     runDir: run.dir,

@@ -275,17 +275,16 @@ export class RunDir {
     return warning;
   }
 
-  writeTrajectories(ts: Trajectory[]): void {
-    for (const t of ts) this.trajOut.write(t);
-  }
-
-  writeEval(e: EvalResult, trajectories: Trajectory[]): void {
-    // The episodes themselves: the viewer shows them, and two evaluations compare task by task.
+  /**
+   * An evaluation's episodes in evals/step-<step>.jsonl (named in `e.trajectories`: the viewer shows
+   * them, and two evaluations compare task by task), and `e` in the run's state (state.json holds it
+   * from the next commit on); its row is appended by appendRows.
+   */
+  addEval(e: EvalResult, trajectories: Trajectory[]): void {
     const file = join('evals', `step-${String(e.step).padStart(5, '0')}.jsonl`);
     mkdirSync(join(this.dir, 'evals'), { recursive: true });
     writeFileSync(join(this.dir, file), trajectories.map((t) => JSON.stringify(t)).join('\n') + '\n');
     e.trajectories = file;
-    this.evalOut.write(e);
     this.state.evals.push(e);
     this.samples = [...trajectories.filter((t) => t.success).slice(0, 2), ...trajectories.filter((t) => !t.success).slice(0, 2)].map((t) => ({
       label: `eval @ step ${e.step}`,
@@ -293,9 +292,14 @@ export class RunDir {
     }));
   }
 
-  writeMetrics(m: Record<string, unknown>): void {
-    this.metricsOut.write(m);
-    this.metrics.push(m);
+  /** The rows of a step (or of an evaluation before or after the run), appended: trajectories.jsonl, eval.jsonl, metrics.jsonl. */
+  appendRows(rows: { trajectories?: Trajectory[]; eval?: EvalResult; metrics?: Record<string, unknown> }): void {
+    for (const t of rows.trajectories ?? []) this.trajOut.write(t);
+    if (rows.eval) this.evalOut.write(rows.eval);
+    if (rows.metrics) {
+      this.metricsOut.write(rows.metrics);
+      this.metrics.push(rows.metrics);
+    }
   }
 
   refreshReport(title: string, summary: Record<string, unknown>): void {

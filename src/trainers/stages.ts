@@ -5,14 +5,16 @@
  *        collectGroups (collect.ts); the pipeline (pipeline.ts) runs these ahead of the learner
  *   5.   filter for the learner: groups too stale, groups without signal (filterGroups)
  *   6.   build the batch: advantages and the TrainBatch (buildBatch)
- *   7.   learn: the learner's step, the new weights, the checkpoint (learn; rollBack when the
- *        learner died)
+ *   7.   learn: the learner's step and the new weights, picked up by the policy (learn; rollBack
+ *        when the learner died)
  *   8.   evaluate on the held-out tasks (evaluateHeldOut)
- *   9.   persist the step: its state, metrics, trackers and report (persistStep)
+ *   9.   persist the step: every write of it, in one place: the run's state and the checkpoint
+ *        when due, the trajectories, the evaluation, the metrics row, the trackers, the report
+ *        (persistStep; persistEval for the evaluations before and after the run)
  * and between them the step's row of metrics (stepRecord) and the no-silent-zero check
- * (checkSignal).
+ * (checkSignal). Stages 1-8 write nothing to the run directory.
  */
-import { assertSomeEpisodeRan, rollout } from '../env/index.ts';
+import { assertSomeEpisodeRan, rollout, type Trajectory } from '../env/index.ts';
 import { isZeroVariance, mean } from './advantages.ts';
 import { buildTrainBatch, type BuiltBatch, type KeptGroup } from './batch.ts';
 import { collectGroups } from './collect.ts';
@@ -51,11 +53,10 @@ export async function produceBatch(ctx: RunContext, step: number, signal: AbortS
   return { got, drawsAfter: sampler.draws, levels, moves, curriculumAfter: curriculum?.snapshot(), replayed, replayAdded, replayAfter: replay?.snapshot() };
 }
 
-/** A produced batch's trajectories written to the run, and what the judge and the curriculum did, logged. */
-export function recordRollouts(ctx: RunContext, step: number, item: Produced): void {
+/** What the judge and the curriculum did while the batch was produced, logged (its trajectories are written by persistStep). */
+export function logRollouts(ctx: RunContext, step: number, item: Produced): void {
   const { got } = item;
   if (got.judgeError) ctx.log(`step ${step}: the judge failed on ${got.droppedJudge} group(s), dropped; first: ${got.judgeError}`);
-  ctx.run.writeTrajectories(got.trajectories);
   for (const mv of item.moves)
     ctx.log(
       `step ${step}: curriculum: ${mv.suite} level ${mv.from} -> ${mv.to} (success ${(100 * mv.rate).toFixed(0)}% over ${mv.episodes} episodes at level ${mv.from})`,
@@ -98,7 +99,7 @@ export function buildBatch(ctx: RunContext, f: Filtered): BuiltBatch {
   return built;
 }
 
-/** What stage 7 did: the learner's metrics (empty when the batch was empty), its seconds, and whether the step was checkpointed. */
+/** What stage 7 did: the learner's metrics (empty when the batch was empty), its seconds, and whether the step is to be checkpointed. */
 export interface Learned {
   metrics: Record<string, unknown>;
   seconds: number;
@@ -114,15 +115,13 @@ export function checkpoint(ctx: RunContext, step: number): Promise<string> {
 }
 
 /**
- * Stage 7: the learner trains on the batch and exports the new weights; the step is checkpointed
- * when due; the rollout policy picks up the new weights; the run's state is at `step`. Undefined
- * when the learner died and was restarted: the caller rolls the run back to the last checkpoint
- * (rollBack).
+ * Stage 7: the learner trains on the batch and exports the new weights; the rollout policy picks
+ * them up. Undefined when the learner died and was restarted: the caller rolls the run back to
+ * the last checkpoint (rollBack).
  */
-export async function learn(ctx: RunContext, step: number, built: BuiltBatch, item: Produced): Promise<Learned | undefined> {
-  const { c, run, session: s } = ctx;
+export async function learn(ctx: RunContext, step: number, built: BuiltBatch): Promise<Learned | undefined> {
+  const { c, session: s } = ctx;
   const tl = performance.now();
-  const checkpointDue = step % c.checkpoint_every === 0 || step === c.steps;
   let metrics: Record<string, unknown> = {};
   try {
     if (built.batch.ids.length > 0) {
@@ -130,31 +129,22 @@ export async function learn(ctx: RunContext, step: number, built: BuiltBatch, it
       metrics = (await s.train(built.batch, ctx.learnerConfig)).metrics;
       await s.exportWeights();
     }
-    if (item.replayAfter) run.setReplay(step, item.replayAfter);
-    if (checkpointDue) {
-      Object.assign(run.state, {
-        step,
-        rng_draws: item.drawsAfter,
-        curriculum: item.curriculumAfter,
-        ...stateVersions(ctx),
-        train_seconds: (performance.now() - ctx.clock.t0) / 1000,
-      });
-      await checkpoint(ctx, step); // state.json always describes its checkpoint: both are written here, together
-    }
   } catch (err) {
-    // The learner died mid-step: it restarts from the last checkpoint (at most twice a step).
-    if (++ctx.deathsThisStep > 2 || !(await s.recover(err, `step ${step}`))) throw err;
-    return undefined;
+    if (await learnerDied(ctx, err, `step ${step}`)) return undefined;
+    throw err;
   }
-  ctx.deathsThisStep = 0;
   const seconds = (performance.now() - tl) / 1000;
   // The sampler picks up the new weights between batches: turns in flight keep the version that sampled them.
   await ctx.policy.reload(step, built.batch.ids.length > 0);
   ctx.versions.note(ctx.policy.version(), step);
   if (metrics.ref_reset === true)
     ctx.log(`step ${step}: the reference and the optimizer were reset to the current policy (ref_reset_every ${c.ref_reset_every})`);
-  run.state.step = step;
-  return { metrics, seconds, checkpointDue };
+  return { metrics, seconds, checkpointDue: step % c.checkpoint_every === 0 || step === c.steps };
+}
+
+/** Whether `err` is the learner's death mid-step and it was restarted from the last checkpoint (at most twice a step); the caller then rolls back. */
+async function learnerDied(ctx: RunContext, err: unknown, what: string): Promise<boolean> {
+  return ++ctx.deathsThisStep <= 2 && (await ctx.session.recover(err, what));
 }
 
 /**
@@ -261,42 +251,87 @@ export function checkSignal(
   return `training stopped at step ${step}: ${ctx.quietSteps} steps in a row without a learning signal; the last: ${quiet}. Check that the policy can solve some of the tasks and others not (held-out success ${(100 * (last?.success ?? 0)).toFixed(1)}% at step ${last?.step ?? 0}), the reward and the learning rate; --no-signal-patience 0 trains on regardless (the run resumes with --resume)`;
 }
 
-/** Stage 8: the held-out evaluation at `step` (eval_samples per task), written to the run and the trackers. */
-export async function evaluateHeldOut(ctx: RunContext, step: number): Promise<EvalResult> {
-  const { c, run, trackers } = ctx;
+/** An evaluation's figures and its episodes, not yet written to the run. */
+export interface Evaluation {
+  figures: EvalResult;
+  trajectories: Trajectory[];
+}
+
+/** Stage 8: the held-out evaluation at `step` (eval_samples per task); persistStep (or persistEval) writes it. */
+export async function evaluateHeldOut(ctx: RunContext, step: number): Promise<Evaluation> {
+  const { c } = ctx;
   const te = performance.now();
   const r = await rollout(ctx.env, ctx.policy.policy, ctx.held, { group: c.eval_samples, concurrency: c.concurrency, iteration: `eval.${step}` });
   // Every held-out episode failed (a server that cannot start, broken tasks): no figure to give.
   assertSomeEpisodeRan(r.trajectories, step === 0 ? 'the held-out evaluation before training' : `the held-out evaluation at step ${step}`);
-  const e = evalFigures(step, r.trajectories, c.eval_samples);
-  run.writeEval(e, r.trajectories);
-  if (trackers) {
-    const { trajectories: _file, step: _step, ...values } = e;
-    void trackers.send({ type: 'eval', step, values: { ...values, ci95_low: e.ci95[0], ci95_high: e.ci95[1] } });
-    void trackers.send({ type: 'table', step, name: 'eval_trajectories', ...trajectoryTable(r.trajectories) });
-  }
-  ctx.o.onEval?.((performance.now() - te) / 1000, e);
-  return e;
+  const figures = evalFigures(step, r.trajectories, c.eval_samples);
+  ctx.o.onEval?.((performance.now() - te) / 1000, figures);
+  return { figures, trajectories: r.trajectories };
 }
 
-/** Stage 9: the step's state (committed with its checkpoint), its metrics row, the trackers, the listener and the report; the next step's clock starts. */
-export function persistStep(
-  ctx: RunContext,
-  step: number,
-  item: Produced,
-  m: Record<string, unknown>,
-  checkpointDue: boolean,
-  pipe: StepPipeline<Produced>,
-): void {
+/** An evaluation outside a step (before and after the run): its episodes, its row and the run's state (committed by the checkpoint or the run's end that follows), the trackers. */
+export function persistEval(ctx: RunContext, ev: Evaluation): EvalResult {
+  ctx.run.addEval(ev.figures, ev.trajectories);
+  ctx.run.appendRows({ eval: ev.figures });
+  sendEval(ctx, ev);
+  return ev.figures;
+}
+
+function sendEval(ctx: RunContext, { figures: e, trajectories }: Evaluation): void {
+  if (!ctx.trackers) return;
+  const { trajectories: _file, step: _step, ...values } = e;
+  void ctx.trackers.send({ type: 'eval', step: e.step, values: { ...values, ci95_low: e.ci95[0], ci95_high: e.ci95[1] } });
+  void ctx.trackers.send({ type: 'table', step: e.step, name: 'eval_trajectories', ...trajectoryTable(trajectories) });
+}
+
+/** What a step leaves to persist: its batch, its metrics row, its evaluation if one ran, whether it is checkpointed. */
+export interface StepOutcome {
+  step: number;
+  item: Produced;
+  m: Record<string, unknown>;
+  evaluated: Evaluation | undefined;
+  checkpointDue: boolean;
+}
+
+/**
+ * Stage 9, every write of a step, in one place and in this order: the evaluation's episodes and the
+ * run's state (the step, the sampler's draws, the curriculum, the replay buffer), then the
+ * learner's checkpoint when due, which commits state.json with it; then the rows (trajectories,
+ * evaluation, metrics), the trackers, the listener and the report. False when the learner died
+ * while saving the checkpoint: nothing of the step is in the rows, and the caller rolls back.
+ */
+export async function persistStep(ctx: RunContext, s: StepOutcome, pipe: StepPipeline<Produced>): Promise<boolean> {
   const { c, run } = ctx;
-  run.state.train_seconds = (performance.now() - ctx.clock.t0) / 1000;
-  Object.assign(run.state, { rng_draws: item.drawsAfter, curriculum: item.curriculumAfter, ...stateVersions(ctx) });
-  if (checkpointDue) run.commit(); // with this step's evaluation
-  run.writeMetrics(m);
+  const { step, item, m, evaluated } = s;
+  if (evaluated) {
+    run.addEval(evaluated.figures, evaluated.trajectories);
+    m.eval_success = evaluated.figures.success;
+    if (evaluated.figures.pass_hat_k) m.eval_pass_hat_k = evaluated.figures.pass_hat_k[String(c.eval_samples)];
+  }
+  if (item.replayAfter) run.setReplay(step, item.replayAfter);
+  run.state.step = step;
+  Object.assign(run.state, {
+    rng_draws: item.drawsAfter,
+    curriculum: item.curriculumAfter,
+    ...stateVersions(ctx),
+    train_seconds: (performance.now() - ctx.clock.t0) / 1000,
+  });
+  if (s.checkpointDue) {
+    try {
+      await checkpoint(ctx, step); // state.json always describes its checkpoint: both are written here, together
+    } catch (err) {
+      if (await learnerDied(ctx, err, `step ${step}'s checkpoint`)) return false;
+      throw err;
+    }
+  }
+  ctx.deathsThisStep = 0;
+  run.appendRows({ trajectories: item.got.trajectories, ...(evaluated ? { eval: evaluated.figures } : {}), metrics: m });
+  if (evaluated) sendEval(ctx, evaluated);
   if (ctx.trackers) void ctx.trackers.send({ type: 'metrics', step, values: m });
   ctx.o.onStep?.(m);
-  run.refreshReport(ctx.title, { config: c, step: run.state.step });
+  run.refreshReport(ctx.title, { config: c, step });
   ctx.clock.stepStart = performance.now();
   ctx.clock.cpuStart = process.cpuUsage();
   pipe.finished(step);
+  return true;
 }

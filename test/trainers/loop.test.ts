@@ -110,9 +110,45 @@ describe('the training loop under faults', () => {
     expect(metrics.at(-1)!.learner_restarts).toBe(1);
     // The learner's own step count matches the loop's: nothing was skipped or applied twice.
     expect(checkpointStep(runDir)).toEqual({ state: 3, learner: 3 });
+    // Every write of a step is persistStep's, after the learner's step: the rollouts of the step that was
+    // rolled back are not in trajectories.jsonl, only those of the three steps the run kept.
+    const episodes = metrics.reduce((n, m) => n + Number(m.episodes), 0);
+    expect(episodes).toBeGreaterThan(0);
+    expect(rows(join(runDir, 'trajectories.jsonl')).length).toBe(episodes);
     // The report holds each step once.
     const html = readFileSync(result.report, 'utf8');
     expect(html).toContain('held-out');
+  }, 240_000);
+
+  it('a learner killed while it saves a checkpoint: the step is rolled back and done again, and written once', async () => {
+    const runDir = tmp('checkpoint');
+    let killedAt = 0;
+    const result = await train({
+      config: small(),
+      runDir,
+      beforeLearnerStep: (step, learner) => {
+        if (step !== 2 || killedAt) return;
+        // The learner process itself, killed as step 2's checkpoint_save reaches it (after its train and export).
+        const client = learner as LearnerClient;
+        const request = client.request.bind(client) as typeof client.request;
+        client.request = ((op: string, args: unknown) => {
+          if (op === 'checkpoint_save' && !killedAt) {
+            killedAt = step;
+            client.kill('SIGKILL');
+          }
+          return request(op as never, args as never);
+        }) as typeof client.request;
+      },
+    });
+    expect(killedAt).toBe(2);
+    expect(result.steps).toBe(3);
+    const metrics = rows(join(runDir, 'metrics.jsonl'));
+    expect(metrics.map((m) => m.step)).toEqual([1, 2, 3]);
+    expect(metrics.at(-1)!.learner_restarts).toBe(1);
+    expect(checkpointStep(runDir)).toEqual({ state: 3, learner: 3 });
+    const episodes = metrics.reduce((n, m) => n + Number(m.episodes), 0);
+    expect(rows(join(runDir, 'trajectories.jsonl')).length).toBe(episodes);
+    expect(rows(join(runDir, 'eval.jsonl')).map((e) => e.step)).toEqual([0, 3]);
   }, 240_000);
 
   it('a tool server killed mid-run costs only the episodes in flight, counted as errors', async () => {
