@@ -7,6 +7,7 @@ import {
   GROUP_OF,
   isHfModelDir,
   isModelName,
+  resolveModel,
   recordedConfig,
   resolveConfig,
   train,
@@ -114,6 +115,14 @@ export async function runTraining(argv: string[], defaults: Partial<TrainConfigI
     throw new UsageError(
       `--steps must be a positive integer, got ${config.steps}${values.config ? ` (from ${String(values.config)} or the flags)` : ''}: to evaluate a model without training it, use mcp-gym eval --model DIR`,
     );
+  // --model names a registered model or a .gguf file: its checkpoint directory (fetched and converted on first use).
+  if (isModelName(config.model)) {
+    try {
+      config.model = await resolveModel(config.model, (l) => process.stderr.write(`${l}\n`));
+    } catch (err) {
+      throw new UsageError(`--model: ${(err as Error).message}`);
+    }
+  }
   const tape = tapeOptions({ record: values.record as string | undefined, replay: values.replay as string | undefined }, values.resume === true);
   const runDir = (values.run as string | undefined) ?? join('runs', `${config.preset}-${new Date().toISOString().replace(/[:.]/g, '-')}`);
   console.log(

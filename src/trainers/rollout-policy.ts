@@ -5,7 +5,7 @@
  */
 import { cpSync, existsSync, rmSync } from 'node:fs';
 import { basename, join, resolve } from 'node:path';
-import { isHfModelDir, OnnxPolicy, OpenAIPolicy, ServerEndpointError } from '../agents/index.ts';
+import { isHfModelDir, OnnxPolicy, OpenAIPolicy, ServerEndpointError, writeChatTemplate } from '../agents/index.ts';
 import type { Policy } from '../env/index.ts';
 import type { TrainConfig } from './config.ts';
 import { samplerThreads } from './resolve-config.ts';
@@ -70,6 +70,10 @@ export async function rolloutPolicy(
       threads: samplerThreads(c),
       chatTemplate: { toolFormat: c.tool_format },
     });
+    // The weights trained here carry the chat template their episodes are rendered with (the Hermes
+    // tool block when it was added): exports and checkpoints copy it, and transformers'
+    // apply_chat_template(messages, tools=...) renders the prompts they learned on.
+    if (p.hf) writeChatTemplate(modelDir, p.hf.template);
     return { policy: p, maxLen: p.model.maxLen, version: () => p.version, reload: () => p.reload(), close: () => p.close() };
   }
   const base = c.policy.slice('openai:'.length);

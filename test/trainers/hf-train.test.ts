@@ -22,6 +22,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { HfTokenizer } from '../../src/agents/hf/index.ts';
+import { HfTurns } from '../../src/agents/index.ts';
 import type { RewardFn, Trajectory } from '../../src/env/index.ts';
 import { sequenceOf } from '../../src/trainers/batch.ts';
 import { train } from '../../src/trainers/index.ts';
@@ -158,6 +159,25 @@ describe.skipIf(!HAVE_HF_PY)(`train on a tiny Hugging Face Qwen3, sampled in-pro
     expect(changed).toBe(gradient);
     if (!gradient) for (const m of metrics) expect(m.zero_variance_groups).toBe(2); // no signal: every group's rewards equal
   }, 180_000);
+
+  it("tool_format hermes: the run's model carries the chat template its episodes were rendered with, and the source keeps its own", async () => {
+    const runDir = join(mkdtempSync(join(tmpdir(), 'mcp-gym-hf-hermes-')), 'run');
+    const srcTemplate = HfTokenizer.load(src).chatTemplate;
+    const r = await train({ config: { ...BASE, model: src, steps: 1, tool_format: 'hermes' }, runDir });
+    expect(r.steps).toBe(1);
+    const model = join(runDir, 'model');
+    const carried = readFileSync(join(model, 'chat_template.jinja'), 'utf8');
+    expect(carried.startsWith('{#- mcp-gym tool format: hermes')).toBe(true);
+    // Loaded alone, with the default (auto) format, the trained checkpoint renders the episodes' prompt token for token.
+    const turns = HfTurns.load(model);
+    expect(turns.toolFormat).toBe('hermes');
+    const t = rows<Trajectory>(join(runDir, 'trajectories.jsonl'))[0]!;
+    const messages = t.messages.filter((m) => m.role === 'system' || m.role === 'user');
+    const first = turns.prompt({ task: undefined as never, messages, tools: (t.tools ?? []) as never, turn: 0, newMessages: [], episodeId: 'check' });
+    expect(first.env).toEqual(t.turns[0]!.env_tokens);
+    expect(HfTokenizer.load(src).chatTemplate).toBe(srcTemplate);
+    expect(existsSync(join(src, 'chat_template.jinja'))).toBe(false);
+  }, 300_000);
 
   it('LoRA rank 4, 2 steps with signal: a trained adapter in <run>/model/adapter, the base weights byte-identical, the export merged anew each step', async () => {
     const runDir = join(mkdtempSync(join(tmpdir(), 'mcp-gym-hf-lora-')), 'run');

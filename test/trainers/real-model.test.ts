@@ -5,8 +5,10 @@
  *
  *   MCP_GYM_REAL_MODEL=1 npx vitest run test/trainers/real-model.test.ts
  *
- * What it shows, on the real weights: `train --model smollm2-135m` runs two steps (rollouts sampled
- * in Node from the ONNX export, the learner's update), writes a checkpoint whose weights changed,
+ * What it shows, on the real weights: `sft --model smollm2-135m` (a short cold start: the base model
+ * makes no tool calls, so GRPO from it has no reward variance and leaves the weights as they were),
+ * then `train` from that checkpoint runs two steps (rollouts sampled in Node from the ONNX export,
+ * the learner's update), writes a checkpoint whose weights changed,
  * which plain transformers loads and generates with, whose tokenizer files carry the Hermes chat
  * template it was trained with (transformers' apply_chat_template renders the prompt mcp-gym
  * rendered for its episodes, token for token), and which `eval --model` samples again.
@@ -25,11 +27,33 @@ describe.runIf(RUN)('two GRPO steps on SmolLM2-135M-Instruct (MCP_GYM_REAL_MODEL
   it('trains, writes a checkpoint transformers loads with the template it learned on, and evaluates it', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'mcp-gym-real-'));
     const run = join(dir, 'run');
+    const sft = join(dir, 'sft');
+    const cold = await runCli([
+      'sft',
+      '--model',
+      'smollm2-135m',
+      '--suite',
+      'sql',
+      '--max-difficulty',
+      '1',
+      '--demos',
+      '32',
+      '--steps',
+      '4',
+      '--batch',
+      '8',
+      '--lr',
+      '1e-4',
+      '--no-eval',
+      '--out',
+      sft,
+    ]);
+    expect(cold.code, cold.stderr.slice(-2000)).toBe(0);
     const t0 = performance.now();
     const r = await runCli([
       'train',
       '--model',
-      'smollm2-135m',
+      sft,
       '--preset',
       'art',
       '--suite',
@@ -89,12 +113,7 @@ a, b = load_file(d + "/model.safetensors"), load_file(src + "/model.safetensors"
 changed = sum(int(not torch.equal(a[k], b[k])) for k in a)
 print(json.dumps({"ids": list(ids), "text": tok.decode(g[0][len(ids):]), "changed": changed, "tensors": len(a)}))
 `,
-        [
-          model,
-          join(process.env.MCP_GYM_MODELS ?? join(process.env.HOME ?? '', '.cache', 'mcp-gym', 'models'), 'smollm2-135m'),
-          JSON.stringify(messages),
-          JSON.stringify(tools),
-        ],
+        [model, sft, JSON.stringify(messages), JSON.stringify(tools)],
         300_000,
       ),
     ) as { ids: number[]; text: string; changed: number; tensors: number };
