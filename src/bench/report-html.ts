@@ -5,7 +5,7 @@
 import { esc } from '../../lib/index.ts';
 import { feedbackSections, type Feedback } from './feedback.ts';
 import type { BenchReport } from './report.ts';
-import { fmt, OUTCOME_LABEL, OUTCOME_ORDER, pct } from './report-format.ts';
+import { agentTableRows, fmt, OUTCOME_LABEL, OUTCOME_ORDER, pct } from './report-format.ts';
 import { fuzzSvg, histogramSvg, passSvg, throughputSvg } from './report-svg.ts';
 
 function htmlTable(rows: (string | number)[][]): string {
@@ -126,36 +126,7 @@ export function renderHtml(r: BenchReport): string {
   if (r.agent) {
     const a = r.agent;
     const K = a.k;
-    const rows: (string | number)[][] = [
-      ['task', 'runs', 'success', 'pass@1', `pass@${K}`, `pass^${K}`, 'turns', 'tool calls', 'tool errors', 'episode ms', 'tool ms'],
-    ];
-    for (const t of a.per_task)
-      rows.push([
-        t.task,
-        t.runs,
-        t.success_rate,
-        t.pass_at[0] ?? 0,
-        t.pass_at[K - 1] ?? 0,
-        t.pass_hat[K - 1] ?? 0,
-        t.mean_turns,
-        t.mean_tool_calls,
-        t.tool_errors,
-        t.mean_episode_ms,
-        t.mean_tool_ms,
-      ]);
-    rows.push([
-      'mean',
-      a.episodes,
-      a.success_rate,
-      a.pass_at_k['1'] ?? 0,
-      a.pass_at_k[String(K)] ?? 0,
-      a.pass_hat_k[String(K)] ?? 0,
-      a.mean_turns,
-      a.mean_tool_calls,
-      a.tool_errors,
-      a.mean_episode_ms,
-      a.mean_tool_ms,
-    ]);
+    const rows = agentTableRows(a);
     sections.push(`<section><h2>Agent success</h2><p>Policy ${esc(a.policy)}, ${a.tasks} tasks x ${K} runs.</p>${passSvg(a)}${htmlTable(rows)}</section>`);
     if (a.feedback) sections.push(renderFeedbackHtml(a.feedback));
   }

@@ -1,7 +1,7 @@
 /** The bench report for a terminal: text tables of load, fuzz, replay and agent success, and the feedback for server authors. */
 import { feedbackSections, type Feedback } from './feedback.ts';
 import type { BenchReport } from './report.ts';
-import { fmt, OUTCOME_LABEL, OUTCOME_ORDER, pct } from './report-format.ts';
+import { agentTableRows, fmt, OUTCOME_LABEL, OUTCOME_ORDER, pct } from './report-format.ts';
 
 /** A left-aligned text table (numbers right-aligned). */
 export function textTable(rows: (string | number)[][]): string {
@@ -101,40 +101,9 @@ export function renderText(r: BenchReport): string {
     const K = a.k;
     out.push('');
     out.push(`agent: policy ${a.policy}, ${a.tasks} tasks x ${K} runs = ${a.episodes} episodes in ${fmt(a.seconds)} s`);
-    const rows: (string | number)[][] = [
-      ['task', 'runs', 'success', 'pass@1', `pass@${K}`, `pass^${K}`, 'turns', 'tool calls', 'tool errors', 'episode ms', 'tool ms'],
-    ];
-    const shown = a.per_task.slice(0, 40);
-    for (const t of shown) {
-      rows.push([
-        t.task,
-        t.runs,
-        t.success_rate,
-        t.pass_at[0] ?? 0,
-        t.pass_at[K - 1] ?? t.pass_at[t.pass_at.length - 1] ?? 0,
-        t.pass_hat[K - 1] ?? 0,
-        t.mean_turns,
-        t.mean_tool_calls,
-        t.tool_errors,
-        t.mean_episode_ms,
-        t.mean_tool_ms,
-      ]);
-    }
-    rows.push([
-      'mean',
-      a.episodes,
-      a.success_rate,
-      a.pass_at_k['1'] ?? 0,
-      a.pass_at_k[String(K)] ?? 0,
-      a.pass_hat_k[String(K)] ?? 0,
-      a.mean_turns,
-      a.mean_tool_calls,
-      a.tool_errors,
-      a.mean_episode_ms,
-      a.mean_tool_ms,
-    ]);
-    out.push(textTable(rows));
-    if (a.per_task.length > shown.length) out.push(`(${a.per_task.length - shown.length} more tasks in --json and --html)`);
+    const shown = 40;
+    out.push(textTable(agentTableRows(a, shown)));
+    if (a.per_task.length > shown) out.push(`(${a.per_task.length - shown} more tasks in --json and --html)`);
     out.push(
       `success rate ${pct(a.success_rate)} [${pct(a.success_ci95[0])}, ${pct(a.success_ci95[1])}], pass@1 ${fmt(a.pass_at_k['1'] ?? 0)}, pass@${K} ${fmt(a.pass_at_k[String(K)] ?? 0)}, pass^${K} ${fmt(a.pass_hat_k[String(K)] ?? 0)}, tool errors ${a.tool_errors} (${pct(a.tool_error_rate)} of calls), failed episodes ${a.failed_episodes}`,
     );

@@ -28,6 +28,7 @@ import {
   type ToolLoad,
 } from '../../src/bench/index.ts';
 import { splitCommandLine } from '../../lib/index.ts';
+import { agentTableRows } from '../../src/bench/report-format.ts';
 import { ExpertPolicy, RandomPolicy } from '../../src/agents/index.ts';
 import { generateSuite } from '../../src/env/suites/index.ts';
 import type { Trajectory } from '../../src/env/index.ts';
@@ -98,6 +99,12 @@ describe('bench building blocks', () => {
     expect(r.pass_hat_k['4']).toBeCloseTo((0 + 1) / 2);
     expect(r.tool_errors).toBe(2);
     expect(r.mean_tool_ms).toBeCloseTo(4);
+    // A task run fewer than K times has no pass@K or pass^K: '-' in the table both reports draw, and left out of the mean.
+    const c = taskStats('c', [traj('c', true), traj('c', true)]);
+    const rows = agentTableRows(agentReport('p', 4, [a, b, c], 1));
+    expect(rows.map((x) => x[0])).toEqual(['task', 'a', 'b', 'c', 'mean']);
+    expect(rows[3]!.slice(1, 6)).toEqual([2, 1, 1, '-', '-']);
+    expect(rows[4]![4]).toBeCloseTo(1); // pass@4 over a and b
   });
 
   it('exact latency quantiles from a preallocated store', () => {
