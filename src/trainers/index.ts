@@ -37,7 +37,8 @@ export { RunDir, RUN_IDENTITY, identityChanges, recordedConfig } from './run-dir
 export type { RunState } from './run-dir.ts';
 export { train, finalEval } from './loop.ts';
 export { trainingTasks } from './run-context.ts';
-export { evalFigures, noSignalReason } from './step-metrics.ts';
+export { evalFigures } from './step-evaluate.ts';
+export { noSignalReason } from './step-record.ts';
 export { StepPipeline, VersionSteps, stalenessOf, splitStale } from './pipeline.ts';
 export { CURRICULUM_MODES, parseSchedule, REPLAY_PRIORITIES, TRACKERS, parseReportTo } from './options.ts';
 export type { CurriculumMode, ReplayPriority, TrackerName } from './options.ts';

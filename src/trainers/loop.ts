@@ -1,6 +1,6 @@
 /**
  * The training loop, one for every preset (docs/training.md, "The training loop"): the one place the
- * stages of a step (stages.ts) are composed, top to bottom:
+ * stages of a step (a file each, step-*.ts) are composed, top to bottom:
  *   sample tasks -> roll out -> score -> filter (collectGroups, run ahead by the pipeline)
  *   -> filter for the learner -> build the batch -> learn -> evaluate -> persist
  * over what a run holds (run-context.ts: the run directory, the learner session, the policy). A learner that dies is restarted from the last checkpoint
@@ -10,20 +10,14 @@
 import { NoLearningSignal } from '../../lib/index.ts';
 import { closeRun, openRun, runConfig, type Closers, type RunContext, type TrainOptions, type TrainResult } from './run-context.ts';
 import { RunDir, type EvalResult } from './run-dir.ts';
-import {
-  buildBatch,
-  checkpoint,
-  checkSignal,
-  evaluateHeldOut,
-  filterGroups,
-  learn,
-  logRollouts,
-  persistEval,
-  persistStep,
-  produceBatch,
-  rollBack,
-  stepRecord,
-} from './stages.ts';
+import { buildBatch } from './step-build.ts';
+import { evaluateHeldOut } from './step-evaluate.ts';
+import { filterGroups, logRollouts } from './step-filter.ts';
+import { learn } from './step-learn.ts';
+import { checkpoint, persistEval, persistStep } from './step-persist.ts';
+import { produceBatch } from './step-produce.ts';
+import { recordStep } from './step-record.ts';
+import { rollBack } from './step-rollback.ts';
 
 /** The final held-out evaluation of a run that ran to its end; throws, saying so, for a stopped one. */
 export function finalEval(r: TrainResult): EvalResult {
@@ -90,18 +84,15 @@ async function trainSteps(ctx: RunContext, closers: Closers): Promise<Ran> {
     const kept = filterGroups(ctx, step, item); // 5: too stale, no signal
     const built = buildBatch(ctx, kept); // 6: advantages, the TrainBatch
     const learned = await learn(ctx, step, built); // 7: the learner's step, the new weights
-    if (!learned) {
-      pipe = await rollBack(ctx, pipe); // the learner died and restarted: back to its last checkpoint
-      continue;
-    }
-    const m = stepRecord(ctx, step, item, kept, built, learned, waited);
-    const noSignalStop = checkSignal(ctx, step, kept, item, built, learned, m);
-    const evalDue = !noSignalStop && c.eval_every > 0 && step % c.eval_every === 0 && step < c.steps;
+    const recorded = learned && recordStep(ctx, step, item, kept, built, learned, waited); // the step's row, the no-silent-zero check
+    const evalDue = recorded && !recorded.noSignalStop && c.eval_every > 0 && step % c.eval_every === 0 && step < c.steps;
     const evaluated = evalDue ? await evaluateHeldOut(ctx, step) : undefined; // 8: held out, every eval_every steps
-    if (!(await persistStep(ctx, { step, item, m, evaluated, checkpointDue: learned.checkpointDue }, pipe))) {
-      pipe = await rollBack(ctx, pipe); // 9: every write of the step; the learner died at the checkpoint: as above
+    // 9: every write of the step; the learner died (in 7, or at the checkpoint in 9) and restarted: back to its last checkpoint
+    if (!learned || !recorded || !(await persistStep(ctx, { step, item, m: recorded.m, evaluated, checkpointDue: learned.checkpointDue }, pipe))) {
+      pipe = await rollBack(ctx, pipe);
       continue;
     }
+    const { noSignalStop } = recorded;
     if (noSignalStop) {
       await pipe.stop();
       return { budgetSpent: false, noSignalStop };

@@ -25,7 +25,7 @@ import { isHfModelDir } from './learner-client.ts';
 import { ensureHfOnnx } from './hf-onnx.ts';
 import { finalEval, train } from './loop.ts';
 import { trainingTasks } from './run-context.ts';
-import { evalFigures } from './step-metrics.ts';
+import { evalFigures } from './step-evaluate.ts';
 import { continueSft, demoExamples, expertDemos, recordSurfaces, runSft } from './sft.ts';
 import { writeJsonAtomic } from './run-dir.ts';
 import { parseR1Config, pipelineChanges, R1ConfigError, recordOf, type R1ConfigInput } from './r1-config.ts';

@@ -1,7 +1,7 @@
 /**
  * What a training run holds while it runs (RunContext), opened and closed in one place: its config,
  * run directory, tasks, environment, learner session, rollout policy, task sampler, curriculum,
- * replay buffer, trackers and judge. The stages (stages.ts) read and advance it; the loop
+ * replay buffer, trackers and judge. The stages (step-*.ts) read and advance it; the loop
  * (loop.ts) composes them.
  */
 import { generateSuite } from '../env/suites/index.ts';
@@ -63,7 +63,7 @@ export interface TrainOptions {
 }
 
 /**
- * A step's batch as the first stages made it (stages.ts, produceBatch), collected ahead of the
+ * A step's batch as the first stages made it (step-produce.ts, produceBatch), collected ahead of the
  * learner by the pipeline (pipeline.ts). It records the sampler's draws after it, which its
  * step's checkpoint stores (resume draws the same tasks).
  */

@@ -1,31 +1,95 @@
 /**
- * A step's figures: a held-out evaluation's (through the one evaluator, lib/evaluator.ts), the
- * row of metrics.jsonl, and why a step had no learning signal.
+ * Between learning and evaluation: the step's row of metrics.jsonl (the learner's and the rollouts'
+ * figures, staleness, timing, curriculum, replay) and the no-silent-zero check (why a step had no
+ * learning signal). A held-out evaluation's figures are in step-evaluate.ts.
  */
 import { failureCauses, meanRewardParts, type Trajectory } from '../env/index.ts';
-import { summarizeEpisodes } from '../../lib/index.ts';
 import { isZeroVariance, mean, std } from './advantages.ts';
 import type { BuiltBatch } from './batch.ts';
 import type { Collected } from './collect.ts';
-import type { EvalResult } from './run-dir.ts';
+import { difficultyMix } from './curriculum.ts';
+import type { Produced, RunContext } from './run-context.ts';
+import type { Filtered } from './step-filter.ts';
+import type { Learned } from './step-learn.ts';
+
+/** What the record stage gives: the step's row of metrics.jsonl, and the reason the run stops for want of a learning signal (else undefined). */
+export interface Recorded {
+  m: Record<string, unknown>;
+  noSignalStop: string | undefined;
+}
+
+/** The step's row (stepRecord) and the no-silent-zero check (checkSignal), which marks it. */
+export function recordStep(ctx: RunContext, step: number, item: Produced, f: Filtered, built: BuiltBatch, learned: Learned, waited: number): Recorded {
+  const m = stepRecord(ctx, step, item, f, built, learned, waited);
+  return { m, noSignalStop: checkSignal(ctx, step, f, item, built, learned, m) };
+}
+
+/** The step's row of metrics.jsonl: the learner's and the rollouts' (stepMetrics), the staleness, timing, curriculum and replay. */
+function stepRecord(ctx: RunContext, step: number, item: Produced, f: Filtered, built: BuiltBatch, learned: Learned, waited: number): Record<string, unknown> {
+  const { c, policy: p } = ctx;
+  const stepSeconds = (performance.now() - ctx.clock.stepStart) / 1000;
+  const cpu = process.cpuUsage(ctx.clock.cpuStart);
+  const { stale, replayedKept } = f;
+  const m = stepMetrics(step, learned.metrics, item.got, built, {
+    reward: ctx.env.reward.name,
+    learnerSeconds: learned.seconds,
+    restarts: ctx.session.restarts,
+    version: Number(p.version() ?? 0),
+  });
+  return Object.assign(m, {
+    max_staleness: c.max_staleness,
+    staleness_hist: stale.histogram,
+    staleness_mean: stale.mean,
+    staleness_max: stale.max,
+    stale_groups_dropped: stale.dropped,
+    step_seconds: stepSeconds,
+    trainer_cpu_seconds: (cpu.user + cpu.system) / 1e6,
+    learner_wait_seconds: waited,
+    learner_idle_fraction: stepSeconds > 0 ? Math.min(1, Math.max(0, (stepSeconds - learned.seconds) / stepSeconds)) : 0,
+    difficulty_mix: difficultyMix(item.got.trajectories),
+    ...(item.levels ? { curriculum_levels: item.levels } : {}),
+    ...(item.replayed
+      ? {
+          replay_groups: replayedKept.length,
+          replay_fraction: stale.kept.length ? replayedKept.length / stale.kept.length : 0,
+          replay_buffer_size: item.replayAfter!.entries.length,
+          replay_added: item.replayAdded,
+          replay_evicted: item.replayed.evicted,
+          replay_age_mean: item.replayed.ages.length ? mean(item.replayed.ages) : 0,
+          replayed_group_ids: replayedKept.map((g) => g.group_id),
+        }
+      : {}),
+  });
+}
 
 /**
- * A held-out evaluation's figures from its episodes, through the one evaluator
- * (lib/evaluator.ts): success over tasks with its cluster-robust interval, pass@k and pass^k.
+ * No silent zero: a step whose groups all have equal rewards (nothing to learn from), or whose
+ * learner step left the weights bit-identical, is logged (`no_signal` in its row);
+ * no_signal_patience of them in a row stop the run: the reason is returned, else undefined.
  */
-export function evalFigures(step: number, trajectories: Trajectory[], K: number): EvalResult {
-  const s = summarizeEpisodes(trajectories, K);
-  return {
-    step,
-    success: s.success,
-    ci95: s.ci95,
-    episodes: s.episodes,
-    tasks: s.tasks,
-    n_eff: s.n_eff,
-    mean_reward: mean(trajectories.map((t) => t.reward)),
-    pass_at_k: s.pass_at_k,
-    pass_hat_k: s.pass_hat_k,
-  };
+function checkSignal(
+  ctx: RunContext,
+  step: number,
+  f: Filtered,
+  item: Produced,
+  built: BuiltBatch,
+  learned: Learned,
+  m: Record<string, unknown>,
+): string | undefined {
+  const { c, run } = ctx;
+  const quiet = noSignalReason(f.stale.kept, item.got, built.batch.ids.length > 0 ? learned.metrics : undefined);
+  m.no_signal = quiet !== undefined;
+  if (!quiet) {
+    ctx.quietSteps = 0;
+    return undefined;
+  }
+  ctx.quietSteps++;
+  ctx.log(
+    `step ${step}: no learning signal: ${quiet}${c.no_signal_patience > 0 ? ` (${ctx.quietSteps} of ${c.no_signal_patience} in a row before the run stops)` : ''}`,
+  );
+  if (c.no_signal_patience <= 0 || ctx.quietSteps < c.no_signal_patience) return undefined;
+  const last = run.state.evals.at(-1);
+  return `training stopped at step ${step}: ${ctx.quietSteps} steps in a row without a learning signal; the last: ${quiet}. Check that the policy can solve some of the tasks and others not (held-out success ${(100 * (last?.success ?? 0)).toFixed(1)}% at step ${last?.step ?? 0}), the reward and the learning rate; --no-signal-patience 0 trains on regardless (the run resumes with --resume)`;
 }
 
 /**
