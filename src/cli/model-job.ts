@@ -10,6 +10,7 @@ import { parseArgs } from 'node:util';
 import { runModelJob, resolveModel, type ModelJobConfig, type ModelJobProgress, type StageEval } from '../trainers/index.ts';
 import { intFlag, numFlag, UsageError } from './args.ts';
 import { toolFormatFlag } from './rollout.ts';
+import { minutes } from './ui.ts';
 
 /** The job's defaults: the suite, the held-out set, the SFT and the GRPO recipe (bench/RESULTS.md, "A real model"). */
 export const MODEL_JOB = {
@@ -72,13 +73,8 @@ function progressLine(t0: number) {
     last = now;
     const el = (now - stageStart) / 1000;
     const eta = p.done > 0 ? (el * (p.total - p.done)) / p.done : NaN;
-    const m = (s: number) => {
-      if (!Number.isFinite(s)) return '?';
-      const whole = Math.round(s); // rounded first: 119.7 s is 2m00s, not 1m60s
-      return `${Math.floor(whole / 60)}m${String(whole % 60).padStart(2, '0')}s`;
-    };
     const n = STAGES.indexOf(p.stage) + 1;
-    const line = `[${n}/3 ${p.stage}] ${p.done}/${p.total}${p.detail ? ` ${p.detail}` : ''}  ETA ${m(eta)}  (job ${m((now - t0) / 1000)})`;
+    const line = `[${n}/3 ${p.stage}] ${p.done}/${p.total}${p.detail ? ` ${p.detail}` : ''}  ETA ${minutes(eta)}  (job ${minutes((now - t0) / 1000)})`;
     process.stderr.write(tty ? `\r${line.padEnd(100)}` : `${line}\n`);
   };
 }

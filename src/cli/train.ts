@@ -131,7 +131,7 @@ export async function runTraining(argv: string[], defaults: Partial<TrainConfigI
   const stop = stopOnSignals((name) => `${name}: stopping after the step in flight, which is checkpointed`);
   const ac = stop.ac;
   const bar = new ProgressBar('train', config.steps);
-  const t0 = performance.now();
+  const stepSeconds: number[] = [];
   try {
     const result = await train({
       config,
@@ -142,11 +142,15 @@ export async function runTraining(argv: string[], defaults: Partial<TrainConfigI
       onLog: (l) => console.log(l),
       onWarning: (m) => process.stderr.write(`mcp-gym: warning: ${m}\n`),
       onStep: (m) => {
+        // The steps' mean seconds so far (this process's: a resumed run counts from its first step here) times the steps left.
         const s = Number(m.step);
-        const sec = (performance.now() - t0) / 1000;
+        const last = Number(m.step_seconds);
+        stepSeconds.push(last);
+        const meanStep = stepSeconds.reduce((x, y) => x + y, 0) / stepSeconds.length;
         bar.update(
           s,
-          `reward ${Number(m.reward_mean).toFixed(3)} success ${(100 * Number(m.success_rate)).toFixed(0)}%${m.eval_success !== undefined ? ` eval ${(100 * Number(m.eval_success)).toFixed(0)}%` : ''} ${(s / Math.max(sec, 1e-9)).toFixed(3)} steps/s`,
+          `success ${(100 * Number(m.success_rate)).toFixed(0)}% reward ${Number(m.reward_mean).toFixed(3)}${m.eval_success !== undefined ? ` held-out ${(100 * Number(m.eval_success)).toFixed(0)}%` : ''} last step ${last.toFixed(1)} s`,
+          meanStep * (config.steps - s),
         );
       },
     });

@@ -11,26 +11,37 @@ export class ProgressBar {
     private readonly total: number,
   ) {}
 
-  /** Redraws (at most every 100 ms on a terminal; every 10% otherwise). */
-  update(done: number, extra = ''): void {
+  /**
+   * Redraws (at most every 100 ms on a terminal; every 10% otherwise). `etaSeconds`, when given,
+   * is shown as the time left (else the terminal shows the rate since the bar began).
+   */
+  update(done: number, extra = '', etaSeconds?: number): void {
     const now = performance.now();
     const pct = this.total ? Math.floor((100 * done) / this.total) : 100;
+    const eta = etaSeconds !== undefined ? ` ETA ${minutes(etaSeconds)}` : '';
     if (this.tty) {
       if (now - this.last < 100 && done < this.total) return;
       this.last = now;
       const width = 24;
       const filled = Math.round((width * done) / Math.max(1, this.total));
-      const rate = done / Math.max(1e-9, (now - this.t0) / 1000);
-      process.stderr.write(`\r${this.label} [${'#'.repeat(filled)}${'.'.repeat(width - filled)}] ${done}/${this.total} ${extra} ${rate.toFixed(1)}/s   `);
+      const rate = eta || ` ${(done / Math.max(1e-9, (now - this.t0) / 1000)).toFixed(1)}/s`;
+      process.stderr.write(`\r${this.label} [${'#'.repeat(filled)}${'.'.repeat(width - filled)}] ${done}/${this.total} ${extra}${rate}   `);
     } else if (Math.floor(pct / 10) !== Math.floor(this.lastPercent / 10) || done === this.total) {
       this.lastPercent = pct;
-      process.stderr.write(`${this.label} ${done}/${this.total} (${pct}%) ${extra}\n`);
+      process.stderr.write(`${this.label} ${done}/${this.total} (${pct}%) ${extra}${eta}\n`);
     }
   }
 
   done(): void {
     if (this.tty) process.stderr.write('\n');
   }
+}
+
+/** Seconds as 4m05s (rounded first: 119.7 s is 2m00s, not 1m60s). */
+export function minutes(seconds: number): string {
+  if (!Number.isFinite(seconds)) return '?';
+  const whole = Math.max(0, Math.round(seconds));
+  return `${Math.floor(whole / 60)}m${String(whole % 60).padStart(2, '0')}s`;
 }
 
 /** A left-aligned text table. */

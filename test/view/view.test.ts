@@ -116,6 +116,11 @@ beforeAll(async () => {
   ]);
   for (const [i, r] of made.entries()) if (i !== 2 && r.code !== 0) throw new Error(`fixture ${i} failed (${r.code}): ${r.stderr.slice(-2000)}`);
   expect(made[2]!.code).not.toBe(0);
+  // Off a terminal, train's progress is plain lines: the step, success, reward, the last step's seconds and the time left.
+  const progress = made[0]!.stderr.split('\n').filter((l) => l.startsWith('train '));
+  expect(progress.length).toBeGreaterThan(0);
+  for (const l of progress) expect(l).toMatch(/^train \d+\/\d+ \(\d+%\) success \d+% reward -?[\d.]+ last step [\d.]+ s ETA \d+m\d\ds$/);
+  expect(progress.at(-1)).toMatch(/ ETA 0m00s$/);
   viewer = await startViewer({ roots: [dir] });
 }, 300_000);
 
