@@ -91,6 +91,18 @@ function flatCopy() {
   return { base, copy, cfg, cfgFile, uniform: -Math.log(cfg.architecture.vocab_size) };
 }
 
+/**
+ * Waits until a row is decoding, looking at every turn of the event loop: the batcher awaits each
+ * decode step, so a look between two steps sees it. (A look every 5 ms could miss a short
+ * generation on a fast machine, and then wait for ever.)
+ */
+async function untilRunning(running: () => number): Promise<void> {
+  const until = Date.now() + 10_000;
+  while (running() === 0) {
+    if (Date.now() > until) throw new Error('no row was decoding within 10 s');
+    await new Promise((r) => setImmediate(r));
+  }
+}
 describe('serve-policy', () => {
   it('lists the model with its context length (vLLM max_model_len) and version', async () => {
     const list = await client.models.list();
@@ -293,10 +305,7 @@ describe('serve-policy', () => {
     try {
       expect((await c.models.list()).data[0]).toMatchObject({ id: 'policy', version: 5 });
       const inFlight = c.chat.completions.create({ model: 'policy', messages: opening, max_tokens: 300, seed: 1, logprobs: true });
-      for (let t = 0; s.stats().running === 0; t++) {
-        expect(t).toBeLessThan(2000);
-        await new Promise((r) => setTimeout(r, 5));
-      }
+      await untilRunning(() => s.stats().running);
       expect(await post({ model_dir: BUNDLED_MODEL_DIR })).toEqual({
         status: 200,
         body: { version: model.version, model_dir: BUNDLED_MODEL_DIR, reloaded: true },
@@ -427,10 +436,7 @@ describe('GenerationBatcher (continuous batching)', () => {
     try {
       const prompt = m.template.prompt([{ role: 'user', content: USER }], []);
       const old = batcher.submit({ prompt, maxNewTokens: 200, rng: seededRandom(1) });
-      for (let t = 0; batcher.stats().running === 0; t++) {
-        expect(t).toBeLessThan(2000);
-        await new Promise((r) => setTimeout(r, 5));
-      }
+      await untilRunning(() => batcher.stats().running);
       writeAtomic(join(copy, cfg.onnx.data), readFileSync(join(BUNDLED_MODEL_DIR, cfg.onnx.data)));
       writeAtomic(cfgFile, JSON.stringify({ ...cfg, version: 6 }));
       expect(await m.reload()).toBe(true);
