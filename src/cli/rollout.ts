@@ -20,7 +20,7 @@ import { Interrupted, RunFailure } from '../../lib/index.ts';
 import { describeSuites, generateSuite, SUITE_NAMES } from '../env/suites/index.ts';
 import { ProgressBar, table } from './ui.ts';
 import { API_FLAGS, apiOptionsFrom, UsageError, intFlag } from './args.ts';
-import { ensureHfOnnx, resolveModel } from '../trainers/index.ts';
+import { ensureHfOnnx, isModelName, resolveModel } from '../trainers/index.ts';
 import { TAPE_FLAGS, tapeOptions } from './record-replay.ts';
 import { faultOptions, faultsSetting } from './faults.ts';
 import { faultCounts, type FaultOptions } from '../env/index.ts';
@@ -225,6 +225,20 @@ export const RUN_FLAGS = {
   faults: { type: 'string' },
   ...TAPE_FLAGS,
 } as const;
+
+/**
+ * `--model` as train and sft take it: a registered name or a .gguf file becomes its checkpoint
+ * directory (fetched or converted on first use, with progress lines); anything else is left as it
+ * is, for the command's own check. A name that cannot be resolved is a usage error.
+ */
+export async function resolveModelName(spec: string): Promise<string> {
+  if (!isModelName(spec)) return spec;
+  try {
+    return await resolveModel(spec, (l) => process.stderr.write(`${l}\n`));
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
+}
 
 /**
  * `--model <dir | file.gguf | name>`: the model directory sampled in-process (`--policy onnx:<dir>`):

@@ -2,9 +2,9 @@
 import { parseArgs } from 'node:util';
 import { OnnxPolicy } from '../agents/index.ts';
 import { Environment, rollout, summarize } from '../env/index.ts';
-import { isHfModelDir, isModelName, resolveModel, runSft } from '../trainers/index.ts';
+import { isHfModelDir, runSft } from '../trainers/index.ts';
 import { intFlag, UsageError } from './args.ts';
-import { selectTasks } from './rollout.ts';
+import { resolveModelName, selectTasks } from './rollout.ts';
 
 export const SFT_DEFAULTS = {
   suite: 'calculator',
@@ -49,13 +49,7 @@ export async function sftCommand(argv: string[]): Promise<void> {
   });
   if (!values.out) throw new UsageError('sft needs --out <model dir>');
   // A registered name or a .gguf file: its checkpoint directory (fetched and converted on first use).
-  if (values.model !== undefined && isModelName(values.model)) {
-    try {
-      values.model = await resolveModel(values.model, (l) => process.stderr.write(`${l}\n`));
-    } catch (err) {
-      throw new UsageError(`--model: ${(err as Error).message}`);
-    }
-  }
+  if (values.model !== undefined) values.model = await resolveModelName(values.model);
   if (values.model !== undefined && !isHfModelDir(values.model))
     throw new UsageError(
       `--model: ${values.model} is not a Hugging Face checkpoint directory (config.json with model_type); the embedded model is trained from scratch without --model`,

@@ -7,7 +7,6 @@ import {
   GROUP_OF,
   isHfModelDir,
   isModelName,
-  resolveModel,
   recordedConfig,
   resolveConfig,
   train,
@@ -20,6 +19,7 @@ import { Interrupted } from '../../lib/index.ts';
 import { stopOnSignals } from './signals.ts';
 import { modelJobCommand } from './model-job.ts';
 import { BUNDLED_MODEL_DIR } from '../paths.ts';
+import { resolveModelName } from './rollout.ts';
 import { ProgressBar } from './ui.ts';
 import { UsageError } from './args.ts';
 import { flagsHelp, flagsOf, flagValues, parseArgsOptions } from './flags.ts';
@@ -116,13 +116,7 @@ export async function runTraining(argv: string[], defaults: Partial<TrainConfigI
       `--steps must be a positive integer, got ${config.steps}${values.config ? ` (from ${String(values.config)} or the flags)` : ''}: to evaluate a model without training it, use mcp-gym eval --model DIR`,
     );
   // --model names a registered model or a .gguf file: its checkpoint directory (fetched and converted on first use).
-  if (isModelName(config.model)) {
-    try {
-      config.model = await resolveModel(config.model, (l) => process.stderr.write(`${l}\n`));
-    } catch (err) {
-      throw new UsageError(`--model: ${(err as Error).message}`);
-    }
-  }
+  config.model = await resolveModelName(config.model);
   const tape = tapeOptions({ record: values.record as string | undefined, replay: values.replay as string | undefined }, values.resume === true);
   const runDir = (values.run as string | undefined) ?? join('runs', `${config.preset}-${new Date().toISOString().replace(/[:.]/g, '-')}`);
   console.log(

@@ -156,6 +156,16 @@ describe('exit codes', () => {
     const rt = await runCli(['train', '--report-to', 'wandb,comet', '--run', join(dir, 'never')]);
     expect(rt.code).toBe(2);
     expect(rt.stderr).toContain("report_to: unknown tracker 'comet'");
+    // train and sft take a registered name or a .gguf for --model; one that is not there is named, once.
+    for (const command of [
+      ['train', '--run', join(dir, 'never')],
+      ['sft', '--out', join(dir, 'never-sft')],
+    ]) {
+      const g = await runCli([command[0]!, '--model', join(dir, 'missing.gguf'), ...command.slice(1)]);
+      expect(g.code, command[0]).toBe(2);
+      expect(g.stderr).toContain(`mcp-gym: --model: no .gguf file at ${join(dir, 'missing.gguf')}`);
+      expect(g.stderr).not.toContain('--model: --model');
+    }
   }, 120_000);
 
   it('6: below --fail-under, with a JUnit case per task that names the failed ones; 0 at or above it', async () => {
