@@ -7,6 +7,7 @@ the ProRL reference reset and the step's metrics (metrics.py). `UpdateLoop` is m
 from __future__ import annotations
 
 import contextlib
+import time
 from typing import Any, Dict, List, Optional
 
 import torch
@@ -16,6 +17,13 @@ from .gae import ValueTargets
 from .metrics import StepSums, summary
 from .rl_config import RLConfig
 from .rl_optim import lr_at
+
+
+def _synced(device: torch.device) -> float:
+    """perf_counter() once the device's queued work is done (a GPU runs kernels asynchronously)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
 
 
 class UpdateLoop:
@@ -59,6 +67,7 @@ class UpdateLoop:
         track = cfg.is_correction != "none" or self.one_optimizer_step(cfg, B)
         params = self.params()
         records: List[Dict[str, torch.Tensor]] = []
+        t_fb = t_opt = 0.0  # seconds in the forwards and backwards, and in clipping and the optimizer steps
         for epoch in range(cfg.epochs):
             for mb in minibatches(B, cfg.minibatch_size, cfg.seed, self.step, epoch):
                 n_tokens = sum(batch.scored[i] for i in mb)
@@ -69,6 +78,7 @@ class UpdateLoop:
                     micro = [[mb[0]]]
                 opt.zero_grad(set_to_none=True)
                 sums = StepSums(self.device)
+                t = time.perf_counter()
                 for j, m in enumerate(micro):
                     sync = j == len(micro) - 1
                     ctx = self.engine.no_sync() if (self.dist and not sync) else contextlib.nullcontext()
@@ -83,12 +93,15 @@ class UpdateLoop:
                     sums.all_reduce(self.dist)
                     if vt is not None:  # the value head is outside the DDP module: its gradient by hand
                         self._all_reduce_head_grads()
+                t_fb += _synced(self.device) - t
+                t = time.perf_counter()
                 gn = self._clip_grad_norm(params, cfg.max_grad_norm)
                 if not torch.isfinite(gn):
                     raise FloatingPointError(f"the gradient norm is {float(gn)} (epoch {epoch + 1}); "
                                              "the step is not applied")
                 opt.step()
                 records.append(sums.record(gn))
+                t_opt += _synced(self.device) - t
         opt.zero_grad(set_to_none=True)
         self.step += 1
         reset = cfg.ref_reset_every > 0 and self.step % cfg.ref_reset_every == 0
@@ -99,4 +112,5 @@ class UpdateLoop:
         losses = summary(records, cfg.beta, sampler=track, is_correction=cfg.is_correction, dual_clip=cfg.dual_clip,
                          gae=vt.stats if vt is not None else None)
         return {**losses, "lr": lr, "tokens": batch.tokens, "scored_tokens": sum(batch.scored), "sequences": B,
-                "groups": len(set(batch.group_ids)), "ref_reset": reset, "world_size": self.world}
+                "groups": len(set(batch.group_ids)), "ref_reset": reset, "world_size": self.world,
+                "forward_backward_seconds": t_fb, "optimizer_seconds": t_opt}

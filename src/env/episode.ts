@@ -90,6 +90,8 @@ export class Episode {
   private errorKind?: ErrorKind;
   private policyMs = 0;
   private toolMs = 0;
+  /** The checks' and the reward's milliseconds (their state calls included). */
+  private scoreMs = 0;
   private tools: AgentTool[] = [];
   private byName = new Map<string, AgentTool>();
   private surface?: Record<string, string>;
@@ -320,6 +322,15 @@ export class Episode {
 
   /** Stage 4: the task's checks (none run for a failed episode); a check that cannot run fails the episode; so does a replay that lacked a call. */
   async check(): Promise<void> {
+    const t0 = performance.now();
+    try {
+      await this.runCheck();
+    } finally {
+      this.scoreMs += performance.now() - t0;
+    }
+  }
+
+  private async runCheck(): Promise<void> {
     const task = this.task;
     if (this.finish === 'error') {
       this.checks = task.checks.map((c) => ({ kind: c.kind, weight: c.weight, score: 0, detail: 'not checked: the episode failed' }));
@@ -349,6 +360,7 @@ export class Episode {
 
   /** Stage 5: the reward (a failed episode is scored 0, with no parts: none of them was earned or lost by the agent); a reward that throws or gives no finite number fails the episode. */
   async score(): Promise<void> {
+    const t0 = performance.now();
     if (this.finish !== 'error') {
       try {
         this.scored = await this.host.reward.fn({
@@ -368,6 +380,7 @@ export class Episode {
       }
     }
     this.turns.forEach((t, i) => (t.step_reward = this.scored.stepRewards?.[i] ?? 0));
+    this.scoreMs += performance.now() - t0;
   }
 
   /** Stage 6: the servers let go: one started for this episode is closed, a bundled one releases the episode's state. */
@@ -418,7 +431,13 @@ export class Episode {
         policy_tokens: turns.reduce((s, t) => s + (t.tokens?.length ?? 0), 0),
         ...(this.faults ? { injected_faults: steps.filter((s) => s.fault !== undefined).length } : {}),
       },
-      timings: { started_at: this.startedAt.toISOString(), total_ms: performance.now() - this.t0, policy_ms: this.policyMs, tool_ms: this.toolMs },
+      timings: {
+        started_at: this.startedAt.toISOString(),
+        total_ms: performance.now() - this.t0,
+        policy_ms: this.policyMs,
+        tool_ms: this.toolMs,
+        score_ms: this.scoreMs,
+      },
       finish,
       ...(error ? { error } : {}),
       ...(finish === 'error' && taskError ? { task_error: true } : {}),

@@ -235,7 +235,8 @@ export const TrajectorySchema = z.object({
     /** Tool steps with an injected fault (`fault`), when faults were on. */
     injected_faults: z.number().int().optional(),
   }),
-  timings: z.object({ started_at: z.string(), total_ms: z.number(), policy_ms: z.number(), tool_ms: z.number() }),
+  /** policy_ms: the turns' sampling (queueing included); tool_ms: the tool calls; score_ms: the checks and the reward (absent in older files). */
+  timings: z.object({ started_at: z.string(), total_ms: z.number(), policy_ms: z.number(), tool_ms: z.number(), score_ms: z.number().optional() }),
   /** `error`: the episode failed (a tool server, the policy, the reward, or the task itself: see task_error). */
   finish: z.enum(['answer', 'max_turns', 'error']),
   /** Why the episode failed (finish `error`); its first line names the cause. */

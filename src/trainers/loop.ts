@@ -81,10 +81,12 @@ async function trainSteps(ctx: RunContext, closers: Closers): Promise<Ran> {
     if (!item) break;
     const waited = (performance.now() - tw) / 1000;
     logRollouts(ctx, step, item);
+    const tb = performance.now();
     const kept = filterGroups(ctx, step, item); // 5: too stale, no signal
     const built = buildBatch(ctx, kept); // 6: advantages, the TrainBatch
+    const batch = (performance.now() - tb) / 1000;
     const learned = await learn(ctx, step, built); // 7: the learner's step, the new weights
-    const recorded = learned && recordStep(ctx, step, item, kept, built, learned, waited); // the step's row, the no-silent-zero check
+    const recorded = learned && recordStep(ctx, step, item, kept, built, learned, { waited, batch }); // the step's row, the no-silent-zero check
     const evalDue = recorded && !recorded.noSignalStop && c.eval_every > 0 && step % c.eval_every === 0 && step < c.steps;
     const evaluated = evalDue ? await evaluateHeldOut(ctx, step) : undefined; // 8: held out, every eval_every steps
     // 9: every write of the step; the learner died (in 7, or at the checkpoint in 9) and restarted: back to its last checkpoint

@@ -179,6 +179,10 @@ export const TrainMetricsSchema = z.looseObject({
   ref_reset: z.boolean(),
   world_size: num,
   seconds: num,
+  forward_backward_seconds: num
+    .optional()
+    .describe("wall time of the optimizer steps' forward and backward passes (the pre-passes, e.g. the reference's logprobs, are the rest of `seconds`)"),
+  optimizer_seconds: num.optional().describe('wall time of the gradient clipping and the optimizer steps'),
   cpu_seconds: num.optional().describe('CPU time of the learner process over the call, all its threads (seconds × cores busy)'),
   learner_tokens_per_s: nnum,
   weights_changed: z

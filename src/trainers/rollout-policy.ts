@@ -22,6 +22,8 @@ export interface RolloutPolicy {
    */
   reload: (step: number, changed: boolean) => Promise<unknown>;
   close: () => Promise<void>;
+  /** The in-process model's sampling seconds so far (graph runs that prefill, and decode steps); absent for a served policy. */
+  samplerSeconds?: () => { prefill: number; decode: number };
 }
 
 /** A served policy's failure, with what to do for the cases that have a known cause. */
@@ -74,7 +76,15 @@ export async function rolloutPolicy(
     // tool block when it was added): exports and checkpoints copy it, and transformers'
     // apply_chat_template(messages, tools=...) renders the prompts they learned on.
     if (p.hf) writeChatTemplate(modelDir, p.hf.template);
-    return { policy: p, maxLen: p.model.maxLen, version: () => p.version, reload: () => p.reload(), close: () => p.close() };
+    const t = p.model.timing;
+    return {
+      policy: p,
+      maxLen: p.model.maxLen,
+      version: () => p.version,
+      reload: () => p.reload(),
+      close: () => p.close(),
+      samplerSeconds: () => ({ prefill: t.prefill.seconds, decode: t.decode.seconds }),
+    };
   }
   const base = c.policy.slice('openai:'.length);
   const p = new OpenAIPolicy(base, {

@@ -78,6 +78,8 @@ export interface Produced {
   replayed?: ReplayDraw;
   replayAdded: number;
   replayAfter?: ReplaySnapshot;
+  /** The in-process sampler's seconds while the batch was collected (prefill and decode graph runs); absent for a served policy. */
+  samplerSeconds?: { prefill: number; decode: number };
 }
 
 export interface RunContext {

@@ -9,6 +9,8 @@ import type { RunContext } from './run-context.ts';
 export interface Evaluation {
   figures: EvalResult;
   trajectories: Trajectory[];
+  /** Its wall time. */
+  seconds: number;
 }
 
 /** Stage 8: the held-out evaluation at `step` (eval_samples per task); persistStep (or persistEval) writes it. */
@@ -19,8 +21,9 @@ export async function evaluateHeldOut(ctx: RunContext, step: number): Promise<Ev
   // Every held-out episode failed (a server that cannot start, broken tasks): no figure to give.
   assertSomeEpisodeRan(r.trajectories, step === 0 ? 'the held-out evaluation before training' : `the held-out evaluation at step ${step}`);
   const figures = evalFigures(step, r.trajectories, c.eval_samples);
-  ctx.o.onEval?.((performance.now() - te) / 1000, figures);
-  return { figures, trajectories: r.trajectories };
+  const seconds = (performance.now() - te) / 1000;
+  ctx.o.onEval?.(seconds, figures);
+  return { figures, trajectories: r.trajectories, seconds };
 }
 
 /**

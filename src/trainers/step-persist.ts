@@ -56,6 +56,7 @@ export async function persistStep(ctx: RunContext, s: StepOutcome, pipe: StepPip
   const { step, item, m, evaluated } = s;
   if (evaluated) {
     run.addEval(evaluated.figures, evaluated.trajectories);
+    m.eval_seconds = evaluated.seconds;
     m.eval_success = evaluated.figures.success;
     if (evaluated.figures.pass_hat_k) m.eval_pass_hat_k = evaluated.figures.pass_hat_k[String(c.eval_samples)];
   }
@@ -68,8 +69,10 @@ export async function persistStep(ctx: RunContext, s: StepOutcome, pipe: StepPip
     train_seconds: (performance.now() - ctx.clock.t0) / 1000,
   });
   if (s.checkpointDue) {
+    const tc = performance.now();
     try {
       await checkpoint(ctx, step); // state.json always describes its checkpoint: both are written here, together
+      m.checkpoint_seconds = (performance.now() - tc) / 1000;
     } catch (err) {
       if (await learnerDied(ctx, err, `step ${step}'s checkpoint`)) return false;
       throw err;

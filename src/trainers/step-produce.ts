@@ -8,6 +8,7 @@ export async function produceBatch(ctx: RunContext, step: number, signal: AbortS
   await ctx.o.beforeRollout?.(step);
   const levels = curriculum?.levels(step);
   const replayed = replay?.draw(step, replay.target(c.tasks_per_step));
+  const s0 = ctx.policy.samplerSeconds?.();
   const got = await collectGroups({
     env: ctx.collectEnv,
     policy: ctx.policy.policy,
@@ -24,8 +25,20 @@ export async function produceBatch(ctx: RunContext, step: number, signal: AbortS
     judge: ctx.judge,
     signal,
   });
+  const s1 = ctx.policy.samplerSeconds?.();
+  const sampled = s0 && s1 ? { prefill: s1.prefill - s0.prefill, decode: s1.decode - s0.decode } : undefined;
   // In batch order, from the fresh rollouts (never from training): the same whatever the timing.
   const moves = curriculum?.update(step, got.trajectories) ?? [];
   const replayAdded = replay?.add(step, got.kept) ?? 0;
-  return { got, drawsAfter: sampler.draws, levels, moves, curriculumAfter: curriculum?.snapshot(), replayed, replayAdded, replayAfter: replay?.snapshot() };
+  return {
+    got,
+    drawsAfter: sampler.draws,
+    levels,
+    moves,
+    curriculumAfter: curriculum?.snapshot(),
+    replayed,
+    replayAdded,
+    replayAfter: replay?.snapshot(),
+    ...(sampled ? { samplerSeconds: sampled } : {}),
+  };
 }

@@ -19,13 +19,39 @@ export interface Recorded {
 }
 
 /** The step's row (stepRecord) and the no-silent-zero check (checkSignal), which marks it. */
-export function recordStep(ctx: RunContext, step: number, item: Produced, f: Filtered, built: BuiltBatch, learned: Learned, waited: number): Recorded {
-  const m = stepRecord(ctx, step, item, f, built, learned, waited);
+export function recordStep(ctx: RunContext, step: number, item: Produced, f: Filtered, built: BuiltBatch, learned: Learned, t: StepTimes): Recorded {
+  const m = stepRecord(ctx, step, item, f, built, learned, t);
   return { m, noSignalStop: checkSignal(ctx, step, f, item, built, learned, m) };
 }
 
+/** What the loop timed of a step: the wait for its batch (the rollouts, in the synchronous loop) and the filtering and batch building. */
+export interface StepTimes {
+  waited: number;
+  batch: number;
+}
+
+/**
+ * Where a step's seconds went (docs/training.md, "Time"): the in-process sampler's prefill and decode
+ * graph runs, the episodes' tool calls and scoring (summed over episodes that run concurrently: busy
+ * seconds, not wall), the batch building, the learner's export and the policy's reload; the
+ * learner's own split (forward_backward_seconds, optimizer_seconds) comes with its metrics, and
+ * persistStep adds checkpoint_seconds and eval_seconds.
+ */
+export function stepProfile(item: Produced, learned: Learned, t: StepTimes): Record<string, number> {
+  const eps = item.got.trajectories;
+  const sum = (f: (x: Trajectory) => number) => eps.reduce((s, x) => s + f(x), 0) / 1000;
+  return {
+    ...(item.samplerSeconds ? { prefill_seconds: item.samplerSeconds.prefill, decode_seconds: item.samplerSeconds.decode } : {}),
+    tool_seconds: sum((x) => x.timings.tool_ms),
+    score_seconds: sum((x) => x.timings.score_ms ?? 0),
+    batch_seconds: t.batch,
+    export_seconds: learned.exportSeconds,
+    reload_seconds: learned.reloadSeconds,
+  };
+}
+
 /** The step's row of metrics.jsonl: the learner's and the rollouts' (stepMetrics), the staleness, timing, curriculum and replay. */
-function stepRecord(ctx: RunContext, step: number, item: Produced, f: Filtered, built: BuiltBatch, learned: Learned, waited: number): Record<string, unknown> {
+function stepRecord(ctx: RunContext, step: number, item: Produced, f: Filtered, built: BuiltBatch, learned: Learned, t: StepTimes): Record<string, unknown> {
   const { c, policy: p } = ctx;
   const stepSeconds = (performance.now() - ctx.clock.stepStart) / 1000;
   const cpu = process.cpuUsage(ctx.clock.cpuStart);
@@ -44,7 +70,8 @@ function stepRecord(ctx: RunContext, step: number, item: Produced, f: Filtered, 
     stale_groups_dropped: stale.dropped,
     step_seconds: stepSeconds,
     trainer_cpu_seconds: (cpu.user + cpu.system) / 1e6,
-    learner_wait_seconds: waited,
+    learner_wait_seconds: t.waited,
+    ...stepProfile(item, learned, t),
     learner_idle_fraction: stepSeconds > 0 ? Math.min(1, Math.max(0, (stepSeconds - learned.seconds) / stepSeconds)) : 0,
     difficulty_mix: difficultyMix(item.got.trajectories),
     ...(item.levels ? { curriculum_levels: item.levels } : {}),
