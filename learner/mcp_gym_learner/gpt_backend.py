@@ -87,7 +87,10 @@ class GPTBackend(Backend):
                 torch.backends.cudnn.allow_tf32 = True
             except Exception:  # pragma: no cover
                 pass
-        return cls(model, GPTAdapter(model), model_dir, cfg)
+        # MCP_GYM_GPT_SHARE_PREFIX=0: every sequence laid out whole (the layout before the shared prefix;
+        # bench/main-job.ts runs the old recipe so)
+        share = os.environ.get("MCP_GYM_GPT_SHARE_PREFIX", "1") != "0"
+        return cls(model, GPTAdapter(model, share_prefix=share), model_dir, cfg)
 
     def load_result(self) -> Dict[str, Any]:
         return {"version": self.version, "params": self.model.num_params(), "architecture": self.config["architecture"]}

@@ -55,24 +55,56 @@ def _pad_right(seqs: Sequence[torch.Tensor], pad_id: int) -> Tuple[torch.Tensor,
 
 
 class GPTAdapter(Adapter):
-    """The embedded GPT (model.py): right padding, causal attention only (pads come after real tokens)."""
+    """The embedded GPT (model.py): right padding, causal attention only (pads come after real tokens).
+
+    Shared prefix (`share_prefix`, on by default): when the caller says from which token on the hidden states
+    are read (`need_from`), the micro-batch's longest common prefix up to there (the user turn's opening that
+    every calculator task shares) runs through the decoder once, its keys and values kept; the sequences'
+    rests follow, right-padded, each reading the prefix's keys and values as its past. The same logprobs and
+    gradients as without (autograd sums the prefix's gradient over the rows; test_gpt_shared_prefix), for the
+    prefix's tokens once per micro-batch instead of once per sequence."""
 
     kind = "gpt"
 
-    def __init__(self, model):
+    def __init__(self, model, share_prefix: bool = True):
         arch = model.architecture
         self.vocab_size = arch["vocab_size"]
         self.max_seq_len = arch["max_seq_len"]
         from .config import PAD_ID
 
         self.pad_id = PAD_ID if PAD_ID < self.vocab_size else 0
+        self.share_prefix = share_prefix
 
     def inputs(self, seqs, device, need_from=None):
+        if self.share_prefix and need_from is not None and len(seqs) > 1:
+            P = min(common_prefix_len(seqs), min(int(x) for x in need_from))
+            if P >= MIN_SHARED_PREFIX:
+                rests, lengths = _pad_right([s[P:] for s in seqs], self.pad_id)
+                R = rests.shape[1]
+                # token j >= P of sequence b is row b * R + (j - P) of the rests' hidden states
+                return ({"prefix": seqs[0][:P].unsqueeze(0).to(device), "ids": rests.to(device),
+                          "lengths": lengths.to(device)}, [r * R - P for r in range(len(seqs))])
         ids, lengths = _pad_right(seqs, self.pad_id)
         T = ids.shape[1]
         return {"ids": ids.to(device), "lengths": lengths.to(device)}, [r * T for r in range(len(seqs))]
 
+    def _hidden_shared(self, model, inputs):
+        prefix, ids, lengths = inputs["prefix"], inputs["ids"], inputs["lengths"]
+        P = prefix.shape[1]
+        B, R = ids.shape
+        dev = ids.device
+        ones = torch.ones((1, P), dtype=torch.long, device=dev)
+        _, k, v = model.features(prefix, torch.arange(P, device=dev).unsqueeze(0), ones, causal_only=True)
+        ar = torch.arange(R, device=dev)
+        attn = torch.cat([ones.expand(B, P), (ar.unsqueeze(0) < lengths.unsqueeze(1)).long()], 1)  # [B, P + R]
+        pos = (ar + P).unsqueeze(0).expand(B, R)
+        h, _, _ = model.features(ids, pos, attn, k.expand(-1, B, -1, -1, -1), v.expand(-1, B, -1, -1, -1),
+                                 return_cache=False)
+        return h.reshape(B * R, h.shape[-1])
+
     def hidden(self, model, inputs):
+        if "prefix" in inputs:
+            return self._hidden_shared(model, inputs)
         ids, lengths = inputs["ids"], inputs["lengths"]
         B, T = ids.shape
         ar = torch.arange(T, device=ids.device)

@@ -1,0 +1,102 @@
+"""The embedded GPT's shared prefix (policy.py GPTAdapter): a micro-batch's common prefix computed once, the
+sequences' rests reading its keys and values. The logprobs and the gradient of every parameter must be those of
+each sequence laid out on its own (right padding), in float64 (exact to rounding): with rests of different
+lengths, with the prefix cut where the first scored token needs it, too short to share, and through a whole RL
+step of the trainer (the weights after it)."""
+
+import copy
+
+import pytest
+import torch
+
+from _helpers import tiny_model
+from mcp_gym_learner.batch import parse_batch
+from mcp_gym_learner.policy import MIN_SHARED_PREFIX, GPTAdapter, LogprobModule
+from mcp_gym_learner.rl import RLConfig, RLTrainer
+
+
+def soft_model(seed=0):
+    """_rl_helpers.soft_model with room for 128 positions: a float64 GPT whose distributions are not one-hot."""
+    m = tiny_model(seed, max_seq_len=128).double()
+    with torch.no_grad():
+        m.tok_emb.weight.mul_(0.25)
+    return m
+
+
+def _seqs(P=40, rests=(7, 12, 3, 20, 9), seed=1):
+    g = torch.Generator().manual_seed(seed)
+    prefix = torch.randint(0, 256, (P,), generator=g)
+    return [torch.cat([prefix, torch.randint(0, 256, (n,), generator=g)]) for n in rests]
+
+
+def _logprobs_and_grads(model, seqs, need, share):
+    model.zero_grad()
+    adapter = GPTAdapter(model, share_prefix=share)
+    inputs, starts = adapter.inputs(seqs, "cpu", need_from=need)
+    sel = torch.cat([torch.arange(n, len(s) - 1) + st for s, n, st in zip(seqs, need, starts)])
+    tgt = torch.cat([s[n + 1:] for s, n in zip(seqs, need)])
+    lp, _, _ = LogprobModule(model, adapter)(inputs, sel, tgt, 1.0, 0, 1.0, None, False)
+    (lp * torch.linspace(-1, 1, lp.shape[0], dtype=lp.dtype)).sum().backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return lp.detach(), grads, inputs
+
+
+@pytest.mark.parametrize("need", [[39, 41, 41, 39, 45], [35, 50, 42, 39, 40]])
+def test_logprobs_and_gradients_equal_each_sequence_alone(need):
+    model = soft_model(0)
+    model.train()
+    seqs = _seqs()
+    lp0, g0, plain = _logprobs_and_grads(model, seqs, need, share=False)
+    lp1, g1, shared = _logprobs_and_grads(model, seqs, need, share=True)
+    assert "prefix" not in plain
+    assert shared["prefix"].shape[1] == min(40, min(need))  # cut where the first scored token's row is read
+    assert shared["ids"].shape[1] < plain["ids"].shape[1]
+    assert torch.allclose(lp0, lp1, rtol=0, atol=1e-12)
+    assert g0.keys() == g1.keys()
+    for name in g0:
+        assert torch.allclose(g0[name], g1[name], rtol=1e-10, atol=1e-12), name
+
+
+def test_a_short_prefix_is_not_shared():
+    model = soft_model(0)
+    seqs = _seqs(P=MIN_SHARED_PREFIX - 1)
+    inputs, starts = GPTAdapter(model).inputs(seqs, "cpu", need_from=[len(s) - 2 for s in seqs])
+    assert "prefix" not in inputs and starts == [r * inputs["ids"].shape[1] for r in range(len(seqs))]
+    one, _ = GPTAdapter(model).inputs(seqs[:1], "cpu", need_from=[40])  # one sequence: nothing to share
+    assert "prefix" not in one
+
+
+def _batch(P=48, B=8, seed=3):
+    """A TrainBatch like the calculator's: a common opening, then per sequence a prompt rest (mask 0), policy
+    tokens (mask 1), a tool result (mask 0) and more policy tokens; two groups."""
+    g = torch.Generator().manual_seed(seed)
+    opening = torch.randint(0, 256, (P,), generator=g).tolist()
+    out = {"ids": [], "mask": [], "old_logprobs": [], "advantages": [], "group_ids": []}
+    for b in range(B):
+        n = [int(x) for x in torch.randint(3, 12, (4,), generator=g)]
+        ids = opening + torch.randint(0, 256, (sum(n),), generator=g).tolist()
+        mask = [0] * (P + n[0]) + [1] * n[1] + [0] * n[2] + [1] * n[3]
+        out["ids"].append(ids)
+        out["mask"].append(mask)
+        out["old_logprobs"].append([-1.0 if m else 0.0 for m in mask])
+        out["advantages"].append(float(torch.randn((), generator=g)))
+        out["group_ids"].append(f"task-{b % 2}")
+    return out
+
+
+def test_an_rl_step_with_the_shared_prefix_gives_the_same_weights():
+    base = soft_model(0)
+    wire = _batch()
+    cfg = RLConfig(loss="grpo", beta=0.0, epochs=1, minibatch_size=4, micro_batch_size=3, lr=1e-3, max_grad_norm=1.0,
+                   total_steps=1, warmup_steps=0)
+    after = []
+    for share in (False, True):
+        m = copy.deepcopy(base)
+        tr = RLTrainer(m, GPTAdapter(m, share_prefix=share))
+        metrics = tr.train(parse_batch(wire, 264, 128), cfg)["metrics"]
+        assert metrics["weights_changed"] is True
+        after.append((metrics, {n: p.detach().clone() for n, p in m.named_parameters()}))
+    (m0, w0), (m1, w1) = after
+    assert abs(m0["loss"] - m1["loss"]) < 1e-12
+    for name in w0:
+        assert torch.allclose(w0[name], w1[name], rtol=0, atol=1e-12), name
