@@ -15,8 +15,10 @@ import { LEARNER_COMMANDS, type LearnerArgs, type LearnerCommand, type LearnerRe
 export { LEARNER_DIR };
 
 /**
- * The Python the learner runs with. For the embedded model: Debian's (python3-torch), unless
- * MCP_GYM_PYTHON says otherwise. For a Hugging Face checkpoint (`hf: true`): the project's venv
+ * The Python the learner runs with. For the embedded model: the project's venv when it exists
+ * (torch 2: the main job's learner step took 1.26x less time than with Debian's torch 1.13,
+ * bench/RESULTS.md, "The main job's time"), else Debian's (python3-torch), unless MCP_GYM_PYTHON
+ * says otherwise. For a Hugging Face checkpoint (`hf: true`): the project's venv
  * with torch 2, transformers and PEFT (`.venv`, made by `npm install`'s ensure step or
  * `node scripts/ensure.mjs`), unless MCP_GYM_HF_PYTHON says otherwise.
  */
@@ -37,6 +39,8 @@ export function learnerPython(o: { hf?: boolean } = {}): string {
     return venv;
   }
   if (process.env.MCP_GYM_PYTHON) return process.env.MCP_GYM_PYTHON;
+  const venv = join(PACKAGE_ROOT, '.venv', 'bin', 'python');
+  if (existsSync(venv)) return venv;
   return existsSync('/usr/bin/python3') ? '/usr/bin/python3' : 'python3';
 }
 
