@@ -8,6 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { OnnxPolicy, TOKENS } from '../../src/agents/index.ts';
+import { seededRandom } from '../../lib/index.ts';
 import { Environment, defineTask, rollout, type Observation, type Policy, type PolicyAction } from '../../src/env/index.ts';
 import { generateSuite } from '../../src/env/suites/index.ts';
 import { runSft, sequenceOf } from '../../src/trainers/index.ts';
@@ -120,5 +121,53 @@ describe('OnnxPolicy in episodes', () => {
     expect(serial.map((t) => t.map(([tokens]) => tokens))).toEqual(a.map((t) => t.map(([tokens]) => tokens)));
     // Different samples of a group are different draws.
     expect(new Set(a.map((t) => JSON.stringify(t[0]![0]))).size).toBeGreaterThan(6);
+  });
+
+  it("keeps an episode's keys and values between turns: the same turns for fewer prefilled tokens", async () => {
+    const tasks = generateSuite('calculator')
+      .filter((x) => x.split === 'eval')
+      .slice(0, 6);
+    const runOnce = async (keepRows: boolean) => {
+      const env = new Environment();
+      const p = await OnnxPolicy.load(BUNDLED_MODEL_DIR, { temperature: 1, maxNewTokens: 64, seed: 5, keepRows });
+      const r = await rollout(env, p, tasks, { group: 4, concurrency: 24, iteration: 'eval.0' });
+      await env.close();
+      const prefilled = p.model.timing.prefill.tokens;
+      await p.close();
+      const turns = r.trajectories.sort((a, b) => a.id.localeCompare(b.id)).map((t) => t.turns.map((x) => ({ tokens: x.tokens!, logprobs: x.logprobs! })));
+      return { turns, prefilled };
+    };
+    const whole = await runOnce(false);
+    const kept = await runOnce(true);
+    expect(whole.turns.flat().length).toBeGreaterThan(24); // episodes of several turns: there is something to keep
+    expect(kept.turns.map((t) => t.map((x) => x.tokens))).toEqual(whole.turns.map((t) => t.map((x) => x.tokens)));
+    kept.turns.flat().forEach((x, i) => x.logprobs.forEach((lp, j) => expect(Math.abs(lp - whole.turns.flat()[i]!.logprobs[j]!)).toBeLessThan(1e-4)));
+    // The later turns prefill only the environment's tokens.
+    expect(kept.prefilled).toBeLessThan(0.7 * whole.prefilled);
+  });
+
+  it("prefills a batch's identical prompts (a group's first turn) once, and samples each row on its own", async () => {
+    const m = policy.model;
+    const prompt = [TOKENS.user, ...Buffer.from('Use the calculator tool evaluate to compute 2 + 3.'), TOKENS.end, TOKENS.assistant];
+    const runs = () => m.timing.prefill.calls;
+    const gen = (prompts: number[][]) =>
+      m.generate(prompts, {
+        temperature: 1,
+        topK: 0,
+        topP: 1,
+        maxNewTokens: 8,
+        rng: Math.random,
+        rows: prompts.map((_, i) => ({ maxNewTokens: 8, rng: seededRandom(i + 1) })),
+      });
+    const before = runs();
+    const same = await gen([prompt, prompt, prompt, prompt]);
+    const sameRuns = runs() - before;
+    const other = await gen([0, 1, 2, 3].map((i) => [...prompt.slice(0, -3), 48 + i, ...prompt.slice(-2)]));
+    const otherRuns = runs() - before - sameRuns;
+    expect(sameRuns).toBeLessThan(otherRuns);
+    expect(otherRuns).toBeGreaterThanOrEqual(4);
+    // Each row still draws from its own random source: the same logits, different samples.
+    expect(new Set(same.map((g) => JSON.stringify(g.tokens))).size).toBeGreaterThan(1);
+    expect(other).toHaveLength(4);
   });
 });

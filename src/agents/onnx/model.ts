@@ -218,7 +218,10 @@ export class OnnxModel {
     });
     const session = this.users.acquire(this.session);
     try {
-      const prefix = await this.prefixes.sharedPrefix(session, prompts);
+      // The shared prefix of the rows that start from scratch: a row that continues its episode from the keys and values it kept
+      // (the embedded GPT's later turns) reads none.
+      const fresh = this.graphPrefix ? prompts : prompts.filter((p, i) => !this.rowCaches.covers(session, rows[i]!.cacheKey, p));
+      const prefix = await this.prefixes.sharedPrefix(session, fresh);
       // Chunks of rows of similar length (shortest first), each with its own capacity C and as many
       // rows as the budget allows. A graph that reads the prefix itself keeps only each row's own tokens in its slots.
       const base = (i: number) => (this.graphPrefix && prefix ? Math.min(commonLength(prefix.tokens, prompts[i]!), prompts[i]!.length - 1) : 0);

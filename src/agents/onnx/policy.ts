@@ -24,6 +24,11 @@ export interface OnnxPolicyOptions extends Partial<SamplingOptions>, OnnxModelOp
    * draws from its own seeded random source.
    */
   batching?: 'static' | 'continuous';
+  /**
+   * The embedded GPT: keep each episode's keys and values between its turns, so that a turn prefills
+   * only what the environment added (default true; false prefills every turn's whole sequence).
+   */
+  keepRows?: boolean;
 }
 
 interface Pending {
@@ -119,7 +124,8 @@ export class OnnxPolicy implements Policy {
     // Each turn draws from its own random source, seeded by the policy's seed, the episode and the
     // turn: what a turn samples does not depend on which other turns share its batch.
     const rng = seededRandom(fnv1a(`${this.options.seed ?? 1}:${obs.episodeKey ?? obs.episodeId}:${obs.turn}`));
-    const g = await this.enqueue({ prompt, maxNewTokens: maxNew, rng });
+    // The episode's keys and values are kept between its turns: the next turn prefills only what the environment added.
+    const g = await this.enqueue({ prompt, maxNewTokens: maxNew, rng, ...(this.options.keepRows !== false ? { cacheKey: obs.episodeId } : {}) });
     this.sequences.set(obs.episodeId, prompt.concat(g.tokens));
     const parsed = parseAssistantTokens(g.tokens);
     return {

@@ -9,7 +9,8 @@ import { commonLength } from './prefix-cache.ts';
 /**
  * A finished row's keys and values, kept for its next turn: `tokens` (its prompt and the sampled
  * tokens fed back, i.e. all but the last) are positions 0 .. tokens.length - 1; the first `base` of
- * them were read from the lane's shared prefix, the next `n` are in K [H, Dh, n] / V [H, n, Dh].
+ * them were read from the lane's shared prefix (a graph that reads it; 0 for the embedded GPT, whose
+ * slots hold the prefix too), the next `n` are in K [H, Dh, n] / V [H, n, Dh].
  */
 export interface RowCache {
   session: ort.InferenceSession;
@@ -32,6 +33,18 @@ export class RowCaches {
     this.byKey.delete(cacheKey);
   }
 
+  /** Whether a row of `prompt` on `session` will start from what `cacheKey` kept (a graph that keeps the prefix in its slots: the embedded GPT). */
+  covers(session: ort.InferenceSession, cacheKey: string | undefined, prompt: number[]): boolean {
+    const kept = cacheKey === undefined ? undefined : this.byKey.get(cacheKey);
+    return (
+      kept !== undefined &&
+      kept.base === 0 &&
+      kept.session === session &&
+      kept.tokens.length < prompt.length &&
+      commonLength(kept.tokens, prompt) === kept.tokens.length
+    );
+  }
+
   /** The kept cache a row can start from: same weights, the same prefix read, and its tokens a prefix of the row's prompt. */
   reusable(lane: Lane, row: LaneRow): RowCache | undefined {
     const key = row.opts.cacheKey;
@@ -47,7 +60,7 @@ export class RowCaches {
   /** Keeps a finished row's keys and values under its cacheKey (at most 512 rows, oldest dropped). */
   keepRow(lane: Lane, row: LaneRow): void {
     const key = row.opts.cacheKey;
-    if (key === undefined || !this.shape.graphPrefix || row.gen.tokens.length === 0) return;
+    if (key === undefined || row.gen.tokens.length === 0) return;
     const { L, H, Dh } = this.shape;
     const n = row.next;
     const C = lane.C;

@@ -28,22 +28,40 @@ export class LaneSampler {
     return options.every((o) => o.temperature === 1 && samplesWholeVocabulary(o, this.shape.V)) ? 'probs' : 'logits';
   }
 
+  /** Prefill results of a lane's prompts (laneAdd): rows with the same prompt (a group's first turn) share one graph run. */
+  private readonly prefilled = new WeakMap<Lane, Map<string, { p0: number; r: Awaited<ReturnType<Graph['run']>> }>>();
+
   /**
-   * Prefills a row into the lane's next slot (after the shared prefix when the prompt starts
-   * with it): its keys and values, its mask, and the logits of its first token.
+   * Prefills a row into the lane's next slot: after the keys and values its episode kept from its
+   * last turn (RowOptions.cacheKey, the same weights: only what the environment added and the last
+   * sampled token are new), else after the shared prefix when the prompt starts with it; its keys and
+   * values, its mask, and the logits of its first token. A prompt prefilled before in this lane (the
+   * group's rows share their first prompt) is not run again: its results are copied.
    */
   async laneAdd(lane: Lane, row: LaneRow): Promise<void> {
     if (this.shape.graphPrefix) return this.laneAddRead(lane, row);
     const { L, V } = this.shape;
     const p = row.prompt;
     this.kv.laneReserve(lane, lane.B + 1, Math.min(this.shape.maxLen, p.length + row.opts.maxNewTokens));
-    const prefix = lane.prefix && lane.prefix.n < p.length && lane.prefix.tokens.every((t, i) => p[i] === t) ? lane.prefix : undefined;
-    const p0 = prefix?.n ?? 0;
+    const kept = this.rowCaches.reusable(lane, row);
+    const prefix = kept ?? (lane.prefix && lane.prefix.n < p.length && lane.prefix.tokens.every((t, i) => p[i] === t) ? lane.prefix : undefined);
+    const memo = this.prefilled.get(lane) ?? new Map();
+    this.prefilled.set(lane, memo);
+    const key = kept ? undefined : p.join(',');
+    let done = key === undefined ? undefined : memo.get(key);
+    if (!done) {
+      const p0 = prefix?.n ?? 0;
+      const n = p.length - p0;
+      const none = Array.from({ length: L }, () => new Float32Array(0));
+      const ids = BigInt64Array.from(p.slice(p0), (t) => BigInt(t));
+      const pos = BigInt64Array.from({ length: n }, (_, t) => BigInt(p0 + t));
+      const r = await this.graph.run(lane.session, ids, pos, new Float32Array(p0 + n).fill(1), 1, n, p0, prefix?.K ?? none, prefix?.V ?? none, lane.scores);
+      done = { p0, r };
+      if (key !== undefined) memo.set(key, done);
+    }
+    const { p0, r } = done;
     const n = p.length - p0;
-    const none = Array.from({ length: L }, () => new Float32Array(0));
-    const ids = BigInt64Array.from(p.slice(p0), (t) => BigInt(t));
-    const pos = BigInt64Array.from({ length: n }, (_, t) => BigInt(p0 + t));
-    const r = await this.graph.run(lane.session, ids, pos, new Float32Array(p0 + n).fill(1), 1, n, p0, prefix?.K ?? none, prefix?.V ?? none, lane.scores);
+    if (kept) row.reused = p0;
     const b = lane.B;
     const C = lane.C;
     lane.logits.set(r.logits, b * V);
