@@ -467,6 +467,12 @@ describe('mcp-gym view: the page in Chromium', () => {
       }
       expect(await page.$$eval('#legend .item', (els) => els.length)).toBe(2);
       expect(await page.$$eval('#charts .chart[data-metric="eval:success"] polygon.band', (els) => els.length)).toBe(2);
+      // Each selected run's progress, as train shows it on a terminal: its last step of the steps it was started for.
+      const lastArt = rows(join(dir, 'run-art', 'metrics.jsonl')).at(-1)!;
+      expect(await page.textContent('#progress .progress-row[data-run="0/run-art"] .text')).toBe(
+        `step ${lastArt.step}/${lastArt.step} (100%) · success ${(100 * Number(lastArt.success_rate)).toFixed(0)}% · reward ${Number(lastArt.reward_mean).toFixed(3)} · last step ${Number(lastArt.step_seconds).toFixed(1)} s · finished`,
+      );
+      expect(await page.getAttribute('#progress .progress-row[data-run="0/run-art"] .bar', 'aria-valuenow')).toBe('100');
       // Smoothing changes what is drawn, never the values; wall-clock x is the steps' seconds added up.
       await page.fill('#smoothing', '0.6');
       const smoothed = await page.$eval(`${lines}[data-run="0/run-art"]`, (el) => ({

@@ -125,8 +125,73 @@ function renderLegend() {
   );
 }
 
+/** m minutes and ss seconds (as the terminal's progress bar writes them). */
+function minutes(seconds) {
+  const s = Math.max(0, Math.round(seconds));
+  return Math.floor(s / 60) + 'm' + String(s % 60).padStart(2, '0') + 's';
+}
+
+/**
+ * A run's progress, as \`mcp-gym train\` shows it on a terminal: the last step of its metrics of the
+ * steps it was started for, the training success and reward of that step, its seconds, and (while it
+ * runs) the time left: the mean step's seconds times the steps left.
+ */
+export function progressOf(run) {
+  const rows = run.rows;
+  const total = Number(run.entry && run.entry.steps_total);
+  const last = rows.at(-1);
+  if (!last || !(total > 0)) return undefined;
+  const step = Number(last.step);
+  const secs = rows.map((r) => Number(r.step_seconds)).filter((x) => Number.isFinite(x));
+  const mean = secs.length ? secs.reduce((a, b) => a + b, 0) / secs.length : 0;
+  const running = run.entry.status === 'running';
+  return {
+    step,
+    total,
+    fraction: Math.min(1, step / total),
+    success: Number(last.success_rate),
+    reward: Number(last.reward_mean),
+    lastSeconds: Number(last.step_seconds),
+    eta: running ? mean * Math.max(0, total - step) : undefined,
+    status: run.entry.status,
+  };
+}
+
+function renderProgress() {
+  const box = document.getElementById('progress');
+  const items = [];
+  for (const id of selectedRuns()) {
+    const p = progressOf(state.runs[id]);
+    if (!p) continue;
+    const pc = Math.round(100 * p.fraction);
+    const text = [
+      'step ' + p.step + '/' + p.total + ' (' + pc + '%)',
+      Number.isFinite(p.success) ? 'success ' + (100 * p.success).toFixed(0) + '%' : undefined,
+      Number.isFinite(p.reward) ? 'reward ' + p.reward.toFixed(3) : undefined,
+      Number.isFinite(p.lastSeconds) ? 'last step ' + p.lastSeconds.toFixed(1) + ' s' : undefined,
+      p.eta !== undefined ? 'ETA ' + minutes(p.eta) : p.status,
+    ].filter(Boolean);
+    items.push(
+      h(
+        'div',
+        { class: 'progress-row', 'data-run': id },
+        h('span', { class: 'swatch', style: 'background:' + colorOf(id) }),
+        h('span', { class: 'label' }, labelOf(id)),
+        h(
+          'span',
+          { class: 'bar', role: 'progressbar', 'aria-valuenow': pc, 'aria-valuemin': 0, 'aria-valuemax': 100 },
+          h('span', { class: 'fill', style: 'width:' + pc + '%' }),
+        ),
+        h('span', { class: 'text' }, text.join(' · ')),
+      ),
+    );
+  }
+  box.replaceChildren(...items);
+}
+
 export function renderCharts() {
   renderLegend();
+  renderProgress();
   const box = document.getElementById('charts');
   const ids = selectedRuns();
   if (!ids.length) {
