@@ -151,7 +151,7 @@ const put = (group: ConfigGroup, keys: string) =>
 put('task / suite', 'suite tasks eval_tasks max_difficulty faults bundled_servers');
 put(
   'model',
-  'model policy base_url api_key_env learner learner_token device threads sampler_threads dtype gradient_checkpointing lora_rank lora_alpha lora_dropout lora_targets logit_chunk',
+  'model policy base_url api_key_env learner learner_token device threads sampler_threads sampler_keep_rows dtype gradient_checkpointing lora_rank lora_alpha lora_dropout lora_targets logit_chunk',
 );
 put(
   'algorithm / loss',

@@ -203,6 +203,12 @@ export const TrainConfigSchema = z
       .describe(
         "the embedded policy's onnxruntime threads for the rollouts and evaluations (the samples do not depend on it); default: 2 with max_staleness 0 on 2 or more cores (the learner is idle while the rollouts run), else 1",
       ),
+    sampler_keep_rows: z
+      .boolean()
+      .default(true)
+      .describe(
+        "the embedded GPT's episodes keep their keys and values between turns, so that a turn prefills only what the environment added (about 1 MB per episode in flight); false prefills each turn's whole sequence",
+      ),
     lora_rank: z
       .number()
       .int()
@@ -283,6 +289,7 @@ export const CONFIG_GROUPS = {
     'base_url',
     'api_key_env',
     'sampler_threads',
+    'sampler_keep_rows',
     'bundled_servers',
     'faults',
     'tool_format',

@@ -70,6 +70,7 @@ export async function rolloutPolicy(
       maxNewTokens: c.max_new_tokens,
       seed: c.seed + 1 + o.step,
       threads: samplerThreads(c),
+      keepRows: c.sampler_keep_rows,
       chatTemplate: { toolFormat: c.tool_format },
     });
     // The weights trained here carry the chat template their episodes are rendered with (the Hermes
