@@ -7,6 +7,7 @@ the ProRL reference reset and the step's metrics (metrics.py). `UpdateLoop` is m
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from typing import Any, Dict, List, Optional
 
@@ -50,6 +51,19 @@ class UpdateLoop:
             return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads, 2.0)), 2.0)
         return torch.norm(torch.stack([torch.norm(g.detach(), 2.0) for g in grads]), 2.0)  # pragma: no cover
 
+    def _idle_sequences(self, batch: Batch, cfg: RLConfig, vt: Optional[ValueTargets], track: bool) -> set:
+        """The sequences whose every loss term is 0, so that no forward or backward is spent on them: with no KL
+        term, no entropy bonus and no value loss, a sequence whose advantages are all 0 (a group whose episodes
+        all got the same reward) adds exactly 0 to every policy loss (PPO clip, GSPO, CISPO: each term is the
+        advantage times a finite factor). Kept when its figures are wanted: the off-policy statistics (`track`)
+        and under DDP (each rank must run each minibatch); MCP_GYM_SKIP_IDLE=0 keeps them all (bench/main-job.ts's
+        old recipe)."""
+        if cfg.beta != 0 or cfg.entropy_coef != 0 or vt is not None or track or self.dist:
+            return set()
+        if os.environ.get("MCP_GYM_SKIP_IDLE", "1") == "0":
+            return set()
+        return {i for i, a in enumerate(batch.adv) if not bool(a.any())}
+
     def _train(self, batch: Batch, cfg: RLConfig) -> Dict[str, Any]:
         B = len(batch)
         lr = lr_at(self.step, cfg.total_steps, cfg.lr, cfg.warmup_steps, cfg.min_lr_ratio)
@@ -68,11 +82,14 @@ class UpdateLoop:
         params = self.params()
         records: List[Dict[str, torch.Tensor]] = []
         t_fb = t_opt = 0.0  # seconds in the forwards and backwards, and in clipping and the optimizer steps
+        idle = self._idle_sequences(batch, cfg, vt, track)
         for epoch in range(cfg.epochs):
             for mb in minibatches(B, cfg.minibatch_size, cfg.seed, self.step, epoch):
                 n_tokens = sum(batch.scored[i] for i in mb)
                 n_valued = float(sum(float(vt.valued[i].sum()) for i in mb)) if vt is not None else 0.0
-                micro = self._micro(mb[self.rank::self.world], batch, cfg)
+                # the minibatch's normalisation (n_seqs, n_tokens) is the whole minibatch's: leaving out the
+                # sequences whose loss terms are all 0 changes no gradient
+                micro = self._micro([i for i in mb[self.rank::self.world] if i not in idle], batch, cfg)
                 dummy = not micro
                 if dummy:  # this rank has no sequence of the minibatch: a zero-weight pass keeps DDP in step
                     micro = [[mb[0]]]
@@ -111,6 +128,6 @@ class UpdateLoop:
         self.last_config = cfg.to_json()
         losses = summary(records, cfg.beta, sampler=track, is_correction=cfg.is_correction, dual_clip=cfg.dual_clip,
                          gae=vt.stats if vt is not None else None)
-        return {**losses, "lr": lr, "tokens": batch.tokens, "scored_tokens": sum(batch.scored), "sequences": B,
+        return {**losses, "idle_sequences": len(idle), "lr": lr, "tokens": batch.tokens, "scored_tokens": sum(batch.scored), "sequences": B,
                 "groups": len(set(batch.group_ids)), "ref_reset": reset, "world_size": self.world,
                 "forward_backward_seconds": t_fb, "optimizer_seconds": t_opt}

@@ -100,3 +100,32 @@ def test_an_rl_step_with_the_shared_prefix_gives_the_same_weights():
     assert abs(m0["loss"] - m1["loss"]) < 1e-12
     for name in w0:
         assert torch.allclose(w0[name], w1[name], rtol=0, atol=1e-12), name
+
+
+def test_sequences_without_advantage_are_left_out_and_change_nothing():
+    """A group whose episodes all got the same reward (advantages all 0) adds 0 to the loss: the learner spends
+    no pass on it, and the step gives the same weights as one that runs every sequence (float64)."""
+    base = soft_model(0)
+    wire = _batch(B=12)
+    for b in range(12):
+        if b % 3 == 0:
+            wire["advantages"][b] = 0.0  # four sequences without signal, spread over the minibatches
+    cfg = RLConfig(loss="grpo", beta=0.0, epochs=2, minibatch_size=4, micro_batch_size=2, lr=1e-3, max_grad_norm=1.0,
+                   total_steps=1, warmup_steps=0)
+    after = []
+    for skip in (False, True):
+        m = copy.deepcopy(base)
+        tr = RLTrainer(m, GPTAdapter(m))
+        if not skip:
+            tr._idle_sequences = lambda *a: set()
+        metrics = tr.train(parse_batch(wire, 264, 128), cfg)["metrics"]
+        assert metrics["idle_sequences"] == (4 if skip else 0)
+        after.append((metrics, {n: p.detach().clone() for n, p in m.named_parameters()}))
+    (m0, w0), (m1, w1) = after
+    assert abs(m0["pg_loss"] - m1["pg_loss"]) < 1e-12 and abs(m0["grad_norm"] - m1["grad_norm"]) < 1e-12
+    for name in w0:
+        assert torch.allclose(w0[name], w1[name], rtol=0, atol=1e-12), name
+    # with a KL term the idle sequences still pull towards the reference: none is left out
+    kl = RLConfig(loss="grpo", beta=0.04, epochs=1, minibatch_size=4, micro_batch_size=2, lr=1e-3, total_steps=1)
+    m = copy.deepcopy(base)
+    assert RLTrainer(m, GPTAdapter(m)).train(parse_batch(wire, 264, 128), kl)["metrics"]["idle_sequences"] == 0

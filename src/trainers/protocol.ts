@@ -176,6 +176,11 @@ export const TrainMetricsSchema = z.looseObject({
   sequences: num,
   groups: num.describe('distinct group ids in the batch'),
   optimizer_steps: num,
+  idle_sequences: num
+    .optional()
+    .describe(
+      'sequences left out of the forward and backward passes because every loss term of theirs is 0 (all advantages 0, no KL, entropy or value term, no off-policy statistics wanted); the gradients are unchanged, the monitoring figures (entropy, ratios, clip fraction) are over the other sequences',
+    ),
   ref_reset: z.boolean(),
   world_size: num,
   seconds: num,
