@@ -205,9 +205,9 @@ export const TrainConfigSchema = z
       ),
     sampler_keep_rows: z
       .boolean()
-      .default(true)
+      .default(false)
       .describe(
-        "the embedded GPT's episodes keep their keys and values between turns, so that a turn prefills only what the environment added (about 1 MB per episode in flight); false prefills each turn's whole sequence",
+        'the embedded GPT\'s episodes keep their keys and values between turns, so that a turn prefills only what the environment added (about 1 MB per episode in flight); off by default: on the main job it cut the prefilled tokens by a third but cost more in copying than it saved (bench/RESULTS.md, "The main job\'s time")',
       ),
     lora_rank: z
       .number()

@@ -26,7 +26,8 @@ export interface OnnxPolicyOptions extends Partial<SamplingOptions>, OnnxModelOp
   batching?: 'static' | 'continuous';
   /**
    * The embedded GPT: keep each episode's keys and values between its turns, so that a turn prefills
-   * only what the environment added (default true; false prefills every turn's whole sequence).
+   * only what the environment added (default false: on the main job's 1M-parameter model the copying
+   * cost more than the prefill it saved).
    */
   keepRows?: boolean;
 }
@@ -124,8 +125,8 @@ export class OnnxPolicy implements Policy {
     // Each turn draws from its own random source, seeded by the policy's seed, the episode and the
     // turn: what a turn samples does not depend on which other turns share its batch.
     const rng = seededRandom(fnv1a(`${this.options.seed ?? 1}:${obs.episodeKey ?? obs.episodeId}:${obs.turn}`));
-    // The episode's keys and values are kept between its turns: the next turn prefills only what the environment added.
-    const g = await this.enqueue({ prompt, maxNewTokens: maxNew, rng, ...(this.options.keepRows !== false ? { cacheKey: obs.episodeId } : {}) });
+    // keepRows: the episode's keys and values are kept between its turns, and the next turn prefills only what the environment added.
+    const g = await this.enqueue({ prompt, maxNewTokens: maxNew, rng, ...(this.options.keepRows === true ? { cacheKey: obs.episodeId } : {}) });
     this.sequences.set(obs.episodeId, prompt.concat(g.tokens));
     const parsed = parseAssistantTokens(g.tokens);
     return {
