@@ -16,9 +16,9 @@ export { LEARNER_DIR };
 
 /**
  * The Python the learner runs with. For the embedded model: the project's venv when it exists
- * (torch 2: the main job's learner step took 1.26x less time than with Debian's torch 1.13,
- * bench/RESULTS.md, "The main job's time"), else Debian's (python3-torch), unless MCP_GYM_PYTHON
- * says otherwise. For a Hugging Face checkpoint (`hf: true`): the project's venv
+ * (torch 2: a learner step of the main job's shape took 1.4x less time than with Debian's torch
+ * 1.13, bench/RESULTS.md, "The main job's time"), else Debian's (python3-torch), unless
+ * MCP_GYM_PYTHON says otherwise. For a Hugging Face checkpoint (`hf: true`): the project's venv
  * with torch 2, transformers and PEFT (`.venv`, made by `npm install`'s ensure step or
  * `node scripts/ensure.mjs`), unless MCP_GYM_HF_PYTHON says otherwise.
  */
