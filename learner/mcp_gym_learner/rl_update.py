@@ -128,6 +128,7 @@ class UpdateLoop:
         self.last_config = cfg.to_json()
         losses = summary(records, cfg.beta, sampler=track, is_correction=cfg.is_correction, dual_clip=cfg.dual_clip,
                          gae=vt.stats if vt is not None else None)
-        return {**losses, "idle_sequences": len(idle), "lr": lr, "tokens": batch.tokens, "scored_tokens": sum(batch.scored), "sequences": B,
-                "groups": len(set(batch.group_ids)), "ref_reset": reset, "world_size": self.world,
+        return {**losses, "idle_sequences": len(idle), "lr": lr, "tokens": batch.tokens,
+                "scored_tokens": sum(batch.scored), "sequences": B, "groups": len(set(batch.group_ids)),
+                "ref_reset": reset, "world_size": self.world,
                 "forward_backward_seconds": t_fb, "optimizer_seconds": t_opt}

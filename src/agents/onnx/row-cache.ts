@@ -36,13 +36,7 @@ export class RowCaches {
   /** Whether a row of `prompt` on `session` will start from what `cacheKey` kept (a graph that keeps the prefix in its slots: the embedded GPT). */
   covers(session: ort.InferenceSession, cacheKey: string | undefined, prompt: number[]): boolean {
     const kept = cacheKey === undefined ? undefined : this.byKey.get(cacheKey);
-    return (
-      kept !== undefined &&
-      kept.base === 0 &&
-      kept.session === session &&
-      kept.tokens.length < prompt.length &&
-      commonLength(kept.tokens, prompt) === kept.tokens.length
-    );
+    return kept !== undefined && kept.base === 0 && fits(kept, session, prompt);
   }
 
   /** The kept cache a row can start from: same weights, the same prefix read, and its tokens a prefix of the row's prompt. */
@@ -51,10 +45,8 @@ export class RowCaches {
     const kept = key === undefined ? undefined : this.byKey.get(key);
     if (!kept || key === undefined) return undefined;
     this.byKey.delete(key);
-    const p = row.prompt;
-    const fits = kept.session === lane.session && kept.tokens.length < p.length && commonLength(kept.tokens, p) === kept.tokens.length;
     const samePrefix = kept.base === 0 || (lane.prefix !== undefined && commonLength(lane.prefix.tokens, kept.tokens) >= kept.base);
-    return fits && samePrefix ? kept : undefined;
+    return fits(kept, lane.session, row.prompt) && samePrefix ? kept : undefined;
   }
 
   /** Keeps a finished row's keys and values under its cacheKey (at most 512 rows, oldest dropped). */
@@ -80,4 +72,9 @@ export class RowCaches {
     this.byKey.set(key, { session: lane.session, tokens, base: row.base, n, K, V });
     while (this.byKey.size > 512) this.byKey.delete(this.byKey.keys().next().value!);
   }
+}
+
+/** Whether `kept` was computed on `session` (the same weights) and its tokens are a proper prefix of `prompt`. */
+function fits(kept: RowCache, session: ort.InferenceSession, prompt: number[]): boolean {
+  return kept.session === session && kept.tokens.length < prompt.length && commonLength(kept.tokens, prompt) === kept.tokens.length;
 }
