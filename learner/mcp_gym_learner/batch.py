@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, List, Optional, Sequence
+from typing import Any, List, Optional, Sequence, Union
 
 import torch
 
@@ -194,6 +194,14 @@ def micro_batches(shard: Sequence[int], batch: Batch, size: int, max_tokens: Opt
     return out
 
 
+def rows_at(start: Union[int, torch.Tensor], positions: torch.Tensor) -> torch.Tensor:
+    """The rows of an adapter's hidden states that hold a sequence's `positions`: `start` is the sequence's
+    offset (row start + j) or, for a layout that shares runs of tokens between sequences, its row map."""
+    if isinstance(start, torch.Tensor):
+        return start[positions]
+    return positions + start
+
+
 def micro_inputs(batch: Batch, idx: Sequence[int], adapter: Any, device: torch.device):
     """The model inputs of sequences `idx` laid out by the adapter, the rows of their scored positions' hidden
     states (`sel`), the target tokens, each token's local sequence and each sequence's scored tokens."""
@@ -201,7 +209,7 @@ def micro_inputs(batch: Batch, idx: Sequence[int], adapter: Any, device: torch.d
     # the hidden states read start at the row before each sequence's first scored token
     need = [int(batch.pos[i].min()) - 1 if batch.scored[i] else int(batch.lengths[i]) for i in idx]
     inputs, starts = adapter.inputs(seqs, device, need_from=need)
-    sel = torch.cat([batch.pos[i] - 1 + starts[j] for j, i in enumerate(idx)]).to(device)
+    sel = torch.cat([rows_at(starts[j], batch.pos[i] - 1) for j, i in enumerate(idx)]).to(device)
     targets = torch.cat([batch.tgt[i] for i in idx]).to(device)
     seq_index = torch.cat([torch.full((batch.scored[i],), j, dtype=torch.long) for j, i in enumerate(idx)])
     seq_tokens = torch.tensor([batch.scored[i] for i in idx], dtype=torch.long)

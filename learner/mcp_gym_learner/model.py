@@ -25,6 +25,8 @@ def _exporting() -> bool:
 
 
 def _additive_bias(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    if allowed.dtype == dtype:  # already a bias (features with `allowed`: converted once for all blocks)
+        return allowed
     bias = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
     return bias.masked_fill(~allowed, torch.finfo(dtype).min)
 
@@ -130,9 +132,12 @@ class GPT(nn.Module):
 
     def features(self, input_ids: torch.Tensor, position_ids: torch.Tensor, attention_mask: torch.Tensor,
                  past_keys: Optional[torch.Tensor] = None, past_values: Optional[torch.Tensor] = None,
-                 causal_only: bool = False, return_cache: bool = True):
+                 causal_only: bool = False, return_cache: bool = True, allowed: Optional[torch.Tensor] = None):
         """The final hidden states [B, T, D] and the presents (None, None without return_cache);
         `forward` without the head.
+
+        allowed: bool [B, 1, T, S], which keys each query attends (replacing the causal and padding mask built
+        from attention_mask): a training layout (the prefix tree of trie_layout.py) states its own mask.
 
         causal_only=True is a training shortcut: the caller guarantees that in every row all padding
         comes after all real tokens (right padding) and there is no past, so the padding mask can be
@@ -143,8 +148,11 @@ class GPT(nn.Module):
         T = input_ids.shape[1]
         S = attention_mask.shape[1]  # P + T
         x = self.tok_emb(input_ids) + self.pos_emb(position_ids)
-        allowed = None
-        if not (causal_only and _HAS_SDPA and not _exporting()):
+        if allowed is not None:
+            if causal_only or _exporting():
+                raise ValueError("allowed replaces the mask: a training layout (not with causal_only or export)")
+            allowed = _additive_bias(allowed, x.dtype)
+        elif not (causal_only and _HAS_SDPA and not _exporting()):
             key_idx = torch.arange(S, device=input_ids.device)
             query_idx = torch.arange(T, device=input_ids.device) + (S - T)
             causal = key_idx.unsqueeze(0) <= query_idx.unsqueeze(1)  # [T, S]: j <= P + t

@@ -2,8 +2,9 @@
 
 An adapter lays a micro-batch of sequences out for its model (right padding, or packing into one row
 when the attention kernel supports it, or a shared prefix computed once), returns the final hidden states of
-every token as rows of a [M, D] matrix (token j of sequence b at row starts[b] + j), and names the LM head's
-weight and bias.
+every token as rows of a [M, D] matrix (token j of sequence b at row starts[b] + j, or at row starts[b][j] when
+starts[b] is a row map: the embedded GPT's prefix tree, where sequences share rows; batch.rows_at reads both),
+and names the LM head's weight and bias.
 
 Shared prefix (HFAdapter, `share_prefix`): when the caller says from which token on each sequence's hidden
 states are needed (`need_from`: the position before its first scored token), the sequences' longest common
@@ -24,6 +25,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.nn as nn
 
+from . import trie_layout
 from .head import head_logprobs
 
 
@@ -57,12 +59,15 @@ def _pad_right(seqs: Sequence[torch.Tensor], pad_id: int) -> Tuple[torch.Tensor,
 class GPTAdapter(Adapter):
     """The embedded GPT (model.py): right padding, causal attention only (pads come after real tokens).
 
-    Shared prefix (`share_prefix`, on by default): when the caller says from which token on the hidden states
-    are read (`need_from`), the micro-batch's longest common prefix up to there (the user turn's opening that
-    every calculator task shares) runs through the decoder once, its keys and values kept; the sequences'
-    rests follow, right-padded, each reading the prefix's keys and values as its past. The same logprobs and
-    gradients as without (autograd sums the prefix's gradient over the rows; test_gpt_shared_prefix), for the
-    prefix's tokens once per micro-batch instead of once per sequence."""
+    Prefix tree (`share_prefix`, on by default): when the caller says from which token on the hidden states
+    are read (`need_from`), the micro-batch is laid out as a trie (trie_layout.py): its longest common prefix up
+    to there (the opening every calculator task shares) runs once and every row reads its keys and values; each
+    other run of tokens that several sequences share (a group's prompt, a first turn or a whole episode that
+    several members wrote alike) is computed once, the runs packed side by side into rows whose mask lets a
+    token see exactly what it sees when its sequence runs alone. The same logprobs and gradients as without
+    (autograd sums a shared run's gradient over its readers; test_gpt_shared_prefix), for each distinct prefix's
+    tokens once per micro-batch. `starts` are then per-sequence row maps (a LongTensor: the hidden state of
+    position j is row starts[b][j]), where the padded layout gives offsets (row starts[b] + j)."""
 
     kind = "gpt"
 
@@ -78,33 +83,35 @@ class GPTAdapter(Adapter):
     def inputs(self, seqs, device, need_from=None):
         if self.share_prefix and need_from is not None and len(seqs) > 1:
             P = min(common_prefix_len(seqs), min(int(x) for x in need_from))
-            if P >= MIN_SHARED_PREFIX:
-                rests, lengths = _pad_right([s[P:] for s in seqs], self.pad_id)
-                R = rests.shape[1]
-                # token j >= P of sequence b is row b * R + (j - P) of the rests' hidden states
-                return ({"prefix": seqs[0][:P].unsqueeze(0).to(device), "ids": rests.to(device),
-                          "lengths": lengths.to(device)}, [r * R - P for r in range(len(seqs))])
+            if P < MIN_SHARED_PREFIX:
+                P = 0
+            if any(int(s.shape[0]) > P for s in seqs):
+                t = trie_layout.layout(seqs, P, self.pad_id, TRIE_MAX_UNIT, TRIE_MIN_ROW)
+                inputs = {"ids": t.ids.to(device), "pos": t.pos.to(device), "allowed": t.allowed.to(device)}
+                if P:
+                    inputs["prefix"] = seqs[0][:P].unsqueeze(0).to(device)
+                return inputs, t.rows
         ids, lengths = _pad_right(seqs, self.pad_id)
         T = ids.shape[1]
         return {"ids": ids.to(device), "lengths": lengths.to(device)}, [r * T for r in range(len(seqs))]
 
-    def _hidden_shared(self, model, inputs):
-        prefix, ids, lengths = inputs["prefix"], inputs["ids"], inputs["lengths"]
-        P = prefix.shape[1]
+    def _hidden_trie(self, model, inputs):
+        ids, pos, allowed = inputs["ids"], inputs["pos"], inputs["allowed"]
         B, R = ids.shape
-        dev = ids.device
-        ones = torch.ones((1, P), dtype=torch.long, device=dev)
-        _, k, v = model.features(prefix, torch.arange(P, device=dev).unsqueeze(0), ones, causal_only=True)
-        ar = torch.arange(R, device=dev)
-        attn = torch.cat([ones.expand(B, P), (ar.unsqueeze(0) < lengths.unsqueeze(1)).long()], 1)  # [B, P + R]
-        pos = (ar + P).unsqueeze(0).expand(B, R)
-        h, _, _ = model.features(ids, pos, attn, k.expand(-1, B, -1, -1, -1), v.expand(-1, B, -1, -1, -1),
-                                 return_cache=False)
+        k = v = None
+        if "prefix" in inputs:
+            prefix = inputs["prefix"]
+            P = prefix.shape[1]
+            ones = torch.ones((1, P), dtype=torch.long, device=ids.device)
+            _, k, v = model.features(prefix, torch.arange(P, device=ids.device).unsqueeze(0), ones, causal_only=True)
+            k, v = k.expand(-1, B, -1, -1, -1), v.expand(-1, B, -1, -1, -1)
+        mask = torch.ones((B, allowed.shape[-1]), dtype=torch.long, device=ids.device)  # the shape; `allowed` rules
+        h, _, _ = model.features(ids, pos, mask, k, v, return_cache=False, allowed=allowed)
         return h.reshape(B * R, h.shape[-1])
 
     def hidden(self, model, inputs):
-        if "prefix" in inputs:
-            return self._hidden_shared(model, inputs)
+        if "allowed" in inputs:
+            return self._hidden_trie(model, inputs)
         ids, lengths = inputs["ids"], inputs["lengths"]
         B, T = ids.shape
         ar = torch.arange(T, device=ids.device)
@@ -129,6 +136,8 @@ def hf_base(model):
 
 DEFAULT_PACK_TOKENS = 4096  # tokens per packed row when the attention kernel builds a dense [M, M] mask
 MIN_SHARED_PREFIX = 32  # a common prefix shorter than this is not worth a pass of its own
+TRIE_MAX_UNIT = 384  # GPTAdapter's prefix tree: a subtree of more tokens is split (rows' attention is dense)
+TRIE_MIN_ROW = 256  # ... and its rows hold at least this many tokens (units packed side by side)
 DEFAULT_REST_ROW_TOKENS = 512  # shared prefix: the rests of the sequences are laid in rows of this many tokens
 
 

@@ -1,8 +1,9 @@
-"""The embedded GPT's shared prefix (policy.py GPTAdapter): a micro-batch's common prefix computed once, the
-sequences' rests reading its keys and values. The logprobs and the gradient of every parameter must be those of
-each sequence laid out on its own (right padding), in float64 (exact to rounding): with rests of different
-lengths, with the prefix cut where the first scored token needs it, too short to share, and through a whole RL
-step of the trainer (the weights after it)."""
+"""The embedded GPT's prefix tree (policy.py GPTAdapter, trie_layout.py): a micro-batch's common prefix computed
+once, every other run of tokens that several sequences share computed once, the runs packed into rows. The
+logprobs and the gradient of every parameter must be those of each sequence laid out on its own (right padding),
+in float64 (exact to rounding): with rests of different lengths, with the prefix cut where the first scored token
+needs it or too short to share, with groups sharing prompts and whole episodes, sequences that are prefixes of
+others, subtrees split into units, and through a whole RL step of the trainer (the weights after it)."""
 
 import copy
 
@@ -10,7 +11,8 @@ import pytest
 import torch
 
 from _helpers import tiny_model
-from mcp_gym_learner.batch import parse_batch
+from mcp_gym_learner import policy, trie_layout
+from mcp_gym_learner.batch import parse_batch, rows_at
 from mcp_gym_learner.policy import MIN_SHARED_PREFIX, GPTAdapter, LogprobModule
 from mcp_gym_learner.rl import RLConfig, RLTrainer
 
@@ -33,7 +35,7 @@ def _logprobs_and_grads(model, seqs, need, share):
     model.zero_grad()
     adapter = GPTAdapter(model, share_prefix=share)
     inputs, starts = adapter.inputs(seqs, "cpu", need_from=need)
-    sel = torch.cat([torch.arange(n, len(s) - 1) + st for s, n, st in zip(seqs, need, starts)])
+    sel = torch.cat([rows_at(st, torch.arange(n, len(s) - 1)) for s, n, st in zip(seqs, need, starts)])
     tgt = torch.cat([s[n + 1:] for s, n in zip(seqs, need)])
     lp, _, _ = LogprobModule(model, adapter)(inputs, sel, tgt, 1.0, 0, 1.0, None, False)
     (lp * torch.linspace(-1, 1, lp.shape[0], dtype=lp.dtype)).sum().backward()
@@ -48,22 +50,88 @@ def test_logprobs_and_gradients_equal_each_sequence_alone(need):
     seqs = _seqs()
     lp0, g0, plain = _logprobs_and_grads(model, seqs, need, share=False)
     lp1, g1, shared = _logprobs_and_grads(model, seqs, need, share=True)
-    assert "prefix" not in plain
+    assert "prefix" not in plain and "allowed" not in plain
     assert shared["prefix"].shape[1] == min(40, min(need))  # cut where the first scored token's row is read
-    assert shared["ids"].shape[1] < plain["ids"].shape[1]
+    assert shared["ids"].numel() < plain["ids"].numel()
     assert torch.allclose(lp0, lp1, rtol=0, atol=1e-12)
     assert g0.keys() == g1.keys()
     for name in g0:
         assert torch.allclose(g0[name], g1[name], rtol=1e-10, atol=1e-12), name
 
 
-def test_a_short_prefix_is_not_shared():
+def test_a_short_prefix_is_not_computed_apart():
     model = soft_model(0)
+    model.train()
     seqs = _seqs(P=MIN_SHARED_PREFIX - 1)
-    inputs, starts = GPTAdapter(model).inputs(seqs, "cpu", need_from=[len(s) - 2 for s in seqs])
-    assert "prefix" not in inputs and starts == [r * inputs["ids"].shape[1] for r in range(len(seqs))]
-    one, _ = GPTAdapter(model).inputs(seqs[:1], "cpu", need_from=[40])  # one sequence: nothing to share
-    assert "prefix" not in one
+    need = [len(s) - 2 for s in seqs]
+    inputs, starts = GPTAdapter(model).inputs(seqs, "cpu", need_from=need)
+    assert "prefix" not in inputs and "allowed" in inputs  # the trie's root segment holds it
+    lp0, g0, _ = _logprobs_and_grads(model, seqs, need, share=False)
+    lp1, g1, _ = _logprobs_and_grads(model, seqs, need, share=True)
+    assert torch.allclose(lp0, lp1, rtol=0, atol=1e-12)
+    for name in g0:
+        assert torch.allclose(g0[name], g1[name], rtol=1e-10, atol=1e-12), name
+    one, st = GPTAdapter(model).inputs(seqs[:1], "cpu", need_from=[40])  # one sequence: nothing to share
+    assert "allowed" not in one and st == [0]
+
+
+def _group_seqs(seed=5):
+    """Two groups after a common opening of 40: a prompt per group, members that repeat each other (one whole
+    episode twice, one a prefix of another, one first turn shared by three), others that differ."""
+    g = torch.Generator().manual_seed(seed)
+    rnd = lambda n: torch.randint(0, 256, (n,), generator=g)  # noqa: E731
+    opening = rnd(40)
+    seqs, need = [], []
+    for _ in range(2):
+        prompt = torch.cat([opening, rnd(15)])
+        turn = rnd(9)
+        full = torch.cat([prompt, turn, rnd(12)])
+        members = [full, full.clone(), full[:-5], torch.cat([prompt, turn, rnd(4)]), torch.cat([prompt, rnd(30)]),
+                   torch.cat([prompt, turn])]
+        seqs += members
+        need += [len(prompt) - 1] * len(members)
+    return seqs, need
+
+
+@pytest.mark.parametrize("max_unit", [384, 40, 8])
+def test_shared_runs_are_computed_once_with_the_same_gradients(monkeypatch, max_unit):
+    """A small max_unit splits the subtrees into units with copies of the segments above them (a sequence that
+    ends inside a split segment goes with its first child's unit)."""
+    monkeypatch.setattr(policy, "TRIE_MAX_UNIT", max_unit)
+    model = soft_model(0)
+    model.train()
+    seqs, need = _group_seqs()
+    lp0, g0, plain = _logprobs_and_grads(model, seqs, need, share=False)
+    lp1, g1, trie = _logprobs_and_grads(model, seqs, need, share=True)
+    assert trie["prefix"].shape[1] == 40
+    assert torch.allclose(lp0, lp1, rtol=0, atol=1e-12)
+    for name in g0:
+        assert torch.allclose(g0[name], g1[name], rtol=1e-10, atol=1e-12), name
+    laid = int((trie["pos"] > 0).sum())  # real tokens in the rows (pads have position 0, real ones >= 40)
+    distinct = len({tuple(s[:k].tolist()) for s in seqs for k in range(41, len(s) + 1)})
+    if max_unit == 384:  # one copy of each distinct prefix
+        assert laid == distinct
+    else:  # copies of the segments above the split units
+        assert laid > distinct
+    assert laid < sum(len(s) - 40 for s in seqs)
+
+
+def test_the_trie_of_a_micro_batch():
+    seqs, _ = _group_seqs()
+    lists = [s.tolist() for s in seqs]
+    segs, paths = trie_layout.build_trie(lists, 40)
+    for m, path in enumerate(paths):  # a path's segments spell the sequence after the prefix
+        assert sum((lists[segs[i].seq][segs[i].start: segs[i].end] for i in path), []) == lists[m][40:]
+        assert [segs[i].parent for i in path] == [-1] + path[:-1]
+    assert len([s for s in segs if s.parent < 0]) == 2  # one subtree per group
+    assert sum(s.end - s.start for s in segs) == len({tuple(x[:k]) for x in lists for k in range(41, len(x) + 1)})
+    units = trie_layout.make_units(segs, 10_000)
+    assert len(units) == 2 and all(not u.chain for u in units)
+    small = trie_layout.make_units(segs, 20)
+    assert len(small) > 2 and any(u.chain for u in small)
+    ending = [m for u in small for m in u.extra] + [m for u in small for i in trie_layout.subtree(segs, u.root)
+                                                    for m in segs[i].ending]
+    assert sorted(ending) == list(range(len(seqs)))  # every sequence is read from exactly one unit
 
 
 def _batch(P=48, B=8, seed=3):

@@ -40,10 +40,11 @@ def _same(a, b):
 
 
 class SpyAdapter(GPTAdapter):
-    """Records the gradient reaching the final hidden states, i.e. the head's input at every position."""
+    """Records the gradient reaching the final hidden states, i.e. the head's input at every position, in the
+    padded layout (one row per sequence; the prefix tree gives the same gradients: test_gpt_shared_prefix)."""
 
     def __init__(self, model):
-        super().__init__(model)
+        super().__init__(model, share_prefix=False)
         self.records = []
 
     def hidden(self, model, inputs):
