@@ -12,11 +12,13 @@
  *
  * Both run the same algorithm and settings (MAIN_JOB, src/cli/train.ts: 90 steps of 24 tasks x 8,
  * four minibatches of 48, lr 5e-4). The old recipe runs it as the code did before issue 34: the
- * learner on Debian's torch 1.13 with every sequence laid out whole and every sequence given a
- * forward and backward pass. The new one runs it as the code does now: the learner on the venv's
- * torch 2 when present, the micro-batch's common prefix computed once, and no pass spent on
- * sequences whose advantages are all 0 (the gradients are the same). The sampler's change is in
- * both, since it changes no number: a batch's identical prompts are prefilled once. For each it prints where a step's seconds went (the rollouts' sampling:
+ * learner on Debian's torch 1.13, micro-batches of 16 with every sequence laid out whole and every
+ * sequence given a forward and backward pass. The new one runs it as the code does now: the learner
+ * on the venv's torch 2 when present, each minibatch one micro-batch laid out as a prefix tree (each
+ * run of tokens that several sequences share computed once), and no pass spent on sequences whose
+ * advantages are all 0 (the gradients are the same). The sampler's change is in both, since it
+ * changes no number: a batch's identical prompts are prefilled once. For each it prints where a
+ * step's seconds went (the rollouts' sampling:
  * prefill and decode graph runs; the tool calls and the scoring, summed over concurrent episodes;
  * the batch building; the learner's forward and backward passes and optimizer steps; the export of
  * the new weights and their reload; the checkpoint; the evaluations), then the two side by side.
@@ -39,8 +41,8 @@ const { values } = parseArgs({
   },
 });
 
-/** The main job as the code ran it before issue 34: the learner on Debian's torch, no shared prefix, every sequence given a pass. */
-const OLD_RECIPE: Partial<TrainConfigInput> = { ...MAIN_JOB };
+/** The main job as the code ran it before issue 34: the learner on Debian's torch, micro-batches of 16 laid out whole, every sequence given a pass. */
+const OLD_RECIPE: Partial<TrainConfigInput> = { ...MAIN_JOB, micro_batch_size: 16 };
 const OLD_ENV = {
   MCP_GYM_PYTHON: existsSync('/usr/bin/python3') ? '/usr/bin/python3' : 'python3',
   MCP_GYM_GPT_SHARE_PREFIX: '0',
@@ -165,7 +167,7 @@ const recipes: ['old' | 'new', Partial<TrainConfigInput>, Record<string, string>
 ];
 const got: Partial<Record<'old' | 'new', Outcome>> = {};
 console.log(
-  `main-job bench: seed ${seed}; ${describe(MAIN_JOB)}; old: the learner on ${OLD_ENV.MCP_GYM_PYTHON}, no shared prefix, a pass for every sequence; new: what the code does now`,
+  `main-job bench: seed ${seed}; ${describe(MAIN_JOB)}; old: the learner on ${OLD_ENV.MCP_GYM_PYTHON}, micro-batches of 16 laid out whole, a pass for every sequence; new: what the code does now`,
 );
 // Both at once, taking turns step by step (takeTurn); old first.
 await Promise.all(
