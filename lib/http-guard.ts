@@ -67,3 +67,20 @@ export function tokenMatches(header: string | undefined, token: string): boolean
   const want = Buffer.from(token);
   return given.length === want.length && timingSafeEqual(given, want);
 }
+
+/**
+ * Whether a request's Host header (and Origin, when a browser sent one) names a host of `allowed`
+ * (acceptedHostNames): a page on another site cannot reach a local server by DNS rebinding.
+ */
+export function hostAllowed(allowed: ReadonlySet<string>, headers: { host?: string; origin?: string }): boolean {
+  const h = headers.host;
+  if (!h) return false;
+  try {
+    if (!allowed.has(new URL(`http://${h}`).hostname)) return false;
+    const origin = headers.origin;
+    if (origin !== undefined && origin !== 'null' && !allowed.has(new URL(origin).hostname)) return false;
+  } catch {
+    return false;
+  }
+  return true;
+}

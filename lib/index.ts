@@ -19,7 +19,7 @@ export { mulberry32, seededRandom, SeededRandom, CountedRandom } from './random.
 export type { RandomFn } from './random.ts';
 export { fnv1a, sha256Hex, stableJson } from './hash.ts';
 export { esc } from './html.ts';
-export { LOCAL_NAMES, tokenProblem, invalidOption, hostName, acceptedHostNames, tokenMatches } from './http-guard.ts';
+export { LOCAL_NAMES, tokenProblem, invalidOption, hostName, acceptedHostNames, tokenMatches, hostAllowed } from './http-guard.ts';
 export {
   passAtK,
   passHatK,
@@ -36,3 +36,4 @@ export {
 export type { Estimate, RateEstimate, EpisodeSummary } from './evaluator.ts';
 export { EXIT, EXIT_MEANINGS, RunFailure, StartFailure, AllEpisodesFailed, NoLearningSignal, BelowThreshold, Interrupted } from './failures.ts';
 export { splitCommandLine, parseThreshold } from './command-line.ts';
+export { HttpError, MAX_BODY_BYTES, isJsonObject, readJsonObject, sendJson } from './http-json.ts';

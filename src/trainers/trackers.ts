@@ -6,13 +6,13 @@
  * clients live in the learner's venv; the first run that asks installs them there
  * (learner/requirements-trackers.lock). A tracker that fails mid-run costs a warning, not the run.
  */
-import { spawn, spawnSync, type ChildProcessWithoutNullStreams } from 'node:child_process';
+import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { StartFailure } from '../../lib/index.ts';
 import { LEARNER_DIR } from '../paths.ts';
 import type { Trajectory } from '../env/index.ts';
-import { learnerPython } from './learner-client.ts';
+import { ensureVenvPackages } from './venv-packages.ts';
 import type { TrackerName } from './options.ts';
 
 /** The module each tracker needs in the venv. */
@@ -21,16 +21,12 @@ export const TRACKERS_LOCK = join(LEARNER_DIR, 'requirements-trackers.lock');
 
 /** Installs the trackers' packages into the learner's venv when one is missing; returns the venv's Python. */
 export function ensureTrackerPackages(names: TrackerName[], log: (line: string) => void = () => {}): string {
-  const python = learnerPython({ hf: true });
-  const missing = names.filter((n) => spawnSync(python, ['-c', `import ${MODULES[n]}`], { stdio: 'ignore' }).status !== 0);
-  if (missing.length === 0) return python;
-  log(`installing ${missing.join(', ')} into the learner's venv (${TRACKERS_LOCK}; once, about a minute)`);
-  const r = spawnSync(python, ['-m', 'pip', 'install', '--quiet', '--disable-pip-version-check', '-r', TRACKERS_LOCK], { encoding: 'utf8' });
-  if (r.status !== 0)
-    throw new StartFailure(
-      `could not install the trackers' packages (${python} -m pip install -r ${TRACKERS_LOCK}): ${(r.stderr || r.stdout || String(r.error)).trim().split('\n').slice(-6).join('\n')}`,
-    );
-  return python;
+  return ensureVenvPackages(
+    names.map((n) => MODULES[n]),
+    TRACKERS_LOCK,
+    "the trackers' packages",
+    log,
+  );
 }
 
 export type TrackerMessage =

@@ -5,7 +5,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { resolve } from 'node:path';
-import { acceptedHostNames, invalidOption, seededRandom, tokenMatches, tokenProblem } from '../../../lib/index.ts';
+import { acceptedHostNames, hostAllowed, invalidOption, seededRandom, tokenMatches, tokenProblem } from '../../../lib/index.ts';
 import { GenerationBatcher } from '../onnx/index.ts';
 import { chat } from './chat.ts';
 import { ApiError, sendError, sendJson } from './http.ts';
@@ -95,7 +95,7 @@ const ROUTES: Record<string, string[]> = { '/v1/models': ['GET'], '/v1/chat/comp
 
 async function handle(s: ServeState, req: IncomingMessage, res: ServerResponse): Promise<void> {
   const { o, allowed, modelName } = s;
-  if (!hostAllowed(allowed, req))
+  if (!hostAllowed(allowed, req.headers))
     throw new ApiError(
       403,
       `Forbidden: the Host or Origin header names a host this server does not answer (allowed: ${[...allowed].join(', ')})`,
@@ -155,17 +155,4 @@ function modelCard(s: ServeState) {
     max_model_len: m.maxLen,
     version: m.version,
   };
-}
-
-function hostAllowed(allowed: Set<string>, req: IncomingMessage): boolean {
-  const h = req.headers.host;
-  if (!h) return false;
-  try {
-    if (!allowed.has(new URL(`http://${h}`).hostname)) return false;
-    const origin = req.headers.origin;
-    if (origin !== undefined && origin !== 'null' && !allowed.has(new URL(origin).hostname)) return false;
-  } catch {
-    return false;
-  }
-  return true;
 }

@@ -1,0 +1,34 @@
+/**
+ * Optional Python packages installed into the learner's venv (.venv) the first time something needs
+ * them, from a lock file of exact pins next to learner/requirements.lock: the experiment trackers'
+ * clients (requirements-trackers.lock) and OpenEnv's (requirements-openenv.lock).
+ */
+import { spawnSync } from 'node:child_process';
+import { join } from 'node:path';
+import { LEARNER_DIR } from '../paths.ts';
+import { learnerPython } from './learner-client.ts';
+import { StartFailure } from '../../lib/index.ts';
+
+export const OPENENV_LOCK = join(LEARNER_DIR, 'requirements-openenv.lock');
+
+/**
+ * Installs `lock` into the learner's venv when one of `modules` does not import there; returns the
+ * venv's Python. Throws StartFailure with pip's last lines when the install fails.
+ */
+export function ensureVenvPackages(modules: string[], lock: string, what: string, log: (line: string) => void = () => {}): string {
+  const python = learnerPython({ hf: true });
+  const missing = modules.filter((m) => spawnSync(python, ['-c', `import ${m}`], { stdio: 'ignore' }).status !== 0);
+  if (missing.length === 0) return python;
+  log(`installing ${what} (${missing.join(', ')}) into the learner's venv (${lock}; once, about a minute)`);
+  const r = spawnSync(python, ['-m', 'pip', 'install', '--quiet', '--disable-pip-version-check', '-r', lock], { encoding: 'utf8' });
+  if (r.status !== 0)
+    throw new StartFailure(
+      `could not install ${what} (${python} -m pip install -r ${lock}): ${(r.stderr || r.stdout || String(r.error)).trim().split('\n').slice(-6).join('\n')}`,
+    );
+  return python;
+}
+
+/** openenv-core in the learner's venv (its Python returned). */
+export function ensureOpenEnvPackages(log?: (line: string) => void): string {
+  return ensureVenvPackages(['openenv'], OPENENV_LOCK, "OpenEnv's client (openenv-core)", log);
+}
