@@ -10,6 +10,7 @@ import { startCommand, trainCommand } from './train.ts';
 import { benchCommand } from './bench.ts';
 import { tasksCommand } from './tasks.ts';
 import { evalCommand } from './eval.ts';
+import { serveEnvCommand } from './serve-env.ts';
 import { servePolicyCommand } from './serve-policy.ts';
 import { viewCommand } from './view.ts';
 import { modelsCommand } from './models.ts';
@@ -31,6 +32,9 @@ Commands:
                                           and the bound host), e.g. with --host 0.0.0.0; repeatable, or N1,N2
                         --data-dir D      where the server keeps its files (default: a temp dir)
                         --delay-ms N      add N ms to every tool call (for benchmarks)
+  serve-env           A suite or task file as an OpenEnv environment (reset/step/state over WebSocket
+                      and HTTP sessions, /schema, /health; for TRL and other Python trainers)
+                        --suite S | --tasks F --port N (default 8001) --token T   (serve-env --help)
   serve-policy        A model behind an OpenAI-compatible API (vLLM's formats: logprobs, token ids)
                         --model M --port N (default 8000) --host H --token T   (serve-policy --help)
   start               The main job: train the embedded policy (SFT cold start in models/calc-tiny)
@@ -182,7 +186,7 @@ export function commandHelp(command: string): string | undefined {
 }
 
 /** Commands whose own parser prints a fuller help for --help. */
-const OWN_HELP = new Set(['train', 'start', 'eval', 'bench', 'tasks', 'view', 'pipeline', 'serve-policy']);
+const OWN_HELP = new Set(['train', 'start', 'eval', 'bench', 'tasks', 'view', 'pipeline', 'serve-policy', 'serve-env']);
 
 /**
  * `--flag -1` as `--flag=-1`: node's parseArgs takes a value that starts with a dash for an option
@@ -241,6 +245,8 @@ export async function main(argvIn: string[]): Promise<void> {
         return await pipelineCommand(rest);
       case 'serve-policy':
         return await servePolicyCommand(rest);
+      case 'serve-env':
+        return await serveEnvCommand(rest);
       case 'start':
         return await startCommand(rest);
       case 'bench':

@@ -109,3 +109,15 @@ export { parseFaults, formatFaults, hasFaults, sabotaged, faultCounts, EpisodeFa
 export type { FaultSpec, FaultOptions, FaultMark, FaultedCall } from './faults.ts';
 export { synthesizeTasks, parseCandidates, synthesisPrompt, SYNTHESIS_SYSTEM, REJECTION_REASONS } from './synthesis.ts';
 export type { SynthesisOptions, SynthesisResult, Rejection, RejectionReason } from './synthesis.ts';
+export { startEnvServer, type EnvServer, type EnvServerOptions } from './openenv/server.ts';
+export { EnvSession, SessionError, type StepResult } from './openenv/session.ts';
+export {
+  EnvActionSchema,
+  EnvObservationSchema,
+  EnvStateSchema,
+  envSchemas,
+  type EnvAction,
+  type EnvObservation,
+  type EnvState,
+  type EnvTool,
+} from './openenv/schema.ts';
