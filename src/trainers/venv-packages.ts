@@ -32,3 +32,11 @@ export function ensureVenvPackages(modules: string[], lock: string, what: string
 export function ensureOpenEnvPackages(log?: (line: string) => void): string {
   return ensureVenvPackages(['openenv'], OPENENV_LOCK, "OpenEnv's client (openenv-core)", log);
 }
+
+export const TRL_LOCK = join(LEARNER_DIR, 'requirements-trl.lock');
+
+/** TRL and openenv-core in the learner's venv, for examples/trl_openenv.py (its Python returned). */
+export function ensureTrlPackages(log?: (line: string) => void): string {
+  ensureOpenEnvPackages(log);
+  return ensureVenvPackages(['trl', 'datasets'], TRL_LOCK, 'TRL (trl, datasets)', log);
+}
