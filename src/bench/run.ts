@@ -56,6 +56,7 @@ function describeSpec(spec: ServerSpec): { transport: string; target: string } {
   if (spec.transport === 'stdio')
     return { transport: 'stdio', target: [spec.command, ...(spec.args ?? [])].map((w) => (/[\s'"]/.test(w) ? JSON.stringify(w) : w)).join(' ') };
   if (spec.transport === 'http') return { transport: 'http', target: spec.url };
+  if (spec.transport === 'openenv') return { transport: 'openenv', target: spec.url };
   return { transport: 'inprocess', target: '(in-process server)' };
 }
 

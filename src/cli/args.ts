@@ -98,7 +98,7 @@ export function apiOptionsFrom(v: Partial<Record<keyof typeof API_FLAGS, string 
 }
 
 /** The server of `--stdio "<command line>"` or `--url U` (with `--token`, `--header K:V`), or undefined. */
-export function serverFromFlags(values: { stdio?: string; url?: string; token?: string; header?: string[] }): ServerSpec | undefined {
+export function serverFromFlags(values: { stdio?: string; url?: string; openenv?: string; token?: string; header?: string[] }): ServerSpec | undefined {
   if (values.stdio !== undefined) {
     let words: string[];
     try {
@@ -109,11 +109,13 @@ export function serverFromFlags(values: { stdio?: string; url?: string; token?: 
     if (!words.length) throw new UsageError('--stdio needs a command line, e.g. --stdio "npx mcp-gym serve kv"');
     return { transport: 'stdio', command: words[0]!, args: words.slice(1) };
   }
-  if (values.url === undefined) return undefined;
+  const url = values.url ?? values.openenv;
+  const flag = values.url !== undefined ? '--url' : '--openenv';
+  if (url === undefined) return undefined;
   try {
-    new URL(values.url);
+    new URL(url);
   } catch {
-    throw new UsageError(`--url must be a URL, got '${values.url}'`);
+    throw new UsageError(`${flag} must be a URL, got '${url}'`);
   }
   const headers: Record<string, string> = {};
   for (const h of values.header ?? []) {
@@ -122,8 +124,9 @@ export function serverFromFlags(values: { stdio?: string; url?: string; token?: 
     headers[h.slice(0, i).trim()] = h.slice(i + 1).trim();
   }
   return {
-    transport: 'http',
-    url: values.url,
+    // an OpenEnv environment's MCP tools, over its WebSocket session (src/tools/openenv-transport.ts)
+    transport: values.url !== undefined ? 'http' : 'openenv',
+    url,
     ...(Object.keys(headers).length ? { headers } : {}),
     ...(values.token !== undefined ? { token: values.token } : {}),
   };

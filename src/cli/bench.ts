@@ -21,11 +21,12 @@ import {
 } from '../bench/index.ts';
 import { API_FLAGS, apiOptionsFrom, intFlag, serverFromFlags, thresholdFlag, UsageError } from './args.ts';
 
-export const BENCH_HELP = `Usage: mcp-gym bench (--stdio "<command line>" | --url URL) [options]
+export const BENCH_HELP = `Usage: mcp-gym bench (--stdio "<command line>" | --url URL | --openenv URL) [options]
        mcp-gym bench --tasks <suite|file> --policy P [-k K]
 
 Server:   --stdio "CMD ARGS"  a stdio server (split like a shell: quotes work)
           --url URL           a streamable HTTP server   --token T   --header K:V (repeatable)
+          --openenv URL       an OpenEnv environment's MCP tools (a WebSocket session, reset first)
 Load:     --examples F        example calls: {"tool": [args, ...]} (JSON) or {"tool", "arguments"} lines (JSONL)
           --exclude a,b       tools never called
           --allow-writes      also call tools whose annotations say they may write (destructiveHint: true
@@ -114,6 +115,7 @@ export async function benchCommand(argv: string[]): Promise<void> {
       options: {
         stdio: { type: 'string' },
         url: { type: 'string' },
+        openenv: { type: 'string' },
         token: { type: 'string' },
         header: { type: 'string', multiple: true },
         examples: { type: 'string' },
@@ -156,13 +158,14 @@ export async function benchCommand(argv: string[]): Promise<void> {
     process.stdout.write(BENCH_HELP);
     return;
   }
-  if (values.stdio !== undefined && values.url !== undefined) throw new UsageError('bench takes --stdio or --url, not both');
-  if (values.stdio === undefined && values.url === undefined && values.tasks === undefined) {
-    throw new UsageError('bench needs a server (--stdio "<command line>" or --url <URL>) or --tasks <suite|file>. Run mcp-gym bench --help');
+  const servers = [values.stdio, values.url, values.openenv].filter((v) => v !== undefined).length;
+  if (servers > 1) throw new UsageError('bench takes one of --stdio, --url and --openenv');
+  if (servers === 0 && values.tasks === undefined) {
+    throw new UsageError('bench needs a server (--stdio "<command line>", --url <URL> or --openenv <URL>) or --tasks <suite|file>. Run mcp-gym bench --help');
   }
-  if (values.replay !== undefined && values.stdio === undefined && values.url === undefined)
-    throw new UsageError('--replay needs the server: --stdio or --url');
-  if ((values.token !== undefined || values.header) && values.url === undefined) throw new UsageError('--token and --header go with --url');
+  if (values.replay !== undefined && servers === 0) throw new UsageError('--replay needs the server: --stdio, --url or --openenv');
+  if ((values.token !== undefined || values.header) && values.url === undefined && values.openenv === undefined)
+    throw new UsageError('--token and --header go with --url or --openenv');
 
   const server = serverFromFlags(values);
 

@@ -98,17 +98,18 @@ export class Environment {
       const client = await ToolClient.connect({ transport: 'stdio', command: process.execPath, args: [CLI_PATH, 'serve', ref, ...extra] }, connectOptions);
       return { client, perEpisode: false };
     }
-    // A third-party stdio server gets a process per episode: a fresh state whatever it keeps.
+    // A third-party stdio server gets a process per episode: a fresh state whatever it keeps; an OpenEnv
+    // environment, a session per episode (reset at its start).
     const client = await ToolClient.connect(ref as ServerSpec, connectOptions);
     if (ref.transport === 'http' && !declaresEpisodeIsolation(client)) {
       return { client, perEpisode: false, unisolated: { url: ref.url, inFlight: 0, warned: false } };
     }
-    return { client, perEpisode: ref.transport === 'stdio' };
+    return { client, perEpisode: ref.transport === 'stdio' || ref.transport === 'openenv' };
   }
 
   private async server(ref: ServerRef): Promise<Connected> {
     if (this.closed) throw new Error('The environment is closed');
-    if (typeof ref !== 'string' && ref.transport === 'stdio') return this.connect(ref);
+    if (typeof ref !== 'string' && (ref.transport === 'stdio' || ref.transport === 'openenv')) return this.connect(ref);
     const key = refKey(ref);
     let p = this.shared.get(key);
     if (!p) {

@@ -6,12 +6,18 @@
 import { readFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { z } from 'zod';
-import { checkFixtures, HttpSpecSchema, InProcessSpecSchema, StdioSpecSchema, type StdioSpec } from '../tools/index.ts';
+import { checkFixtures, HttpSpecSchema, InProcessSpecSchema, OpenEnvSpecSchema, StdioSpecSchema, type StdioSpec } from '../tools/index.ts';
 
 const Json = z.json();
 
 /** A server a task needs: a bundled server's name, or any server spec of src/tools. */
-export const ServerRefSchema = z.union([z.string().min(1).describe('the name of a bundled server'), StdioSpecSchema, HttpSpecSchema, InProcessSpecSchema]);
+export const ServerRefSchema = z.union([
+  z.string().min(1).describe('the name of a bundled server'),
+  StdioSpecSchema,
+  HttpSpecSchema,
+  OpenEnvSpecSchema,
+  InProcessSpecSchema,
+]);
 export type ServerRef = z.input<typeof ServerRefSchema>;
 
 const Alias = z.string().regex(/^[a-z][a-z0-9_-]{0,31}$/, 'a server alias is 1-32 lower-case letters, digits, _ or -, starting with a letter');

@@ -12,6 +12,7 @@ import {
   ServerSpecSchema,
   type ContentBlock,
   type HttpSpec,
+  type OpenEnvSpec,
   type InProcessSpec,
   type ServerSpec,
   type StdioSpec,
@@ -20,6 +21,7 @@ import {
   type ToolResult,
 } from './contracts.ts';
 import { describeExit, ProcessStdioTransport } from './stdio.ts';
+import { OpenEnvTransport } from './openenv-transport.ts';
 import { createLinkedFetch } from './http-fetch.ts';
 import { DEFAULT_MAX_RESULT_BYTES, tooLargeMessage, tooLargeOf, type TooLarge } from './limits.ts';
 import { prepareFixture, type Fixture } from './fixtures.ts';
@@ -75,7 +77,7 @@ function messageOf(err: unknown): string {
 }
 
 export class ToolClient {
-  readonly spec: StdioSpec | HttpSpec | InProcessSpec;
+  readonly spec: StdioSpec | HttpSpec | OpenEnvSpec | InProcessSpec;
   /** How many times a crashed server was restarted. */
   restarts = 0;
   private live?: Live;
@@ -140,6 +142,7 @@ export class ToolClient {
     const s = this.spec;
     if (s.transport === 'stdio') return `stdio server '${[s.command, ...s.args].join(' ')}'`;
     if (s.transport === 'http') return `HTTP server ${s.url}`;
+    if (s.transport === 'openenv') return `OpenEnv environment ${s.url}`;
     return 'in-process server';
   }
 
@@ -164,6 +167,14 @@ export class ToolClient {
       transport = new StreamableHTTPClientTransport(new URL(spec.url), {
         requestInit: { headers },
         fetch: createLinkedFetch({ maxMessageBytes: this.options.maxResultBytes }),
+      });
+    } else if (spec.transport === 'openenv') {
+      transport = new OpenEnvTransport({
+        url: spec.url,
+        token: spec.token,
+        headers: spec.headers,
+        reset: spec.reset,
+        maxMessageBytes: this.options.maxResultBytes,
       });
     } else {
       const [clientSide, serverSide] = InMemoryTransport.createLinkedPair();

@@ -97,6 +97,20 @@ export const HttpSpecSchema = z.object({
     .optional(),
 });
 
+/**
+ * An OpenEnv environment that exposes MCP tools (openenv-core's MCPEnvironment, or `mcp-gym serve-env`),
+ * reached over its WebSocket session (src/tools/openenv-transport.ts): a session, reset, per episode.
+ */
+export const OpenEnvSpecSchema = z.object({
+  transport: z.literal('openenv'),
+  url: z.url(),
+  headers: z.record(z.string(), z.string()).optional(),
+  /** Sent as `Authorization: Bearer <token>`. */
+  token: z.string().optional(),
+  /** The reset's parameters (e.g. a seed, or serve-env's task_id). */
+  reset: z.record(z.string(), z.unknown()).optional(),
+});
+
 /** A server in this process: a factory of SDK server instances, reached over the in-memory transport. */
 export const InProcessSpecSchema = z.object({
   transport: z.literal('inprocess'),
@@ -105,11 +119,12 @@ export const InProcessSpecSchema = z.object({
   onClose: z.custom<() => unknown>((v) => typeof v === 'function').optional(),
 });
 
-export const ServerSpecSchema = z.discriminatedUnion('transport', [StdioSpecSchema, HttpSpecSchema, InProcessSpecSchema]);
+export const ServerSpecSchema = z.discriminatedUnion('transport', [StdioSpecSchema, HttpSpecSchema, OpenEnvSpecSchema, InProcessSpecSchema]);
 export type ServerSpec = z.input<typeof ServerSpecSchema>;
 export type StdioSpec = z.output<typeof StdioSpecSchema>;
 export type HttpSpec = z.output<typeof HttpSpecSchema>;
 export type InProcessSpec = z.output<typeof InProcessSpecSchema>;
+export type OpenEnvSpec = z.output<typeof OpenEnvSpecSchema>;
 
 export function errorResult(kind: ToolErrorKind, message: string, ms: number): ToolResult {
   return { content: [{ type: 'text', text: message }], isError: true, ms, errorKind: kind };

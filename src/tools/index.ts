@@ -9,11 +9,24 @@ export {
   ServerSpecSchema,
   StdioSpecSchema,
   HttpSpecSchema,
+  OpenEnvSpecSchema,
   InProcessSpecSchema,
   errorResult,
   resultText,
 } from './contracts.ts';
-export type { ToolCall, ToolResult, ToolInfo, ResourceInfo, ToolErrorKind, ServerSpec, StdioSpec, HttpSpec, InProcessSpec, ContentBlock } from './contracts.ts';
+export type {
+  ToolCall,
+  ToolResult,
+  ToolInfo,
+  ResourceInfo,
+  ToolErrorKind,
+  ServerSpec,
+  StdioSpec,
+  HttpSpec,
+  OpenEnvSpec,
+  InProcessSpec,
+  ContentBlock,
+} from './contracts.ts';
 export { ProcessStdioTransport } from './stdio.ts';
 export { descendants, isAlive, killTree } from './process-tree.ts';
 export { sampleFromSchema } from './schema-sample.ts';

@@ -70,10 +70,34 @@ describe.skipIf(!venv)("TRL's GRPOTrainer on serve-env", () => {
     const out = join(dir, 'trained');
     const { stdout } = await promisify(execFile)(
       python,
-      [join(ROOT, 'examples', 'trl_openenv.py'), '--url', server.url, '--model', model, '--out', out, '--steps', '3', '--batch-size', '4', '--num-generations', '4', '--max-completion-length', '48', '--lr', '1e-3'],
+      [
+        join(ROOT, 'examples', 'trl_openenv.py'),
+        '--url',
+        server.url,
+        '--model',
+        model,
+        '--out',
+        out,
+        '--steps',
+        '3',
+        '--batch-size',
+        '4',
+        '--num-generations',
+        '4',
+        '--max-completion-length',
+        '48',
+        '--lr',
+        '1e-3',
+      ],
       { encoding: 'utf8', timeout: 600_000, maxBuffer: 64 * 2 ** 20 },
     );
-    const r = JSON.parse(stdout.trim().split('\n').at(-1)!) as { steps: number; step_rewards: number[]; episodes: number; tensors_changed: number; tensors: number };
+    const r = JSON.parse(stdout.trim().split('\n').at(-1)!) as {
+      steps: number;
+      step_rewards: number[];
+      episodes: number;
+      tensors_changed: number;
+      tensors: number;
+    };
     expect(r.steps).toBe(3);
     expect(r.episodes).toBe(12);
     // TRL's rewards are the server's: the mean of its 12 answered episodes, each 0, 0.5 or 1 (composer: the checks' fraction)
