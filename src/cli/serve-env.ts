@@ -2,7 +2,7 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { Environment } from '../env/index.ts';
+import { Environment, TrajectoryWriter } from '../env/index.ts';
 import { startEnvServer } from '../env/openenv/server.ts';
 import { PACKAGE_ROOT } from '../paths.ts';
 import { checkToken, intFlag, numFlag, UsageError } from './args.ts';
@@ -21,6 +21,7 @@ WebSocket and HTTP sessions; docs/openenv.md)
   --max-sessions N        sessions at once (default 64); beyond: a CAPACITY_REACHED error (HTTP 503)
   --session-timeout S     close a session idle for S seconds (default 600; 0: never)
   --call-timeout-ms N     each tool call's timeout (default 10000)
+  --out FILE              append every finished episode's trajectory to FILE (JSONL; mcp-gym view reads it)
 ${FAULTS_HELP}
 A session (a WebSocket connection to /ws, or the session_id that POST /reset answers) plays one episode
 at a time: reset draws a task (or takes task_id, or seed), step takes {"type": "call_tool", "tool_name",
@@ -47,6 +48,7 @@ export async function serveEnvCommand(argv: string[]): Promise<void> {
       'session-timeout': { type: 'string' },
       'call-timeout-ms': { type: 'string' },
       faults: { type: 'string' },
+      out: { type: 'string' },
       help: { type: 'boolean', short: 'h', default: false },
     },
   });
@@ -69,6 +71,7 @@ export async function serveEnvCommand(argv: string[]): Promise<void> {
   const callTimeoutMs = intFlag(values['call-timeout-ms'], '--call-timeout-ms', 10_000);
   if (callTimeoutMs < 1) throw new UsageError(`--call-timeout-ms must be at least 1, got '${values['call-timeout-ms']}'`);
   const env = new Environment({ reward, callTimeoutMs, faults: faultOptions(values) });
+  const writer = values.out === undefined ? undefined : new TrajectoryWriter(values.out);
   const version = (JSON.parse(readFileSync(join(PACKAGE_ROOT, 'package.json'), 'utf8')) as { version: string }).version;
   const name = values.suite ? `mcp-gym:${values.suite}` : `mcp-gym:${values.tasks}`;
   const server = await startEnvServer({
@@ -83,17 +86,20 @@ export async function serveEnvCommand(argv: string[]): Promise<void> {
     maxSessions,
     sessionTimeoutS,
     seed: values.seed === undefined ? 1 : intFlag(values.seed, '--seed', 1),
+    // an episode a reset or a closed session cut short has no turn: nothing to record
+    onTrajectory: writer ? (t) => t.turns.length > 0 && writer.write(t) : undefined,
   }).catch(async (err: unknown) => {
     await env.close();
     throw new UsageError(`serve-env: ${(err as Error).message}`);
   });
   process.stderr.write(
-    `mcp-gym serve-env: ${tasks.length} tasks (${name}, ${values.split} split, reward ${reward}) at ${server.url} (WebSocket ${server.url.replace(/^http/, 'ws')}/ws)${token !== undefined ? ', bearer token required' : ''}\n`,
+    `mcp-gym serve-env: ${tasks.length} tasks (${name}, ${values.split} split, reward ${reward}) at ${server.url} (WebSocket ${server.url.replace(/^http/, 'ws')}/ws)${token !== undefined ? ', bearer token required' : ''}${writer ? `; trajectories to ${values.out}` : ''}\n`,
   );
   const stop = () =>
     void server
       .close()
       .then(() => env.close())
+      .then(() => writer?.close())
       .then(() => process.exit(0));
   process.once('SIGINT', stop);
   process.once('SIGTERM', stop);

@@ -7,10 +7,13 @@
  * The Python side (openenv-core's own client) is test/env/openenv-client.test.ts.
  */
 import { execSync, spawn } from 'node:child_process';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { ExpertPolicy } from '../../src/agents/index.ts';
-import { defineTask, Environment, type Task } from '../../src/env/index.ts';
+import { defineTask, Environment, readTrajectories, type Task } from '../../src/env/index.ts';
 import { startEnvServer, type EnvServer } from '../../src/env/openenv/server.ts';
 import { generateSuite } from '../../src/env/suites/index.ts';
 import { CLI, cliStdioSpec, kvCounterTask, ROOT, runCli, sleep } from '../helpers.ts';
@@ -302,7 +305,8 @@ describe('serve-env over HTTP', () => {
 
 describe('mcp-gym serve-env (the CLI)', () => {
   it('serves a suite until SIGTERM; bad flags are usage errors that name the flag', async () => {
-    const p = spawn(process.execPath, [CLI, 'serve-env', '--suite', 'kv', '--port', '0', '--token', 'tok'], { cwd: ROOT });
+    const out = join(mkdtempSync(join(tmpdir(), 'mcp-gym-serve-env-')), 'episodes.jsonl');
+    const p = spawn(process.execPath, [CLI, 'serve-env', '--suite', 'kv', '--port', '0', '--token', 'tok', '--out', out], { cwd: ROOT });
     let err = '';
     const url = await new Promise<string>((ok, fail) => {
       p.stderr.on('data', (d: Buffer) => {
@@ -316,7 +320,16 @@ describe('mcp-gym serve-env (the CLI)', () => {
     expect(err).toMatch(/bearer token required/);
     expect((await fetch(`${url}/health`)).status).toBe(401);
     const r = await fetch(`${url}/reset`, { method: 'POST', headers: { authorization: 'Bearer tok' }, body: '{"seed": 3}' });
-    expect(((await r.json()) as { observation: { task_id: string } }).observation.task_id).toMatch(/^kv/);
+    const first = (await r.json()) as { observation: { task_id: string; session_id: string } };
+    expect(first.observation.task_id).toMatch(/^kv/);
+    const end = await fetch(`${url}/step`, {
+      method: 'POST',
+      headers: { authorization: 'Bearer tok' },
+      body: JSON.stringify({ session_id: first.observation.session_id, action: { type: 'answer', content: 'no idea' } }),
+    });
+    expect(((await end.json()) as { done: boolean }).done).toBe(true);
+    const recorded = readTrajectories(out);
+    expect(recorded.map((t) => [t.task_id, t.answer, t.finish])).toEqual([[first.observation.task_id, 'no idea', 'answer']]);
     const exited = new Promise<number | null>((ok) => p.once('exit', ok));
     p.kill('SIGTERM');
     expect(await exited).toBe(0);
