@@ -7,7 +7,7 @@
 (the tasks' reference solutions; test/env/openenv-client.test.ts writes one). Prints one JSON line: episodes,
 success rate, mean reward, and what each check found. --check-http also drives the HTTP routes and validates every
 answer with openenv-core's own pydantic models; --concurrent N plays N sessions at once (asyncio) and checks that
-each ends with its own task's state.
+each ends with its own task's state (--concurrent-task: all on one stateful task, whose state they must not share).
 """
 
 from __future__ import annotations
@@ -103,6 +103,7 @@ def main() -> None:
     ap.add_argument("--episodes", type=int, default=10)
     ap.add_argument("--solutions", help="JSON {task_id: {calls, answer}} (the expert's)")
     ap.add_argument("--concurrent", type=int, default=0, help="also play this many expert sessions at once")
+    ap.add_argument("--concurrent-task", help="the task all the concurrent sessions play (default: a task each)")
     ap.add_argument("--check-http", action="store_true")
     a = ap.parse_args()
     solutions: Dict[str, Any] = {}
@@ -121,7 +122,8 @@ def main() -> None:
                finishes=sorted({e["finish"] for e in eps}), rewards=[e["reward"] for e in eps])
     if a.concurrent:
         async def all_at_once():
-            return await asyncio.gather(*[play_async(a.url, solutions[ids[i]], ids[i]) for i in range(a.concurrent)])
+            chosen = [a.concurrent_task or ids[i % len(ids)] for i in range(a.concurrent)]
+            return await asyncio.gather(*[play_async(a.url, solutions[t], t) for t in chosen])
         runs = asyncio.run(all_at_once())
         out["concurrent"] = {"sessions": len(runs), "success": sum(r["success"] for r in runs),
                              "own_task": sum(r["state_task"] == r["task_id"] for r in runs)}

@@ -17,11 +17,12 @@ import { Environment } from '../../src/env/index.ts';
 import { startEnvServer, type EnvServer } from '../../src/env/openenv/server.ts';
 import { generateSuite } from '../../src/env/suites/index.ts';
 import { ensureOpenEnvPackages } from '../../src/trainers/venv-packages.ts';
-import { ROOT } from '../helpers.ts';
+import { kvCounterTask, ROOT } from '../helpers.ts';
 
 const venv = existsSync(join(ROOT, '.venv', 'bin', 'python'));
 const env = new Environment();
-const tasks = [...generateSuite('kv'), ...generateSuite('calculator')].filter((t) => t.split === 'train' && t.difficulty <= 2);
+const counter = kvCounterTask('counter-shared');
+const tasks = [...generateSuite('kv'), ...generateSuite('calculator')].filter((t) => t.split === 'train' && t.difficulty <= 2).concat([counter]);
 let server: EnvServer;
 let python = '';
 
@@ -51,11 +52,23 @@ describe.skipIf(!venv)("serve-env with openenv-core's client", () => {
     const chosen = [...tasks.filter((t) => t.id.startsWith('kv')).slice(0, 25), ...tasks.filter((t) => !t.id.startsWith('kv')).slice(0, 25)];
     expect(chosen).toHaveLength(50);
     const solutions = Object.fromEntries(
-      chosen.map((t) => [t.id, { calls: t.solution!.calls.map((c) => ({ tool: c.tool, arguments: c.arguments })), answer: t.solution!.answer }]),
+      [...chosen, counter].map((t) => [t.id, { calls: t.solution!.calls.map((c) => ({ tool: c.tool, arguments: c.arguments })), answer: t.solution!.answer }]),
     );
     const file = join(mkdtempSync(join(tmpdir(), 'mcp-gym-openenv-')), 'solutions.json');
     writeFileSync(file, JSON.stringify(solutions));
-    const out = await client(['--policy', 'expert', '--episodes', '50', '--solutions', file, '--concurrent', '16', '--check-http']);
+    const out = await client([
+      '--policy',
+      'expert',
+      '--episodes',
+      '50',
+      '--solutions',
+      file,
+      '--concurrent',
+      '16',
+      '--concurrent-task',
+      counter.id,
+      '--check-http',
+    ]);
     console.log(
       `openenv-core client, expert: ${out.episodes} episodes, success ${out.success_rate}, mean reward ${out.mean_reward}; concurrent ${JSON.stringify(out.concurrent)}`,
     );

@@ -75,7 +75,8 @@ async function playExpert(c: Client, task: Task): Promise<Msg> {
 const env = new Environment();
 const kv = generateSuite('kv').filter((t) => t.split === 'train');
 const calc = generateSuite('calculator').filter((t) => t.split === 'train');
-const tasks = [...kv.slice(0, 20), ...calc.slice(0, 20)];
+const counter = kvCounterTask('counter-shared');
+const tasks = [...kv.slice(0, 20), ...calc.slice(0, 20), counter];
 let server: EnvServer;
 
 beforeAll(async () => {
@@ -161,22 +162,15 @@ describe('serve-env over WebSocket', () => {
     c.close();
   });
 
-  it("16 sessions at once keep their servers' states apart", async () => {
+  it("16 sessions at once on the same stateful task keep their servers' states apart", async () => {
+    // each session adds 5 to a counter its setup set to 10: shared state would end at 10 + 16 x 5, not 15
     const clients = await Promise.all(Array.from({ length: 16 }, () => Client.open(server.url)));
-    // each session plays a different stateful kv task, step by step in lockstep with the others
-    const mine = clients.map((_, i) => kv[i]!);
-    const firsts = await Promise.all(clients.map((c, i) => c.ask('reset', { task_id: mine[i]!.id })));
+    const firsts = await Promise.all(clients.map((c) => c.ask('reset', { task_id: counter.id })));
     expect(new Set(firsts.map((f) => (f.data.observation as { episode_id: string }).episode_id)).size).toBe(16);
-    const most = Math.max(...mine.map((t) => t.solution!.calls.length));
-    for (let k = 0; k < most; k++) {
-      await Promise.all(
-        clients.map((c, i) => {
-          const call = mine[i]!.solution!.calls[k];
-          return call ? c.ask('step', { type: 'call_tool', tool_name: call.tool, arguments: call.arguments }) : undefined;
-        }),
-      );
-    }
-    const ends = await Promise.all(clients.map((c, i) => c.ask('step', { type: 'answer', content: mine[i]!.solution!.answer })));
+    const call = counter.solution!.calls[0]!;
+    const steps = await Promise.all(clients.map((c) => c.ask('step', { type: 'call_tool', tool_name: call.tool, arguments: call.arguments })));
+    for (const r of steps) expect((r.data.observation as { tool_result: { text: string } }).tool_result.text).toMatch(/15/);
+    const ends = await Promise.all(clients.map((c) => c.ask('step', { type: 'answer', content: counter.solution!.answer })));
     for (const e of ends) expect((e.data.observation as { success: boolean }).success).toBe(true);
     for (const c of clients) c.close();
   });
