@@ -47,10 +47,16 @@ class ClientPolicy implements Policy {
   /** Told when the episode asks for an action. */
   onAsk?: () => void;
 
+  /** Whether the episode's abort signal is watched (one listener for all the turns). */
+  private watching = false;
+
   act(obs: Observation, signal?: AbortSignal): Promise<PolicyAction> {
     return new Promise<PolicyAction>((resolve, reject) => {
       if (signal?.aborted) return reject(new Error('the session closed'));
-      signal?.addEventListener('abort', () => reject(new Error('the session closed')), { once: true });
+      if (signal && !this.watching) {
+        this.watching = true;
+        signal.addEventListener('abort', () => this.pending?.reject(new Error('the session closed')), { once: true });
+      }
       this.pending = { obs, resolve, reject };
       this.onAsk?.();
     });
