@@ -210,6 +210,8 @@ def micro_inputs(batch: Batch, idx: Sequence[int], adapter: Any, device: torch.d
     need = [int(batch.pos[i].min()) - 1 if batch.scored[i] else int(batch.lengths[i]) for i in idx]
     inputs, starts = adapter.inputs(seqs, device, need_from=need)
     sel = torch.cat([rows_at(starts[j], batch.pos[i] - 1) for j, i in enumerate(idx)]).to(device)
+    if sel.numel() and int(sel.min()) < 0:  # a row the layout did not compute (-1 would read the last row silently)
+        raise RuntimeError("micro_inputs: a scored position has no row in the adapter's layout")
     targets = torch.cat([batch.tgt[i] for i in idx]).to(device)
     seq_index = torch.cat([torch.full((batch.scored[i],), j, dtype=torch.long) for j, i in enumerate(idx)])
     seq_tokens = torch.tensor([batch.scored[i] for i in idx], dtype=torch.long)

@@ -23,6 +23,10 @@ export interface OpenEnvTransportOptions {
   reset?: Record<string, unknown>;
   /** The largest message accepted, bytes. */
   maxMessageBytes?: number;
+  /** The longest the WebSocket handshake and the reset may take, ms (default 30,000). */
+  connectTimeoutMs?: number;
+  /** The longest a step may take before the session is given up (default 600,000 ms; the caller's own call timeout is usually shorter). */
+  requestTimeoutMs?: number;
 }
 
 const isObject = (x: unknown): x is Record<string, unknown> => typeof x === 'object' && x !== null && !Array.isArray(x);
@@ -44,7 +48,8 @@ export class OpenEnvTransport implements Transport {
     const base = this.o.url.replace(/^http/, 'ws').replace(/\/+$/, '');
     const headers: Record<string, string> = { ...this.o.headers };
     if (this.o.token !== undefined) headers.authorization = `Bearer ${this.o.token}`;
-    const ws = new WebSocket(`${base}/ws`, { headers, maxPayload: this.o.maxMessageBytes ?? 32 * 2 ** 20 });
+    const connectMs = this.o.connectTimeoutMs ?? 30_000;
+    const ws = new WebSocket(`${base}/ws`, { headers, maxPayload: this.o.maxMessageBytes ?? 32 * 2 ** 20, handshakeTimeout: connectMs });
     this.ws = ws;
     await new Promise<void>((ok, fail) => {
       ws.once('open', () => ok());
@@ -58,23 +63,41 @@ export class OpenEnvTransport implements Transport {
       } catch {
         m = { type: 'error', data: { message: `not JSON: ${String(raw).slice(0, 200)}` } };
       }
-      this.waiting.shift()?.ok(isObject(m) ? m : { type: 'error', data: { message: 'not a JSON object' } });
+      const w = this.waiting.shift();
+      // A message nobody asked for (a server that says the session expired): replies carry no id to pair them
+      // again, so the session is given up.
+      if (!w) return void this.close();
+      w.ok(isObject(m) ? m : { type: 'error', data: { message: 'not a JSON object' } });
     });
     ws.on('close', () => this.gone());
     ws.on('error', (err) => this.onerror?.(err));
-    const r = await this.ask({ type: 'reset', data: this.o.reset ?? {} });
+    const r = await this.ask({ type: 'reset', data: this.o.reset ?? {} }, connectMs);
     if (r.type === 'error') throw new Error(`the OpenEnv reset failed: ${errorText(r.data)}`);
     this.resetObservation = isObject(r.data) && isObject(r.data.observation) ? r.data.observation : {};
   }
 
-  /** One OpenEnv message and its answer, after the ones before it. */
-  private ask(message: Record<string, unknown>): Promise<Record<string, unknown>> {
+  /** One OpenEnv message and its answer, after the ones before it; past `timeoutMs` the session is given up. */
+  private ask(message: Record<string, unknown>, timeoutMs = this.o.requestTimeoutMs ?? 600_000): Promise<Record<string, unknown>> {
     const next = this.queue.then(
       () =>
         new Promise<Record<string, unknown>>((ok, fail) => {
           const ws = this.ws;
-          if (!ws || ws.readyState !== ws.OPEN) return fail(new Error('the OpenEnv session is closed'));
-          this.waiting.push({ ok, fail });
+          if (this.closed || !ws || ws.readyState !== ws.OPEN) return fail(new Error('the OpenEnv session is closed'));
+          const timer = setTimeout(() => {
+            fail(new Error(`the OpenEnv environment did not answer a ${String(message.type)} in ${timeoutMs} ms`));
+            void this.close();
+          }, timeoutMs);
+          timer.unref();
+          this.waiting.push({
+            ok: (m) => {
+              clearTimeout(timer);
+              ok(m);
+            },
+            fail: (e) => {
+              clearTimeout(timer);
+              fail(e);
+            },
+          });
           ws.send(JSON.stringify(message));
         }),
     );
@@ -128,6 +151,7 @@ export class OpenEnvTransport implements Transport {
 
   async close(): Promise<void> {
     const ws = this.ws;
+    if (ws && ws.readyState === ws.CONNECTING) ws.terminate(); // closed while connecting: no session is left behind
     if (ws && ws.readyState === ws.OPEN) {
       try {
         ws.send(JSON.stringify({ type: 'close' }));

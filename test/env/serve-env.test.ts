@@ -8,6 +8,7 @@
  */
 import { execSync, spawn } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
+import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -239,6 +240,56 @@ describe('serve-env over WebSocket', () => {
     c.close();
     await s.close();
     await own.close();
+  });
+});
+
+describe('serve-env under hostile or careless clients', () => {
+  it('a malformed frame, an oversized message and refused upgrades reset mid-answer end their socket, not the server', async () => {
+    const c = await Client.open(server.url);
+    // a masked frame with the reserved opcode 0x3
+    (c.ws as unknown as { _socket: import('node:net').Socket })._socket.write(Buffer.from([0x83, 0x80, 0, 0, 0, 0]));
+    await sleep(200);
+    const big = await Client.open(server.url);
+    big.ws.send('x'.repeat(33 * 2 ** 20));
+    await sleep(300);
+    expect(big.closed?.code).toBe(1009);
+    const guarded = await startEnvServer({ env, tasks, name: 'guarded', token: 't0k' });
+    const { port } = new URL(guarded.url);
+    for (let i = 0; i < 40; i++) {
+      const sock = connect(Number(port), '127.0.0.1');
+      await new Promise<void>((ok) => sock.once('connect', () => ok()));
+      sock.write(
+        `GET /ws HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n`,
+      );
+      sock.resetAndDestroy();
+    }
+    await sleep(300);
+    expect((await fetch(`${guarded.url}/health`, { headers: { authorization: 'Bearer t0k' } })).status).toBe(200);
+    await guarded.close();
+    expect((await fetch(`${server.url}/health`)).status).toBe(200);
+  });
+
+  it('Origin: null is refused; an HTTP route does not take a WebSocket session id; close ends the session at once', async () => {
+    await expect(Client.open(server.url, { origin: 'null' })).rejects.toThrow(/HTTP 403/);
+    const c = await Client.open(server.url);
+    const r = await c.ask('reset', { task_id: calc[5]!.id });
+    const id = (r.data.observation as { session_id: string }).session_id;
+    const stolen = await fetch(`${server.url}/close`, { method: 'POST', body: JSON.stringify({ session_id: id }) });
+    expect(stolen.status).toBe(404);
+    const before = server.stats().sessions;
+    c.ws.send(JSON.stringify({ type: 'close' }));
+    await sleep(100);
+    expect(server.stats().sessions).toBe(before - 1);
+  });
+
+  it('list_tools does not make the next step send the whole transcript again', async () => {
+    const c = await Client.open(server.url);
+    await c.ask('reset', { task_id: calc[6]!.id });
+    await c.ask('step', { type: 'call_tool', tool_name: 'evaluate', arguments: { expression: '1+1' } });
+    expect(((await c.ask('step', { type: 'list_tools' })).data.observation as { messages: unknown[] }).messages).toEqual([]);
+    const next = await c.ask('step', { type: 'call_tool', tool_name: 'evaluate', arguments: { expression: '2+2' } });
+    expect((next.data.observation as { messages: { role: string }[] }).messages.map((m) => m.role)).toEqual(['assistant', 'tool']);
+    c.close();
   });
 });
 

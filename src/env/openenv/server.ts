@@ -83,10 +83,13 @@ export async function startEnvServer(o: EnvServerOptions): Promise<EnvServer> {
   const sessions = new Map<string, EnvSession>();
   const sockets = new Map<string, WebSocket>();
   let episodes = 0;
+  let samples = 0;
   const pick = (seed: number | undefined): Task => {
     const r = seed === undefined ? rng() : seededRandom(seed)();
     return o.tasks[Math.floor(r * o.tasks.length)]!;
   };
+  /** The sessions opened by HTTP resets (the HTTP routes take only these ids). */
+  const httpSessions = new Set<string>();
   const open = (): EnvSession => {
     if (sessions.size >= maxSessions)
       throw new CapacityError(
@@ -99,6 +102,7 @@ export async function startEnvServer(o: EnvServerOptions): Promise<EnvServer> {
       tasks: o.tasks,
       pick,
       runId: 'serve-env',
+      nextSample: () => samples++,
       onTrajectory: (t) => {
         episodes++;
         o.onTrajectory?.(t);
@@ -109,6 +113,10 @@ export async function startEnvServer(o: EnvServerOptions): Promise<EnvServer> {
   };
   const drop = async (s: EnvSession) => {
     sessions.delete(s.id);
+    httpSessions.delete(s.id);
+    const ws = sockets.get(s.id);
+    sockets.delete(s.id);
+    if (ws && ws.readyState === ws.OPEN) ws.close(1000, 'session closed');
     await s.close();
   };
 
@@ -118,7 +126,8 @@ export async function startEnvServer(o: EnvServerOptions): Promise<EnvServer> {
   server.keepAliveTimeout = 30_000;
 
   const authorized = (req: IncomingMessage): HttpError | undefined => {
-    if (!hostAllowed(allowed, req.headers))
+    // `Origin: null` (a sandboxed page, a local file) is refused too: no browser page may drive a local environment
+    if (!hostAllowed(allowed, req.headers) || req.headers.origin === 'null')
       return new HttpError(403, `Forbidden: the Host or Origin header names a host this server does not answer (allowed: ${[...allowed].join(', ')})`);
     if (o.token !== undefined && !tokenMatches(req.headers.authorization, o.token))
       return new HttpError(401, 'Unauthorized: send Authorization: Bearer <token>');
@@ -165,6 +174,7 @@ export async function startEnvServer(o: EnvServerOptions): Promise<EnvServer> {
     }
     if (path === '/reset') {
       const s = id === undefined ? open() : sessionOf(id, 'POST /reset');
+      httpSessions.add(s.id);
       const { session_id: _, ...params } = body;
       let r: StepResult;
       try {
@@ -184,20 +194,22 @@ export async function startEnvServer(o: EnvServerOptions): Promise<EnvServer> {
 
   function sessionOf(id: string | undefined, how: string): EnvSession {
     if (id === undefined) throw new HttpError(422, `session_id is missing: ${how}`);
-    const s = sessions.get(id);
-    if (!s) throw new HttpError(404, `Unknown session_id '${id}' (closed, expired after ${timeoutS} s idle, or never opened)`);
+    const s = httpSessions.has(id) ? sessions.get(id) : undefined;
+    if (!s) throw new HttpError(404, `Unknown session_id '${id}' (closed, expired after ${timeoutS} s idle, never opened, or a WebSocket's)`);
     return s;
   }
 
   // WebSocket: the upgrade passes the same checks as every route.
   const wss = new WebSocketServer({ noServer: true, maxPayload: 32 * 2 ** 20 });
   server.on('upgrade', (req, socket, head) => {
+    socket.on('error', () => socket.destroy()); // a client that resets the connection must not take the server down
     const path = new URL(req.url ?? '/', 'http://localhost').pathname.replace(/\/+$/, '');
     const refused = path === '/ws' ? authorized(req) : new HttpError(404, `Not found: WebSocket ${path} (the WebSocket route is /ws)`);
     if (refused) {
       const extra = refused.status === 401 ? 'WWW-Authenticate: Bearer\r\n' : '';
       socket.end(
         `HTTP/1.1 ${refused.status} ${refused.status === 401 ? 'Unauthorized' : refused.status === 403 ? 'Forbidden' : 'Not Found'}\r\n${extra}Content-Type: text/plain\r\nConnection: close\r\n\r\n${refused.message}`,
+        () => socket.destroy(),
       );
       return;
     }
@@ -205,6 +217,7 @@ export async function startEnvServer(o: EnvServerOptions): Promise<EnvServer> {
   });
 
   function serveSocket(ws: WebSocket): void {
+    ws.on('error', () => ws.terminate()); // a malformed frame or an oversized message ends this socket, not the server
     const send = (type: string, data: unknown) => {
       if (ws.readyState === ws.OPEN) ws.send(JSON.stringify({ type, data }));
     };
@@ -221,11 +234,11 @@ export async function startEnvServer(o: EnvServerOptions): Promise<EnvServer> {
     let chain: Promise<void> = Promise.resolve();
     ws.on('message', (raw) => {
       // one message at a time, in order
-      chain = chain.then(() => onMessage(String(raw)));
+      chain = chain.then(() => onMessage(String(raw))).catch(() => {});
     });
     ws.on('close', () => {
       sockets.delete(s.id);
-      void drop(s);
+      if (sessions.has(s.id)) void drop(s);
     });
     const onMessage = async (text: string): Promise<void> => {
       let msg: unknown;
@@ -245,7 +258,7 @@ export async function startEnvServer(o: EnvServerOptions): Promise<EnvServer> {
           case 'state':
             return send('state', s.state());
           case 'close':
-            ws.close(1000);
+            void drop(s); // the session ends now, not when the peer answers the close handshake
             return;
           case 'mcp':
             return send('mcp', await mcp(s, data));

@@ -70,8 +70,10 @@ export interface SessionOptions {
   pick: (seed: number | undefined) => Task;
   /** A run id recorded in the trajectories' ids. */
   runId?: string;
-  /** Told each finished episode's trajectory (the server may record it). */
+  /** Told each episode's trajectory that ended by itself (answered, out of turns, failed), not one a reset or a close cut short. */
   onTrajectory?: (t: Trajectory) => void;
+  /** The episode's sample number (its faults' key): distinct across the server's episodes. */
+  nextSample?: () => number;
 }
 
 function toolsOf(tools: readonly AgentTool[]): EnvTool[] {
@@ -135,14 +137,14 @@ export class EnvSession {
     if (this.closed) throw new SessionError('the session is closed');
     this.lastActivityAt = Date.now();
     const { task_id: taskId, seed, episode_id: episodeId } = params;
-    if (taskId !== undefined && typeof taskId !== 'string')
+    if (taskId !== undefined && taskId !== null && typeof taskId !== 'string')
       throw new SessionError(`reset: task_id must be a string, got ${JSON.stringify(taskId)}`, 'VALIDATION_ERROR');
     if (seed !== undefined && seed !== null && !(Number.isInteger(seed) && (seed as number) >= 0))
       throw new SessionError(`reset: seed must be a non-negative integer, got ${JSON.stringify(seed)}`, 'VALIDATION_ERROR');
     if (episodeId !== undefined && episodeId !== null && (typeof episodeId !== 'string' || episodeId.length > 255))
       throw new SessionError('reset: episode_id must be a string of at most 255 characters', 'VALIDATION_ERROR');
     let task: Task;
-    if (taskId !== undefined) {
+    if (typeof taskId === 'string') {
       const found = this.o.tasks.find((t) => t.id === taskId);
       if (!found) throw new SessionError(`reset: no task '${taskId}' among the ${this.o.tasks.length} tasks this server serves`, 'VALIDATION_ERROR');
       task = found;
@@ -150,6 +152,7 @@ export class EnvSession {
       task = this.o.pick(seed === undefined || seed === null ? undefined : (seed as number));
     }
     await this.endEpisode();
+    if (this.closed) throw new SessionError('the session is closed'); // closed while the last episode ended
     this.task = task;
     this.stepCount = 0;
     this.shown = 0;
@@ -163,13 +166,23 @@ export class EnvSession {
     const running = this.o.env.runEpisode(task, policy, {
       runId: this.o.runId ?? 'serve-env',
       groupId: (episodeId as string | undefined) ?? undefined,
+      // a distinct key per episode: --faults draws each episode's own faults
+      sample: this.o.nextSample?.() ?? 0,
       signal: abort.signal,
     });
     this.running = running;
-    running.then((t) => {
-      if (this.running === running) this.finished = t;
-      this.o.onTrajectory?.(t);
-    });
+    running.then(
+      (t) => {
+        if (this.running === running) this.finished = t;
+        if (abort.signal.aborted) return; // cut short by a reset or a close: not an episode the client played out
+        try {
+          this.o.onTrajectory?.(t);
+        } catch (err) {
+          process.emitWarning(`serve-env: recording an episode failed: ${(err as Error).message}`);
+        }
+      },
+      () => {}, // runEpisode reports failures in the trajectory; nothing else to do
+    );
     const first = await Promise.race([asked, running]);
     if (first === 'asked') {
       const obs = policy.pending!.obs;
@@ -204,7 +217,7 @@ export class EnvSession {
     const policy = this.policy!;
     const pending = policy.pending;
     if (!pending) throw new SessionError('the episode is not waiting for an action', 'EXECUTION_ERROR');
-    if (action.type === 'list_tools') return this.observe([], false);
+    if (action.type === 'list_tools') return this.observe([], false, undefined, false);
     this.stepCount++;
     policy.pending = undefined;
     const asked = this.nextAsk(policy);
@@ -223,9 +236,9 @@ export class EnvSession {
   }
 
   /** The messages the client has not seen, and the episode's current figures. */
-  private observe(messages: ChatMessage[], done: boolean, t?: Trajectory): StepResult {
-    const fresh = messages.slice(this.shown);
-    this.shown = messages.length;
+  private observe(messages: ChatMessage[], done: boolean, t?: Trajectory, advance = true): StepResult {
+    const fresh = advance ? messages.slice(this.shown) : [];
+    if (advance) this.shown = messages.length;
     const last = [...fresh].reverse().find((m) => m.role === 'tool');
     const observation: EnvObservation = {
       session_id: this.id,
@@ -266,6 +279,8 @@ export class EnvSession {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    await this.endEpisode();
+    await this.queue; // a reset in flight ends (it sees `closed`), then nothing is left running
     await this.endEpisode();
   }
 }
