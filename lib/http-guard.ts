@@ -70,7 +70,8 @@ export function tokenMatches(header: string | undefined, token: string): boolean
 
 /**
  * Whether a request's Host header (and Origin, when a browser sent one) names a host of `allowed`
- * (acceptedHostNames): a page on another site cannot reach a local server by DNS rebinding.
+ * (acceptedHostNames): a page on another site cannot reach a local server by DNS rebinding, nor a
+ * sandboxed page (`Origin: null`) post to it.
  */
 export function hostAllowed(allowed: ReadonlySet<string>, headers: { host?: string; origin?: string }): boolean {
   const h = headers.host;
@@ -78,7 +79,8 @@ export function hostAllowed(allowed: ReadonlySet<string>, headers: { host?: stri
   try {
     if (!allowed.has(new URL(`http://${h}`).hostname)) return false;
     const origin = headers.origin;
-    if (origin !== undefined && origin !== 'null' && !allowed.has(new URL(origin).hostname)) return false;
+    // `Origin: null` (a sandboxed frame, a local file, a redirect across origins) names no host: refused too
+    if (origin !== undefined && (origin === 'null' || !allowed.has(new URL(origin).hostname))) return false;
   } catch {
     return false;
   }

@@ -265,6 +265,9 @@ describe('serve-policy', () => {
         req.end();
       });
       expect(status).toBe(403);
+      // a sandboxed page's `Origin: null` is refused too (it could otherwise post a /v1/reload)
+      const nullOrigin = await fetch(`http://127.0.0.1:${secured.port}/v1/models`, { headers: { origin: 'null', authorization: 'Bearer sekrit-42' } });
+      expect(nullOrigin.status).toBe(403);
     } finally {
       await secured.close();
     }

@@ -126,8 +126,7 @@ export async function startEnvServer(o: EnvServerOptions): Promise<EnvServer> {
   server.keepAliveTimeout = 30_000;
 
   const authorized = (req: IncomingMessage): HttpError | undefined => {
-    // `Origin: null` (a sandboxed page, a local file) is refused too: no browser page may drive a local environment
-    if (!hostAllowed(allowed, req.headers) || req.headers.origin === 'null')
+    if (!hostAllowed(allowed, req.headers))
       return new HttpError(403, `Forbidden: the Host or Origin header names a host this server does not answer (allowed: ${[...allowed].join(', ')})`);
     if (o.token !== undefined && !tokenMatches(req.headers.authorization, o.token))
       return new HttpError(401, 'Unauthorized: send Authorization: Bearer <token>');
