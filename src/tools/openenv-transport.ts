@@ -11,6 +11,7 @@
  */
 import type { Transport } from '@modelcontextprotocol/client';
 import WebSocket from 'ws';
+import { isJsonObject as isObject } from '../../lib/index.ts';
 
 type JsonRpc = { jsonrpc: '2.0'; id?: string | number; method?: string; params?: Record<string, unknown>; result?: unknown; error?: unknown };
 
@@ -28,8 +29,6 @@ export interface OpenEnvTransportOptions {
   /** The longest a step may take before the session is given up (default 600,000 ms; the caller's own call timeout is usually shorter). */
   requestTimeoutMs?: number;
 }
-
-const isObject = (x: unknown): x is Record<string, unknown> => typeof x === 'object' && x !== null && !Array.isArray(x);
 
 export class OpenEnvTransport implements Transport {
   onclose?: () => void;

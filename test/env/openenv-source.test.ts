@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ExpertPolicy, RandomPolicy } from '../../src/agents/index.ts';
 import { runBench } from '../../src/bench/index.ts';
-import { defineTask, Environment, rollout, type Task } from '../../src/env/index.ts';
+import { defineTask, Environment, parseTasks, rollout, type Task } from '../../src/env/index.ts';
 import { ensureOpenEnvPackages } from '../../src/trainers/venv-packages.ts';
 import { ROOT, sleep } from '../helpers.ts';
 
@@ -106,4 +106,16 @@ describe.skipIf(!venv)('an OpenEnv environment (openenv-core) as the tool server
     expect(t.turns[1]!.tool_results[0]!.isError).toBe(false);
     expect(t.success).toBe(true);
   }, 120_000);
+});
+
+describe('an OpenEnv tool server, badly given', () => {
+  it('a task file with a bad URL names the file, line and field; an environment that does not answer fails the episode, naming it', async () => {
+    const line = (server: unknown) => JSON.stringify({ ...counterTask(0), servers: { counter: server } });
+    expect(() => parseTasks(line({ transport: 'openenv', url: 'not a url' }), 'tasks.jsonl')).toThrow(/tasks\.jsonl:1: servers\.counter\.url: Invalid URL/);
+    const env = new Environment();
+    const t = await env.runEpisode(parseTasks(line({ transport: 'openenv', url: 'http://127.0.0.1:1' }), 'tasks.jsonl')[0]!, new ExpertPolicy());
+    await env.close();
+    expect(t.finish).toBe('error');
+    expect(t.error).toMatch(/Cannot connect to OpenEnv environment http:\/\/127\.0\.0\.1:1/);
+  });
 });
