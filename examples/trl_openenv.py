@@ -146,6 +146,9 @@ def main() -> None:
     ap.add_argument("--max-completion-length", type=int, default=96)
     ap.add_argument("--lr", type=float, default=1e-5)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--qwen3-template", action="store_true",
+                    help="render with TRL's Qwen3 template (Hermes-style <tool_call> JSON) whatever the model's own: for "
+                         "a model whose template TRL cannot parse tool calls of, e.g. SmolLM2 (ChatML tokens)")
     a = ap.parse_args()
 
     from datasets import Dataset
@@ -155,7 +158,7 @@ def main() -> None:
 
     tokenizer = AutoTokenizer.from_pretrained(a.model)
     model = AutoModelForCausalLM.from_pretrained(a.model, dtype="float32")
-    if model.config.model_type == "qwen3" and tokenizer.chat_template != ctu.qwen3_chat_template:
+    if (a.qwen3_template or model.config.model_type == "qwen3") and tokenizer.chat_template != ctu.qwen3_chat_template:
         tokenizer.chat_template = ctu.qwen3_chat_template  # the Qwen3 template TRL parses tool calls of
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
