@@ -22,6 +22,9 @@ def main(argv=None) -> int:
     sv.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     sv.add_argument("--port", type=int, default=8765, help="port (0: a free one; default 8765)")
     sv.add_argument("--token", help="require 'Authorization: Bearer TOKEN' (default: $MCP_GYM_LEARNER_TOKEN)")
+    sv.add_argument("--fsdp", action="store_true",
+                    help="under torchrun: shard a Hugging Face model over the ranks with FSDP2 instead of DDP replicas "
+                         "(MCP_GYM_PARALLEL=fsdp; docs/distributed.md)")
     c = sub.add_parser("create", help="write config.json and weights.pt with fresh weights")
     c.add_argument("model_dir")
     c.add_argument("--seed", type=int, default=0)
@@ -47,8 +50,11 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
 
     if args.command == "serve":
+        import os
+
+        if args.fsdp:
+            os.environ["MCP_GYM_PARALLEL"] = "fsdp"
         if args.http:
-            import os
 
             from .http_server import serve_http
             return serve_http(args.host, args.port, args.token or os.environ.get("MCP_GYM_LEARNER_TOKEN") or None)

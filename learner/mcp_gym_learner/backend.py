@@ -72,6 +72,6 @@ class Backend:
         """What `state` and checkpoints' meta.json add about the model."""
         return {}
 
-    def write(self, model_dir: str, full: Optional[bool], rl_steps: int) -> Dict[str, Any]:
+    def write(self, model_dir: str, full: Optional[bool], rl_steps: int, state=None) -> Dict[str, Any]:
         """export / save into model_dir (`full`: True a new graph, False never one, None when needed)."""
         raise NotImplementedError

@@ -63,6 +63,21 @@ def _set_rng_state(rng: Dict[str, Any]) -> None:
 
 
 def trainer_state(trainer: RLTrainer) -> Dict[str, Any]:
+    if trainer.fsdp:  # the model, AdamW and the reference are in the sharded part (fsdp.py)
+        from .fsdp import FSDP_DIR
+
+        return {
+            "format": CHECKPOINT_FORMAT,
+            "step": trainer.step,
+            "sharded": FSDP_DIR,
+            "optimizer_saved": trainer.optimizer is not None,
+            "reference_mode": trainer.reference.mode,
+            "scheduler": {"step": trainer.step, "config": trainer.last_config},
+            "value_head": (cpu_state(trainer.value_head.state_dict())
+                           if trainer.value_head is not None else None),
+            "rng": _rng_state(),
+            "world_size": trainer.world,
+        }
     return {
         "format": CHECKPOINT_FORMAT,
         "step": trainer.step,
@@ -103,8 +118,41 @@ def check_trainer_state(trainer: RLTrainer, st: Any) -> None:
                               f"loaded model's hidden states need [1, {dim}]")
 
 
-def restore_trainer(trainer: RLTrainer, st: Dict[str, Any]) -> None:
+def _restore_sharded(trainer: RLTrainer, st: Dict[str, Any], path: str) -> None:
+    """A checkpoint written under FSDP (any world size) into this trainer (FSDP on any world size, or one
+    process): DCP reshards the model, AdamW's state and the reference."""
+    from .fsdp import load_sharded
+
+    if st.get("reference_mode") != trainer.reference.mode:
+        raise ConfigError(f"dir: the checkpoint's reference is not a {trainer.reference.mode!r} reference")
+    saved = (st.get("scheduler") or {}).get("config")
+    cfg = config_from_checkpoint(saved) if saved else RLConfig()
+    head = st.get("value_head")
+    trainer.value_head = None
+    if head is not None:
+        trainer.ensure_value_head()
+        with torch.no_grad():
+            trainer.value_head.load_state_dict(head)
+    trainer.optimizer = trainer.make_optimizer(cfg) if st.get("optimizer_saved") else None
+    try:
+        load_sharded(trainer, os.path.join(path, st["sharded"]), trainer.optimizer is not None)
+    except Exception as e:
+        raise ConfigError(f"dir: the sharded checkpoint {os.path.join(path, st['sharded'])} does not fit the loaded "
+                          f"model: {type(e).__name__}: {str(e)[:500]}") from None
+    trainer.step = int(st["step"])
+    trainer.last_config = cfg.to_json() if saved else None
+    _set_rng_state(st.get("rng") or {})
+
+
+def restore_trainer(trainer: RLTrainer, st: Dict[str, Any], path: Optional[str] = None) -> None:
     """The trainer (weights, reference, step, optimizer, schedule) and the RNGs as `st` holds them."""
+    if st.get("format") == CHECKPOINT_FORMAT and st.get("sharded"):
+        if path is None:
+            raise ConfigError("dir: a sharded checkpoint is restored from its directory")
+        return _restore_sharded(trainer, st, path)
+    if trainer.fsdp:
+        raise ConfigError("dir: a checkpoint of one process or of DDP (its weights whole in trainer.pt): an FSDP "
+                          "learner resumes from the checkpoints FSDP writes; resume this one without --fsdp")
     check_trainer_state(trainer, st)
     saved = (st.get("scheduler") or {}).get("config")
     cfg = config_from_checkpoint(saved) if saved else RLConfig()  # checked before anything changes
@@ -176,7 +224,9 @@ def save_checkpoint(trainer: RLTrainer, path: str, extra: Optional[Dict[str, Any
     path = os.path.abspath(path)
     info = {"format": CHECKPOINT_FORMAT, "step": trainer.step, "dir": path, "torch": torch.__version__,
             "time": time.time(), **(extra or {})}
-    if trainer.rank == 0:
+    if trainer.fsdp:
+        _save_sharded(trainer, st, path, info)
+    elif trainer.rank == 0:
         buf = io.BytesIO()
         torch.save(st, buf)
         _write_dir(path, {CHECKPOINT_FILE: buf.getvalue(), "meta.json": (json.dumps(info, indent=2) + "\n").encode()})
@@ -186,6 +236,49 @@ def save_checkpoint(trainer: RLTrainer, path: str, extra: Optional[Dict[str, Any
     f = os.path.join(path, CHECKPOINT_FILE)
     info["bytes"] = os.path.getsize(f) if os.path.exists(f) else None
     return info
+
+
+def _save_sharded(trainer: RLTrainer, st: Dict[str, Any], path: str, info: Dict[str, Any]) -> None:
+    """FSDP: every rank writes its shards into `path.tmp-sharded/dcp` (torch.distributed.checkpoint), rank 0 adds
+    trainer.pt (the rest of the state) and meta.json, fsyncs, and renames the directory into place."""
+    from .fsdp import save_sharded
+
+    info.update({"sharded": st["sharded"], "world_size": trainer.world})
+    tmp = f"{path}.tmp-sharded"
+    if trainer.rank == 0:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.makedirs(tmp)
+    trainer.dist.barrier()
+    save_sharded(trainer, os.path.join(tmp, st["sharded"]))
+    trainer.dist.barrier()
+    if trainer.rank == 0:
+        buf = io.BytesIO()
+        torch.save(st, buf)
+        files = {CHECKPOINT_FILE: buf.getvalue(), "meta.json": (json.dumps(info, indent=2) + "\n").encode()}
+        for name, data in files.items():
+            with open(os.path.join(tmp, name), "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        for root, _, names in os.walk(tmp):
+            for n in names:
+                fd = os.open(os.path.join(root, n), os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+        _fsync_dir(os.path.join(tmp, st["sharded"]))
+        _fsync_dir(tmp)
+        old = None
+        if os.path.exists(path):
+            old = f"{path}.old-{os.getpid()}"
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(path, old)
+        os.replace(tmp, path)
+        _fsync_dir(os.path.dirname(path))
+        if old:
+            shutil.rmtree(old, ignore_errors=True)
 
 
 def read_checkpoint(path: str) -> Dict[str, Any]:
@@ -205,5 +298,5 @@ def read_checkpoint(path: str) -> Dict[str, Any]:
 
 def load_checkpoint(trainer: RLTrainer, path: str) -> Dict[str, Any]:
     st = read_checkpoint(path)
-    restore_trainer(trainer, st)
+    restore_trainer(trainer, st, os.path.abspath(path))
     return {"step": trainer.step, "dir": os.path.abspath(path)}

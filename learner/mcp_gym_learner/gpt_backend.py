@@ -100,7 +100,7 @@ class GPTBackend(Backend):
 
     # -- export / save --
 
-    def write(self, model_dir: str, full: Optional[bool], rl_steps: int) -> Dict[str, Any]:
+    def write(self, model_dir: str, full: Optional[bool], rl_steps: int, state=None) -> Dict[str, Any]:
         same = os.path.realpath(model_dir) == os.path.realpath(self.model_dir)
         if not same:
             if not os.path.isdir(model_dir):

@@ -66,13 +66,14 @@ class HFWriter:
     """HFBackend's `write` and its pieces: they use its model, model_dir, config, version, lora, sft_steps,
     restore (the config values changed for training) and source_cfg (the loaded config.json)."""
 
-    def write(self, model_dir: str, full: Optional[bool], rl_steps: int) -> Dict[str, Any]:
+    def write(self, model_dir: str, full: Optional[bool], rl_steps: int, state=None) -> Dict[str, Any]:
         """Full fine-tuning: a standard checkpoint into model_dir (model.safetensors or shards, config.json,
         generation_config.json; the tokenizer files there stay, and are copied from the loaded directory when
         absent). LoRA: the PEFT adapter into <model_dir>/adapter/ (adapter_config.json,
         adapter_model.safetensors); the base weights are not touched (a model_dir without a checkpoint gets
         the loaded base's files, hard-linked where possible). Files are written into a temporary directory and
-        renamed into place, config.json last."""
+        renamed into place, config.json last. state: the model's full state dict (FSDP: gathered from the shards,
+        on this rank), written instead of the model's own parameters."""
         t0 = time.perf_counter()
         os.makedirs(model_dir, exist_ok=True)
         same = os.path.realpath(model_dir) == os.path.realpath(self.model_dir)
@@ -81,9 +82,9 @@ class HFWriter:
         written: List[str] = []
         try:
             if self.lora:
-                result = self._write_lora(model_dir, tmp, same, written)
+                result = self._write_lora(model_dir, tmp, same, written, state)
             else:
-                result = self._write_full(model_dir, tmp, same, written)
+                result = self._write_full(model_dir, tmp, same, written, state)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         if not same:
@@ -92,12 +93,12 @@ class HFWriter:
         result.update({"model_dir": model_dir, "format": "hf", "lora": self.lora, "written": sorted(written),
                        "seconds": time.perf_counter() - t0, "version": self.config["version"], "full": False,
                        "onnx": False, "rl_steps": rl_steps, "sft_steps": self.sft_steps})
-        extra = self._after_write(model_dir)  # the ONNX export of the written model (hf_export.py) hooks here
+        extra = self._after_write(model_dir, sharded=state is not None)  # the ONNX export of the written model (hf_export.py) hooks here
         if extra:
             result.update(extra)
         return result
 
-    def _after_write(self, model_dir: str) -> Optional[Dict[str, Any]]:
+    def _after_write(self, model_dir: str, sharded: bool = False) -> Optional[Dict[str, Any]]:
         """Called at the end of every write (export/save), with the directory just written. When the directory
         has an ONNX export (`onnx/config.json`: the rollout side samples in-process), its weights are brought up
         to date (LoRA merged): in place when the graph fits, else a full export. Without one (the rollouts come
@@ -106,6 +107,11 @@ class HFWriter:
 
         if read_onnx_config(model_dir) is None:
             return None
+        if sharded:
+            from .protocol import RequestError
+
+            raise RequestError(f"model_dir: {model_dir} has an ONNX export (onnx/config.json), which FSDP does not "
+                               "update (the model is sharded): sample from a server (vLLM, serve-policy) instead")
         r = update_hf_onnx_weights(self.model, model_dir)
         return {"onnx": True, "onnx_version": r.get("version"), "onnx_seconds": r.get("seconds"),
                 "onnx_full": r.get("full")}
@@ -127,11 +133,18 @@ class HFWriter:
                     setattr(cfg, k, v)
         return ctx()
 
-    def _write_full(self, model_dir: str, tmp: str, same: bool, written: List[str]) -> Dict[str, Any]:
+    def _write_full(self, model_dir: str, tmp: str, same: bool, written: List[str],
+                    full_state: Optional[Dict[str, torch.Tensor]] = None) -> Dict[str, Any]:
         base = hf_base(self.model)
         dtype = _save_dtype(self.source_cfg, base)
         state = None
-        if dtype != next(base.parameters()).dtype:
+        if full_state is not None:  # FSDP: gathered on the host already; tied weights stay one tensor
+            state, seen = {}, {}
+            for k, v in full_state.items():
+                if id(v) not in seen:
+                    seen[id(v)] = v.to(dtype) if v.is_floating_point() else v
+                state[k] = seen[id(v)]
+        elif dtype != next(base.parameters()).dtype:
             # converted on the host, a tensor at a time (no second copy of the model on the GPU); tied weights
             # stay one tensor (save_pretrained stores them once)
             state, seen = {}, {}
@@ -169,14 +182,16 @@ class HFWriter:
         written += names
         return {"dtype": str(dtype).replace("torch.", "")}
 
-    def _write_lora(self, model_dir: str, tmp: str, same: bool, written: List[str]) -> Dict[str, Any]:
+    def _write_lora(self, model_dir: str, tmp: str, same: bool, written: List[str],
+                    full_state: Optional[Dict[str, torch.Tensor]] = None) -> Dict[str, Any]:
         if not same and not os.path.exists(os.path.join(model_dir, "config.json")):
             # a new directory: the base checkpoint beside the adapter (hard links where possible)
             for n in sorted(os.listdir(self.model_dir)):
                 if n == "config.json" or n == "generation_config.json" or WEIGHT_FILE_RE.match(n):
                     _link_or_copy(os.path.join(self.model_dir, n), os.path.join(model_dir, n))
                     written.append(n)
-        self.model.save_pretrained(tmp, safe_serialization=True)
+        kwargs: Dict[str, Any] = {"state_dict": full_state} if full_state is not None else {}
+        self.model.save_pretrained(tmp, safe_serialization=True, **kwargs)
         path = os.path.join(tmp, "adapter_config.json")
         with open(path, "r", encoding="utf-8") as f:
             acfg = json.load(f)

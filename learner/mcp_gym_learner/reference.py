@@ -27,6 +27,8 @@ class Reference:
         self.model, self.adapter, self.mode = model, adapter, mode
         self.module: Optional[LogprobModule] = None
         self.snapshot: Optional[List[torch.Tensor]] = None
+        self.sharded = False  # FSDP (rl.py): the copy is sharded like the model; a reset copies shard by shard
+        self.root: Optional[LogprobModule] = None  # FSDP, swap: the trainer's sharded module (its forward gathers)
         self.reset()
 
     def _trainable(self) -> List[torch.nn.Parameter]:
@@ -35,7 +37,10 @@ class Reference:
     def reset(self) -> None:
         """The reference becomes the current weights."""
         with torch.no_grad():
-            if self.mode == "copy":
+            if self.mode == "copy" and self.sharded:
+                for r, p in zip(self.module.model.parameters(), self.model.parameters()):
+                    r.copy_(p)
+            elif self.mode == "copy":
                 ref = copy.deepcopy(self.model)
                 ref.eval()
                 for p in ref.parameters():
@@ -94,8 +99,8 @@ class Reference:
                 was = self.model.training
                 self.model.eval()
                 try:
-                    lp, _, _ = LogprobModule(self.model, self.adapter)(inputs, sel, targets, temperature, 0, 1.0,
-                                                                       chunk, False)
+                    module = self.root if self.root is not None else LogprobModule(self.model, self.adapter)
+                    lp, _, _ = module(inputs, sel, targets, temperature, 0, 1.0, chunk, False)
                 finally:
                     self.model.train(was)
                 return lp

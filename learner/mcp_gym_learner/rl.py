@@ -66,7 +66,8 @@ class RLTrainer(PrePasses, UpdateLoop, Optimizing, AtomicSteps):
     """The state of RL training on one loaded model: optimizer, step, reference."""
 
     def __init__(self, model: torch.nn.Module, adapter: Adapter, autocast_dtype: Optional[torch.dtype] = None,
-                 reference: str = "copy", ddp: Optional[bool] = None, find_unused_parameters: bool = False):
+                 reference: str = "copy", ddp: Optional[bool] = None, find_unused_parameters: bool = False,
+                 parallel: str = "ddp"):
         self.model = model
         self.adapter = adapter
         self.device = next(model.parameters()).device
@@ -76,7 +77,22 @@ class RLTrainer(PrePasses, UpdateLoop, Optimizing, AtomicSteps):
         self.dist = d
         self.world = d.get_world_size() if d else 1
         self.rank = d.get_rank() if d else 0
-        if d:
+        # FSDP2 (fsdp.py): the parameters sharded over the ranks; the reference is made before the model is sharded
+        self.fsdp = bool(d) and parallel == "fsdp"
+        self.fsdp_info: Optional[Dict[str, Any]] = None
+        self.reference = Reference(model, adapter, reference)
+        if self.fsdp:
+            from .fsdp import shard
+
+            self.fsdp_info = shard(self.module, model, self.device)
+            if self.reference.mode == "copy":
+                shard(self.reference.module, self.reference.module.model, self.device)
+                self.reference.sharded = True
+            else:  # swap (LoRA): the snapshot of the trainable parameters, as shards; forwards through the root
+                self.reference.reset()
+                self.reference.root = self.module
+            self.engine = self.module
+        elif d:
             from torch.nn.parallel import DistributedDataParallel as DDP
 
             ids = [self.device.index] if self.device.type == "cuda" else None
@@ -84,11 +100,22 @@ class RLTrainer(PrePasses, UpdateLoop, Optimizing, AtomicSteps):
                               find_unused_parameters=find_unused_parameters)
         else:
             self.engine = self.module
-        self.reference = Reference(model, adapter, reference)
         self.optimizer: Optional[torch.optim.Optimizer] = None
         self.step = 0
         self.last_config: Optional[Dict[str, Any]] = None
         self.value_head: Optional[torch.nn.Linear] = None  # PPO with GAE (gae.py); never part of the model
+
+    def _fingerprint_all(self, fp: tuple) -> tuple:
+        """Under FSDP each rank fingerprints its own shards: the sums over the ranks (the same on every rank)."""
+        if not self.fsdp:
+            return fp
+        words = torch.tensor([fp[0] % (1 << 40)], dtype=torch.int64)
+        total = torch.tensor([fp[1]], dtype=torch.float64)
+        if self.device.type == "cuda":
+            words, total = words.to(self.device), total.to(self.device)
+        self.dist.all_reduce(words)
+        self.dist.all_reduce(total)
+        return (int(words.item()), float(total.item()))
 
     def _autocast(self):
         if self.autocast_dtype is not None and self.device.type == "cuda":
@@ -194,7 +221,8 @@ class RLTrainer(PrePasses, UpdateLoop, Optimizing, AtomicSteps):
             metrics["value_head_fresh"] = bool(fresh)
         # Updates too small for the weights' precision (bf16 with a tiny lr), a zero lr, no gradient: the
         # caller stops a run whose steps leave the weights as they were (mcp-gym's no-signal check).
-        metrics["weights_changed"] = weights_fingerprint(self.params()) != before
+        metrics["weights_changed"] = self._fingerprint_all(weights_fingerprint(self.params())) != \
+            self._fingerprint_all(before)
         metrics["seconds"] = seconds
         metrics["cpu_seconds"] = time.process_time() - c0  # all the learner process's threads
         metrics["learner_tokens_per_s"] = batch.tokens * cfg.epochs / seconds if seconds > 0 else None

@@ -22,7 +22,8 @@ def weights_fingerprint(params) -> tuple:
     total = 0.0
     with torch.no_grad():
         for p in params:
-            t = p.detach().contiguous()
+            t = p.detach()
+            t = (t.to_local() if hasattr(t, "to_local") else t).contiguous()  # FSDP: this rank's shard
             view = {2: torch.int16, 4: torch.int32, 8: torch.int64}.get(t.element_size())
             if view is not None:
                 words += int(t.view(view).sum(dtype=torch.int64))

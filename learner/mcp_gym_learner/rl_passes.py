@@ -44,6 +44,9 @@ class PrePasses:
         dtype = torch.float64 if next(self.model.parameters()).dtype == torch.float64 else torch.float32
         flat = torch.zeros((offsets[-1], cols) if cols else offsets[-1], dtype=dtype, device=self.device)
         with torch.no_grad():
+            if getattr(self, "fsdp", False):  # every forward gathers parameters: the same number on every rank
+                for _ in range(self._max_over_ranks(len(micros)) - len(micros)):
+                    compute([micros[0][0] if micros else 0])
             for mb in micros:
                 lp = compute(mb)
                 o = 0

@@ -40,8 +40,17 @@ class UpdateLoop:
             self.dist.all_reduce(p.grad)
             p.grad.div_(self.world)
 
+    def _max_over_ranks(self, n: int) -> int:
+        t = torch.tensor([n], dtype=torch.int64, device=self.device if self.device.type == "cuda" else "cpu")
+        self.dist.all_reduce(t, op=self.dist.ReduceOp.MAX)
+        return int(t.item())
+
     def _clip_grad_norm(self, params: List[torch.nn.Parameter], max_norm: float) -> torch.Tensor:
         """The gradient's norm before clipping (clipped to max_norm when it is > 0)."""
+        if self.fsdp:  # sharded gradients: the global norm (fsdp.py)
+            from .fsdp import grad_norm
+
+            return grad_norm(params, max_norm)
         if max_norm > 0:
             return torch.nn.utils.clip_grad_norm_(params, max_norm)
         grads = [p.grad for p in params if p.grad is not None]
@@ -90,21 +99,27 @@ class UpdateLoop:
                 # the minibatch's normalisation (n_seqs, n_tokens) is the whole minibatch's: leaving out the
                 # sequences whose loss terms are all 0 changes no gradient
                 micro = self._micro([i for i in mb[self.rank::self.world] if i not in idle], batch, cfg)
+                real = len(micro)
                 dummy = not micro
                 if dummy:  # this rank has no sequence of the minibatch: a zero-weight pass keeps DDP in step
                     micro = [[mb[0]]]
+                if self.fsdp:  # every forward and backward gathers parameters: the same number on every rank
+                    micro = micro + [[mb[0]]] * (self._max_over_ranks(len(micro)) - len(micro))
                 opt.zero_grad(set_to_none=True)
                 sums = StepSums(self.device)
                 t = time.perf_counter()
                 for j, m in enumerate(micro):
                     sync = j == len(micro) - 1
-                    ctx = self.engine.no_sync() if (self.dist and not sync) else contextlib.nullcontext()
+                    # DDP: one all-reduce, on the last micro-batch; FSDP reduce-scatters each one (sharded grads)
+                    ctx = self.engine.no_sync() if (self.dist and not sync and not self.fsdp) \
+                        else contextlib.nullcontext()
+                    pad = dummy or j >= real  # a zero-weight pass (no sequence of this rank)
                     with ctx:
                         terms, iw = self._forward(batch, m, cfg, ref, len(mb), n_tokens, learner_old=learner_old,
                                                   importance=track and epoch == 0, vt=vt, n_valued=n_valued)
-                        scale = 0.0 if dummy else float(self.world)
+                        scale = 0.0 if pad else float(self.world)
                         (terms.loss * scale).backward()
-                    if not dummy:  # the off-policy statistics once: the first epoch covers every sequence once
+                    if not pad:  # the off-policy statistics once: the first epoch covers every sequence once
                         sums.add(terms, iw if (track and epoch == 0) else None)
                 if self.dist:
                     sums.all_reduce(self.dist)

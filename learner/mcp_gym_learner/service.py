@@ -50,6 +50,10 @@ class LearnerService:
         self.dirty = False  # weights changed since the last save/export
         self.shutdown = False
         self.rank, self.world, self.local_rank = current()
+        from .fsdp import requested
+
+        # under torchrun: DDP replicas, or FSDP2 shards (`serve --fsdp`, MCP_GYM_PARALLEL=fsdp; fsdp.py)
+        self.parallel = requested() if self.world > 1 else "none"
         missing = [cmd for cmd in COMMANDS if not hasattr(self, f"cmd_{cmd}")]
         if missing:
             raise RuntimeError(f"protocol.schema.json has commands this learner does not implement: {missing}")
@@ -100,6 +104,15 @@ class LearnerService:
         if device == "cuda" and not cuda_available():
             raise RequestError("device: cuda is not available to this torch")
         hf = a["hf"] if "hf" in a else is_hf_dir(model_dir)
+        if self.parallel == "fsdp":
+            from .fsdp import available
+
+            if not hf:
+                raise RequestError("model_dir: FSDP (--fsdp) shards Hugging Face models; the project's GPT models "
+                                   "train under DDP (torchrun without --fsdp)")
+            if not available():
+                raise RequestError(f"FSDP (--fsdp) needs torch.distributed.fsdp.fully_shard (torch >= 2.6); this "
+                                   f"torch is {torch.__version__}")
         backend = (HFBackend if hf else GPTBackend).load(model_dir, a, device, self._torch_device(device))
         # Everything checked: switch.
         if "threads" in a:
@@ -107,12 +120,24 @@ class LearnerService:
             self.thread_info = configure_threads(self.threads)
         self.trainer = None  # the old reference goes before the new one is copied
         self.trainer = RLTrainer(backend.model, backend.adapter, autocast_dtype=backend.autocast_dtype,
-                                 reference=backend.reference_mode(a.get("reference", "copy")))
+                                 reference=backend.reference_mode(a.get("reference", "copy")),
+                                 parallel=self.parallel)
         self.backend, self.device, self.dirty = backend, device, False
-        return {**backend.load_result(), "device": device, "threads": self.threads, "world_size": self.world}
+        out = {**backend.load_result(), "device": device, "threads": self.threads, "world_size": self.world}
+        if self.world > 1:
+            out["parallel"] = self.parallel
+            if self.trainer.fsdp_info is not None:
+                out["fsdp"] = self.trainer.fsdp_info
+        return out
+
+    def _not_sharded(self, what: str) -> None:
+        if self.trainer is not None and self.trainer.fsdp:
+            raise RequestError(f"{what}: not available under FSDP (the model is sharded over the ranks); run it in "
+                               "one process or under DDP, e.g. on the exported checkpoint")
 
     def cmd_sft(self, a: Arguments) -> Dict[str, Any]:
         backend = self._loaded("sft")
+        self._not_sharded("sft")
         examples = backend.sft_examples(a)  # validated whole before training starts
         self.dirty = True
         result = backend.sft(a, examples)
@@ -125,7 +150,9 @@ class LearnerService:
         return result
 
     def cmd_logprobs(self, a: Arguments) -> Dict[str, Any]:
-        return self._loaded("logprobs").logprobs(a)
+        backend = self._loaded("logprobs")
+        self._not_sharded("logprobs")
+        return backend.logprobs(a)
 
     def cmd_train(self, a: Arguments) -> Dict[str, Any]:
         """One RL step on a TrainBatch (rl.py); everything is validated before anything changes."""
@@ -163,8 +190,16 @@ class LearnerService:
         model_dir = a.get("model_dir", backend.model_dir)
         rl_steps = self.trainer.step if self.trainer is not None else 0
 
+        state = None
+        if self.trainer is not None and self.trainer.fsdp:  # every rank gathers; rank 0 writes the full weights
+            if inline:
+                raise RequestError("inline: not available under FSDP")
+            from .fsdp import full_model_state
+
+            state = full_model_state(self.trainer)
+
         def write() -> Dict[str, Any]:
-            result = backend.write(model_dir, full, rl_steps)
+            result = backend.write(model_dir, full, rl_steps, state=state)
             if inline:  # the written files in the answer, for a caller that does not share this file system
                 result["files"] = backend.inline_files(result)
             return result
