@@ -1,16 +1,24 @@
 #!/usr/bin/env bash
 # The GPU checks of the learner on Hugging Face models, as one command (issue 14, point 7).
 #
-#   bash bench/gpu.sh               a CUDA machine (torch 2.x + transformers [+ peft]); about 8.5 min at most
-#   bash bench/gpu.sh --cpu-smoke   the same three at tiny shapes on the CPU (a smoke test of the scripts)
+#   bash bench/gpu.sh               a CUDA machine (torch 2.x + transformers [+ peft] [+ vllm]); about 16 min at most:
+#                                   more than one 10-minute call, so split it with --only:
+#   bash bench/gpu.sh --only=learner_gpu,hf_logprob_check,hf_lora_step     (about 8.5 min)
+#   bash bench/gpu.sh --only=fsdp_check,vllm_fleet                         (about 8 min)
+#   bash bench/gpu.sh --cpu-smoke   the same at tiny shapes on the CPU (a smoke test of the scripts; no vLLM)
 #
-# In order, each under its own timeout (GPU: 260 + 110 + 130 s, + 5 s each to kill; the whole stays under 9 min):
+# In order, each under its own timeout (GPU: 260 + 110 + 130 + 2 x 150 + 300 s, + 5 s each to kill):
 #   1. learner_gpu      bench/learner_gpu.py --shape qwen2-0.5b --batch 16 --seq 1024: the learner's GRPO step
 #                       against the naive Hugging Face step (tokens/s, MFU, peak memory, speedup)
 #   2. hf_logprob_check bench/hf_logprob_check.py --shape qwen2-0.5b: the learner's logprobs (packed rows,
 #                       chunked head, bf16 autocast; then float32) against a plain float32 transformers forward
 #   3. hf_lora_step     bench/hf_lora_step.py --shape qwen2-0.5b --batch 16 --seq 1024: LoRA (r 16, alpha 32,
 #                       all-linear) GRPO steps; the base weights must not change
+#   4. fsdp_check       python -m mcp_gym_learner.fsdp_check --device cuda --world <GPUs> [--lora]: FSDP2 with NCCL
+#                       and bf16 mixed precision against one process (loss, gradients, weights, resume, export);
+#                       skipped (a JSON line says so) on fewer than 2 GPUs
+#   5. vllm_fleet       bench/vllm_fleet.py: two vLLM servers sharing the GPU, sampling tokens/s on one against
+#                       both, and a LoRA adapter pushed to both (skipped where vllm is not importable)
 # Every JSON line the scripts print goes to $OUT/gpu-results.jsonl (OUT defaults to ./.tmp/gpu), tagged with
 # "step"; then one line per step ({"bench": "gpu.sh", "step", "rc", "timed_out", "wall_s"}) and a summary
 # line ({"bench": "gpu.sh", "summary": true, ...}). Each step's stdout / stderr: $OUT/<step>.out / .log.
@@ -29,13 +37,20 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO"
 
 MODE=gpu
+ONLY=""
+ALL_STEPS="learner_gpu,hf_logprob_check,hf_lora_step,fsdp_check,vllm_fleet"
 for arg in "$@"; do
   case "$arg" in
     --cpu-smoke) MODE=cpu ;;
-    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
-    *) echo "gpu.sh: unknown argument $arg (--cpu-smoke)" >&2; exit 2 ;;
+    --only=*) ONLY="${arg#--only=}" ;;
+    -h|--help) sed -n '2,40p' "$0"; exit 0 ;;
+    *) echo "gpu.sh: unknown argument $arg (--cpu-smoke, --only=STEP[,STEP...] of $ALL_STEPS)" >&2; exit 2 ;;
   esac
 done
+for s in ${ONLY//,/ }; do
+  case ",$ALL_STEPS," in *",$s,"*) ;; *) echo "gpu.sh: --only: unknown step $s (of $ALL_STEPS)" >&2; exit 2 ;; esac
+done
+wanted() { [ -z "$ONLY" ] || case ",$ONLY," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 
 OUT="${OUT:-./.tmp/gpu}"
 mkdir -p "$OUT"
@@ -69,12 +84,12 @@ trap cleanup EXIT
 
 if [ "$MODE" = gpu ]; then
   SHAPE=qwen2-0.5b; BATCH=16; SEQ=1024; DEV=cuda
-  T1=260; T2=110; T3=130
+  T1=260; T2=110; T3=130; T4=150; T5=300
   A_EXTRA=(--budget-s 250 --compile-cost-s 120)
   B_EXTRA=(--budget-s 100)
 else
   SHAPE=tiny; BATCH=2; SEQ=64; DEV=cpu
-  T1=300; T2=300; T3=300
+  T1=300; T2=300; T3=300; T4=300; T5=300
   A_EXTRA=()
   B_EXTRA=(--modes auto)
 fi
@@ -135,12 +150,36 @@ EOF
   echo "=== $name: rc $rc, ${wall} s" >&2
 }
 
-run_step learner_gpu "$T1" "$PY" bench/learner_gpu.py --shape "$SHAPE" --batch "$BATCH" --seq "$SEQ" --device "$DEV" \
-  ${NAIVE_ARGS[@]+"${NAIVE_ARGS[@]}"} ${A_EXTRA[@]+"${A_EXTRA[@]}"}
-run_step hf_logprob_check "$T2" "$PY" bench/hf_logprob_check.py --shape "$SHAPE" --device "$DEV" --model-dir "$MODEL_DIR" \
-  ${B_EXTRA[@]+"${B_EXTRA[@]}"}
-run_step hf_lora_step "$T3" "$PY" bench/hf_lora_step.py --shape "$SHAPE" --batch "$BATCH" --seq "$SEQ" --device "$DEV" \
-  --model-dir "$MODEL_DIR"
+wanted learner_gpu && run_step learner_gpu "$T1" "$PY" bench/learner_gpu.py --shape "$SHAPE" --batch "$BATCH" \
+  --seq "$SEQ" --device "$DEV" ${NAIVE_ARGS[@]+"${NAIVE_ARGS[@]}"} ${A_EXTRA[@]+"${A_EXTRA[@]}"}
+wanted hf_logprob_check && run_step hf_logprob_check "$T2" "$PY" bench/hf_logprob_check.py --shape "$SHAPE" \
+  --device "$DEV" --model-dir "$MODEL_DIR" ${B_EXTRA[@]+"${B_EXTRA[@]}"}
+wanted hf_lora_step && run_step hf_lora_step "$T3" "$PY" bench/hf_lora_step.py --shape "$SHAPE" --batch "$BATCH" \
+  --seq "$SEQ" --device "$DEV" --model-dir "$MODEL_DIR"
+
+# 4. FSDP2 (issue 36): mcp_gym_learner.fsdp_check on every GPU (NCCL, bf16 mixed precision) against one process,
+#    full fine-tuning then LoRA; it needs 2 GPUs or more (with --cpu-smoke: 2 gloo ranks on the CPU).
+if wanted fsdp_check; then
+  NGPU=$("$PY" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)
+  if [ "$MODE" = cpu ]; then
+    run_step fsdp_check "$T4" "$PY" -m mcp_gym_learner.fsdp_check --world 2
+    run_step fsdp_check_lora "$T4" "$PY" -m mcp_gym_learner.fsdp_check --world 2 --lora
+  elif [ "$NGPU" -ge 2 ]; then
+    run_step fsdp_check "$T4" "$PY" -m mcp_gym_learner.fsdp_check --device cuda --world "$NGPU"
+    run_step fsdp_check_lora "$T4" "$PY" -m mcp_gym_learner.fsdp_check --device cuda --world "$NGPU" --lora
+  else
+    echo "{\"bench\": \"gpu.sh\", \"step\": \"fsdp_check\", \"skipped\": \"FSDP2 on GPUs needs 2 or more; this machine has $NGPU (npm test runs the 2-rank CPU check)\"}" >>"$RES"
+    echo "=== fsdp_check: skipped, $NGPU GPU(s)" >&2
+  fi
+fi
+# 5. Two vLLM servers on the GPU (issue 36): sampling tokens/s on one server against both, and a LoRA push to both
+#    (bench/vllm_fleet.py; skipped where vllm is not importable, and with --cpu-smoke).
+if wanted vllm_fleet && [ "$MODE" = gpu ]; then
+  if [ ! -f "$MODEL_DIR/config.json" ]; then
+    "$PY" -c "import sys; sys.path.insert(0, 'bench'); from hf_logprob_check import ensure_checkpoint; ensure_checkpoint(sys.argv[1], sys.argv[2], 'cuda')" "$MODEL_DIR" "$SHAPE" >&2
+  fi
+  run_step vllm_fleet "$T5" "$PY" bench/vllm_fleet.py --model-dir "$MODEL_DIR" --servers 2 --timeout-s $((T5 - 70))
+fi
 
 TOTAL=$(( $(date +%s) - T_ALL ))
 "$PY" - "$RES" "$MODE" "$TOTAL" "$NAIVE_PATH" >>"$RES.summary" <<'EOF'
@@ -170,6 +209,13 @@ s = {"bench": "gpu.sh", "summary": True, "mode": mode, "total_s": total,
      "lora_trainable_params": lora[-1]["trainable_params"] if lora else None,
      "lora_peak_mem_gib": lora[-1]["peak_mem_gib"] if lora else None,
      "lora_base_unchanged": lora[-1]["base_unchanged"] if lora else None,
+     "fsdp": {r["step"]: {"ok": r.get("ok"), "max_rel_diff": r.get("max_rel_diff"), "resume": r.get("resume"),
+                          "world_size": r.get("world_size")}
+              for r in rows if r.get("check") == "fsdp"} or [r.get("skipped") for r in rows
+                                                               if r.get("step") == "fsdp_check" and "skipped" in r],
+     "vllm_fleet": {r.get("phase") or "skipped": (r.get("tokens_per_s") or r.get("all_over_one") or r.get("seconds")
+                                                 or r.get("skipped"))
+                    for r in rows if r.get("step") == "vllm_fleet" and r.get("bench") == "vllm_fleet"},
      "steps": {k: {"rc": v["rc"], "timed_out": v["timed_out"], "wall_s": v["wall_s"]} for k, v in steps.items()}}
 print(json.dumps(s))
 EOF
