@@ -93,12 +93,13 @@ class HFWriter:
         result.update({"model_dir": model_dir, "format": "hf", "lora": self.lora, "written": sorted(written),
                        "seconds": time.perf_counter() - t0, "version": self.config["version"], "full": False,
                        "onnx": False, "rl_steps": rl_steps, "sft_steps": self.sft_steps})
-        extra = self._after_write(model_dir, sharded=state is not None)  # the ONNX export of the written model (hf_export.py) hooks here
+        extra = self._after_write(model_dir, full_state=state)  # the ONNX export of the written model (hf_export.py) hooks here
         if extra:
             result.update(extra)
         return result
 
-    def _after_write(self, model_dir: str, sharded: bool = False) -> Optional[Dict[str, Any]]:
+    def _after_write(self, model_dir: str, full_state: Optional[Dict[str, torch.Tensor]] = None
+                     ) -> Optional[Dict[str, Any]]:
         """Called at the end of every write (export/save), with the directory just written. When the directory
         has an ONNX export (`onnx/config.json`: the rollout side samples in-process), its weights are brought up
         to date (LoRA merged): in place when the graph fits, else a full export. Without one (the rollouts come
@@ -107,14 +108,26 @@ class HFWriter:
 
         if read_onnx_config(model_dir) is None:
             return None
-        if sharded:
-            from .protocol import RequestError
-
-            raise RequestError(f"model_dir: {model_dir} has an ONNX export (onnx/config.json), which FSDP does not "
-                               "update (the model is sharded): sample from a server (vLLM, serve-policy) instead")
-        r = update_hf_onnx_weights(self.model, model_dir)
+        # FSDP: the model is sharded; the gathered weights go into an unsharded copy on this rank's host
+        model = self._unsharded(full_state) if full_state is not None else self.model
+        r = update_hf_onnx_weights(model, model_dir)
         return {"onnx": True, "onnx_version": r.get("version"), "onnx_seconds": r.get("seconds"),
                 "onnx_full": r.get("full")}
+
+    def _unsharded(self, state: Dict[str, torch.Tensor]) -> nn.Module:
+        """A float32 CPU model shaped like the loaded one (a peft model with the same adapter config under LoRA)
+        holding `state` (the loaded model's keys): what the ONNX update reads under FSDP."""
+        import transformers
+
+        base = hf_base(self.model)
+        copy = transformers.AutoModelForCausalLM.from_config(base.config)
+        if self.lora:
+            import peft
+
+            copy = peft.get_peft_model(copy, self.model.peft_config["default"])
+        copy.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()}, strict=True)
+        copy.eval()
+        return copy
 
     def _config_restored(self, base: nn.Module):
         """A context in which base.config holds its loaded values (use_cache, dropouts), for save_pretrained."""

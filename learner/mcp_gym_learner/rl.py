@@ -84,6 +84,10 @@ class RLTrainer(PrePasses, UpdateLoop, Optimizing, AtomicSteps):
         if self.fsdp:
             from .fsdp import shard
 
+            # The shared prefix runs each decoder layer twice in one forward (the prefix, then the rests): FSDP2
+            # frees a layer's gathered weights after each call, which the first call's backward still needs.
+            if getattr(adapter, "share_prefix", False):
+                adapter.share_prefix = False
             self.fsdp_info = shard(self.module, model, self.device)
             if self.reference.mode == "copy":
                 shard(self.reference.module, self.reference.module.model, self.device)
