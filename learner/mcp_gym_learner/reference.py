@@ -94,6 +94,8 @@ class Reference:
         with torch.no_grad():
             if self.mode == "copy":
                 lp, _, _ = self.module(inputs, sel, targets, temperature, 0, 1.0, chunk, False)
+                if self.sharded:  # FSDP keeps the root unit gathered after a forward; this one has no backward
+                    self.module.reshard()
                 return lp
             with self._swapped():
                 was = self.model.training

@@ -54,6 +54,8 @@ class PrePasses:
                     n = batch.scored[i]
                     flat[offsets[i]: offsets[i] + n] = lp[o: o + n].to(dtype)
                     o += n
+            if getattr(self, "fsdp", False):  # FSDP keeps the root unit gathered after a forward (for the backward
+                self.module.reshard()  # that follows): with no backward here, shard it again
         if share and self.dist:
             self.dist.all_reduce(flat)
         return [flat[offsets[i]: offsets[i + 1]] for i in range(B)]

