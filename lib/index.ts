@@ -1,7 +1,7 @@
 /**
  * `lib/`: the little code that `servers/` and `src/` share, and the bottom layer of the project
  * (it imports nothing outside itself but Node built-ins): exact rationals and arithmetic
- * expressions, the seeded PRNG, hashing, HTML escaping, and the one evaluator (success, pass@k, pass^k, cluster-robust intervals). `src/` imports it only through this file.
+ * expressions, the seeded PRNG, hashing, HTML escaping, servers' URL lists, and the one evaluator (success, pass@k, pass^k, cluster-robust intervals). `src/` imports it only through this file.
  */
 export { MathError, Rational, toDecimal, gcd, bitLength, DECIMAL_DIGITS } from './rational.ts';
 export {
@@ -36,4 +36,5 @@ export {
 export type { Estimate, RateEstimate, EpisodeSummary } from './evaluator.ts';
 export { EXIT, EXIT_MEANINGS, RunFailure, StartFailure, AllEpisodesFailed, NoLearningSignal, BelowThreshold, Interrupted } from './failures.ts';
 export { splitCommandLine, parseThreshold } from './command-line.ts';
+export { httpUrlProblem, parseUrlList } from './url-list.ts';
 export { HttpError, MAX_BODY_BYTES, isJsonObject, readJsonObject, sendJson } from './http-json.ts';

@@ -78,7 +78,12 @@ export function describeApiError(err: unknown, key?: string): string {
   const e = err as { status?: number; message?: string; name?: string };
   // The SDKs' messages begin with the status ("429 Rate limit ..."): it is said once.
   const message = (e.message ?? String(err)).replace(e.status !== undefined ? new RegExp(`^${e.status}\\s+`) : /^$/, '');
-  let text = `${e.status !== undefined ? `HTTP ${e.status}: ` : ''}${message}`.replace(/\s+/g, ' ').trim();
+  // A connection error says why underneath (ECONNREFUSED, ECONNRESET, ...): that code is said too.
+  let code: unknown;
+  for (let c = (err as { cause?: unknown }).cause, depth = 0; c && depth < 4 && code === undefined; c = (c as { cause?: unknown }).cause, depth++)
+    code = (c as { code?: unknown }).code;
+  const why = e.status === undefined && typeof code === 'string' && !message.includes(code) ? ` (${code})` : '';
+  let text = `${e.status !== undefined ? `HTTP ${e.status}: ` : ''}${message}${why}`.replace(/\s+/g, ' ').trim();
   if (key) text = text.split(key).join('[key]');
   return text.length > 300 ? `${text.slice(0, 297)}...` : text;
 }

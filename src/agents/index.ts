@@ -11,7 +11,9 @@ export { processedLogprobs, sampleToken } from './sampling.ts';
 export type { SamplingOptions } from './sampling.ts';
 
 export { OpenAIPolicy, ServerEndpointError, completionTokens, toOpenAIMessages } from './openai.ts';
-export type { OpenAIPolicyOptions } from './openai.ts';
+export type { OpenAIPolicyOptions, ServedModel } from './openai.ts';
+export { PolicyFleet, FleetServer, isServerFailure, shownUrl } from './fleet.ts';
+export type { PolicyFleetOptions, FleetServerState, FleetServerStats } from './fleet.ts';
 export { AnthropicPolicy, toAnthropicMessages } from './anthropic.ts';
 export type { AnthropicPolicyOptions, AnthropicThinking } from './anthropic.ts';
 export { apiKeyFrom, UsageMeter, addUsage, describeApiError } from './api.ts';
@@ -21,10 +23,16 @@ import type { ChatModel, Policy } from '../env/index.ts';
 import { ExpertPolicy, RandomPolicy } from './scripted.ts';
 import { OnnxPolicy, type OnnxPolicyOptions } from './onnx/index.ts';
 import { OpenAIPolicy, type OpenAIPolicyOptions } from './openai.ts';
+import { PolicyFleet } from './fleet.ts';
 import { AnthropicPolicy, type AnthropicPolicyOptions } from './anthropic.ts';
 
-/** Options of the API policies: the OpenAI-compatible one's and Anthropic's (each ignores the other's). */
-export type ApiPolicyOptions = OpenAIPolicyOptions & Omit<AnthropicPolicyOptions, keyof OpenAIPolicyOptions>;
+/**
+ * Options of the API policies: the OpenAI-compatible one's and Anthropic's (each ignores the
+ * other's). `baseURLs`: several OpenAI-compatible servers of the same model, sampled as a fleet
+ * (src/agents/fleet.ts: the least-loaded healthy one, failover).
+ */
+export type ApiPolicyOptions = OpenAIPolicyOptions &
+  Omit<AnthropicPolicyOptions, keyof OpenAIPolicyOptions> & { baseURLs?: string[]; log?: (line: string) => void };
 
 export const POLICY_KINDS = ['expert', 'random[:seed]', 'onnx:<model dir>', 'openai:<model>', 'anthropic:<model>'];
 
@@ -64,11 +72,18 @@ export async function makeChatModel(spec: string, options: ApiPolicyOptions = {}
   const [kind, model] = spec.split(/:(.*)/s);
   if (!model) throw new Error(`'${spec}' names no model: use openai:<model> or anthropic:<model>`);
   if (kind === 'openai') {
-    const { thinking: _t, effort: _e, ...o } = options;
-    return new OpenAIPolicy(model, o);
+    const { thinking: _t, effort: _e, baseURLs, log, ...o } = options;
+    // Several servers: a fleet, whose failover is the retry (the SDK's own retries only when asked for).
+    if (baseURLs && baseURLs.length > 1) {
+      const { baseURL: _b, ...rest } = o;
+      return new PolicyFleet(model, baseURLs, { ...rest, tokenIds: rest.tokenIds ?? true, ...(log ? { log } : {}) });
+    }
+    return new OpenAIPolicy(model, baseURLs?.length === 1 ? { ...o, baseURL: baseURLs[0] } : o);
   }
   if (kind === 'anthropic') {
-    const { tokenIds: _i, logprobs: _l, ...o } = options;
+    const { tokenIds: _i, logprobs: _l, baseURLs, log: _g, ...o } = options;
+    if (baseURLs && baseURLs.length > 1) throw new Error(`${spec}: several base URLs (--base-url) are for openai:<model> servers only`);
+    if (baseURLs?.length === 1) o.baseURL = baseURLs[0];
     return new AnthropicPolicy(model, o);
   }
   throw new Error(`Unknown model provider in '${spec}': use openai:<model> or anthropic:<model>`);

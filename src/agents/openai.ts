@@ -37,6 +37,12 @@ export interface OpenAIPolicyOptions extends ApiOptions {
   logprobs?: boolean;
   /** Server-specific request fields (e.g. vLLM's `top_k`), sent with every policy request. */
   extraBody?: Record<string, unknown>;
+  /**
+   * The episodes' token sequences, by episode id: given, the map is shared with other policies
+   * (a fleet's servers, src/agents/fleet.ts), so that an episode whose next turn goes to another
+   * server continues the same sequence. Default: the policy's own.
+   */
+  sequences?: Map<string, number[]>;
 }
 
 /** vLLM's additions to a chat completion (absent elsewhere). */
@@ -120,7 +126,7 @@ export class OpenAIPolicy implements Policy, ChatModel {
   private readonly key: string | undefined;
   private readonly limit: ReturnType<typeof concurrencyLimit>;
   private readonly meter = new UsageMeter();
-  private readonly sequences = new Map<string, number[]>();
+  private readonly sequences: Map<string, number[]>;
   private readonly tokenIds: boolean;
   private currentVersion: string | number | undefined;
   /** The model requests name: the one given, or an adapter chosen with `useModel`. */
@@ -145,6 +151,7 @@ export class OpenAIPolicy implements Policy, ChatModel {
     });
     this.tokenIds = options.tokenIds ?? options.baseURL !== undefined;
     this.limit = concurrencyLimit(options);
+    this.sequences = options.sequences ?? new Map();
   }
 
   get version(): string | number | undefined {

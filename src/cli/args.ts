@@ -1,5 +1,6 @@
 /** Command-line argument helpers. */
-import { parseThreshold, splitCommandLine } from '../../lib/index.ts';
+import { readFileSync } from 'node:fs';
+import { httpUrlProblem, parseThreshold, parseUrlList, splitCommandLine } from '../../lib/index.ts';
 import type { ServerSpec } from '../tools/index.ts';
 
 export class UsageError extends Error {}
@@ -38,9 +39,25 @@ export function numFlag(value: string | undefined, flag: string, o: { min?: numb
   return n;
 }
 
+/** The base URLs of `--base-urls-file FILE`: one a line, `#` comments and blank lines skipped; a bad line is a usage error naming FILE:line. */
+export function baseUrlsFile(file: string): string[] {
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (err) {
+    throw new UsageError(`--base-urls-file: cannot read ${file}: ${(err as Error).message}`);
+  }
+  try {
+    return parseUrlList(text, file);
+  } catch (err) {
+    throw new UsageError(`--base-urls-file ${(err as Error).message}`);
+  }
+}
+
 /** The flags of the API policies (openai:, anthropic:), shared by rollout, eval and bench. */
 export const API_FLAGS = {
-  'base-url': { type: 'string' },
+  'base-url': { type: 'string', multiple: true },
+  'base-urls-file': { type: 'string' },
   'api-key-env': { type: 'string' },
   'max-tokens': { type: 'string' },
   'top-p': { type: 'string' },
@@ -54,7 +71,9 @@ export const API_FLAGS = {
 } as const;
 
 export const API_HELP = `API policies (--policy openai:<model> | anthropic:<model>):
-  --base-url URL          an OpenAI-compatible server (vLLM, SGLang, llama.cpp, mcp-gym serve-policy), up to /v1
+  --base-url URL          an OpenAI-compatible server (vLLM, SGLang, llama.cpp, mcp-gym serve-policy), up to /v1;
+                          repeated (or --base-urls-file FILE, one URL a line): servers of the same model, each
+                          turn to the least-loaded healthy one, a failing one taken out (openai: only)
   --api-key-env NAME      the environment variable with the key (default OPENAI_API_KEY / ANTHROPIC_API_KEY)
   --max-tokens N          tokens of one completion (default 1024)     --top-p P
   --request-timeout-ms N  limit of one request (default 120000)      --max-retries N (default 4)
@@ -64,8 +83,17 @@ export const API_HELP = `API policies (--policy openai:<model> | anthropic:<mode
   --no-token-ids          do not ask the server for vLLM's token ids and logprobs`;
 
 /** API policy options from the flags of API_FLAGS (undefined values left out). */
-export function apiOptionsFrom(v: Partial<Record<keyof typeof API_FLAGS, string | boolean | undefined>>): Record<string, unknown> {
+export function apiOptionsFrom(v: Partial<Record<keyof typeof API_FLAGS, string | string[] | boolean | undefined>>): Record<string, unknown> {
   const s = (k: keyof typeof API_FLAGS) => (typeof v[k] === 'string' ? (v[k] as string) : undefined);
+  const urls = [v['base-url'] ?? []].flat().map(String);
+  for (const u of urls) {
+    const why = httpUrlProblem(u);
+    if (why)
+      throw new UsageError(`--base-url must be a URL such as http://127.0.0.1:8000/v1, got '${u}'${why.includes('http or https') ? ' (http or https)' : ''}`);
+  }
+  if (s('base-urls-file') !== undefined) urls.push(...baseUrlsFile(s('base-urls-file')!));
+  const twice = urls.find((u, i) => urls.indexOf(u) !== i);
+  if (twice) throw new UsageError(`--base-url: ${twice} is given twice (with --base-url or --base-urls-file): each server once`);
   const thinkingBudget = s('thinking-budget') === undefined ? undefined : intFlag(s('thinking-budget'), '--thinking-budget', 0);
   const thinking = s('thinking');
   if (thinking !== undefined && thinking !== 'adaptive')
@@ -74,7 +102,10 @@ export function apiOptionsFrom(v: Partial<Record<keyof typeof API_FLAGS, string 
   if (thinkingBudget !== undefined && thinkingBudget < 1024)
     throw new UsageError(`--thinking-budget must be at least 1024 tokens (the API's minimum), got ${thinkingBudget}`);
   const o: Record<string, unknown> = {
-    baseURL: s('base-url'),
+    baseURL: urls.length === 1 ? urls[0] : undefined,
+    // Several servers: a fleet (src/agents/fleet.ts) that says on stderr when one is taken out or back.
+    baseURLs: urls.length > 1 ? urls : undefined,
+    log: urls.length > 1 ? (line: string) => process.stderr.write(`mcp-gym: ${line}\n`) : undefined,
     apiKeyEnv: s('api-key-env'),
     maxTokens: s('max-tokens') === undefined ? undefined : intFlag(s('max-tokens'), '--max-tokens', 0),
     topP: numFlag(s('top-p'), '--top-p', { min: 0, max: 1 }),
@@ -87,13 +118,6 @@ export function apiOptionsFrom(v: Partial<Record<keyof typeof API_FLAGS, string 
   };
   if (o.effort !== undefined && !['low', 'medium', 'high', 'xhigh', 'max'].includes(o.effort as string))
     throw new UsageError(`--effort must be low, medium, high, xhigh or max, got '${String(o.effort)}'`);
-  if (o.baseURL !== undefined) {
-    try {
-      new URL(o.baseURL as string);
-    } catch {
-      throw new UsageError(`--base-url must be a URL such as http://127.0.0.1:8000/v1, got '${String(o.baseURL)}'`);
-    }
-  }
   return Object.fromEntries(Object.entries(o).filter(([, x]) => x !== undefined));
 }
 

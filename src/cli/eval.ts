@@ -11,7 +11,7 @@ import { existsSync, mkdirSync, renameSync, statSync, writeFileSync } from 'node
 import { dirname, join } from 'node:path';
 import { parseArgs } from 'node:util';
 import pLimit from 'p-limit';
-import { makeChatModel, makePolicy } from '../agents/index.ts';
+import { makeChatModel, makePolicy, shownUrl } from '../agents/index.ts';
 import { evalReport, evalRows, renderEvalHtml } from '../bench/index.ts';
 import { checkThreshold, gateTasks, renderFeedbackText, suiteName, writeJunit } from '../bench/index.ts';
 import {
@@ -147,14 +147,25 @@ export async function evalCommand(argv: string[]): Promise<void> {
   mkdirSync(outDir, { recursive: true });
   // What the evaluation was made with (no key: only the name of its variable), checked on --resume.
   if (!existsSync(runFile) || !values.resume) {
-    const { baseURL, apiKeyEnv, maxTokens, thinking } = api as { baseURL?: string; apiKeyEnv?: string; maxTokens?: number; thinking?: unknown };
+    const { baseURL, baseURLs, apiKeyEnv, maxTokens, thinking } = api as {
+      baseURL?: string;
+      baseURLs?: string[];
+      apiKeyEnv?: string;
+      maxTokens?: number;
+      thinking?: unknown;
+    };
     writeFileSync(
       runFile,
       JSON.stringify(
         {
           ...settings,
           kind: 'eval',
-          api: { base_url: baseURL ?? null, api_key_env: apiKeyEnv ?? null, max_tokens: maxTokens ?? null, thinking: thinking ?? null },
+          api: {
+            base_url: baseURLs?.map(shownUrl) ?? baseURL ?? null,
+            api_key_env: apiKeyEnv ?? null,
+            max_tokens: maxTokens ?? null,
+            thinking: thinking ?? null,
+          },
           started_at: new Date().toISOString(),
         },
         null,

@@ -1,13 +1,15 @@
 /**
  * Command-line flags derived from a zod object schema: each field `snake_case` is a flag
  * `--snake-case` (booleans also `--no-snake-case`), typed by the field's schema, with the field's
- * `.describe()` as its help. The training config (TrainConfigSchema) gets every one of its fields
+ * `.describe()` as its help; a field that takes one value or a list of them (a union with an array)
+ * is a flag that may be repeated. The training config (TrainConfigSchema) gets every one of its fields
  * as a flag this way, so a field cannot exist without a flag, nor a flag without a field.
  */
 import { z } from 'zod';
 import { UsageError } from './args.ts';
 
-export type FlagKind = 'int' | 'number' | 'boolean' | 'enum' | 'string';
+/** `list`: a flag that may be repeated (a field of one value or a list). */
+export type FlagKind = 'int' | 'number' | 'boolean' | 'enum' | 'string' | 'list';
 
 export interface Flag {
   field: string;
@@ -19,7 +21,7 @@ export interface Flag {
   /** Numbers: the bounds the field's schema sets. */
   min?: number;
   max?: number;
-  /** The field's own schema (numbers: checked as the flag is read). */
+  /** The field's own schema (numbers and lists: checked as the flag is read). */
   schema?: z.ZodType;
 }
 
@@ -49,7 +51,8 @@ export function flagsOf(schema: z.ZodObject): Flag[] {
     else if (d.type === 'enum') {
       kind = 'enum';
       values = (inner as z.ZodEnum).options.map(String);
-    } else kind = 'string';
+    } else if (d.type === 'union' && (inner as z.ZodUnion).options.some((x) => (x as unknown as { def: { type: string } }).def.type === 'array')) kind = 'list';
+    else kind = 'string';
     const num = d.type === 'number' ? (inner as z.ZodNumber) : undefined;
     const bound = (b: number | null | undefined) =>
       b === null || b === undefined || !Number.isFinite(b) || Math.abs(b) >= Number.MAX_SAFE_INTEGER ? undefined : b;
@@ -61,13 +64,16 @@ export function flagsOf(schema: z.ZodObject): Flag[] {
       default: def,
       help,
       ...(num ? { min: bound(num.minValue), max: bound(num.maxValue), schema: num } : {}),
+      ...(kind === 'list' ? { schema: inner } : {}),
     };
   });
 }
 
 /** parseArgs options for these flags (strings, parsed by `flagValues`). */
-export function parseArgsOptions(flags: Flag[]): Record<string, { type: 'string' | 'boolean' }> {
-  return Object.fromEntries(flags.map((f) => [f.flag, { type: f.kind === 'boolean' ? ('boolean' as const) : ('string' as const) }]));
+export function parseArgsOptions(flags: Flag[]): Record<string, { type: 'string' | 'boolean'; multiple?: boolean }> {
+  return Object.fromEntries(
+    flags.map((f) => [f.flag, { type: f.kind === 'boolean' ? ('boolean' as const) : ('string' as const), ...(f.kind === 'list' ? { multiple: true } : {}) }]),
+  );
 }
 
 /** The fields given on the command line, typed; a bad value is a UsageError naming the flag. */
@@ -77,7 +83,14 @@ export function flagValues(flags: Flag[], values: Record<string, unknown>): Reco
     const v = values[f.flag];
     if (v === undefined) continue;
     if (f.kind === 'boolean' || f.kind === 'string') out[f.field] = v;
-    else if (f.kind === 'enum') {
+    else if (f.kind === 'list') {
+      // Given once: the one value; repeated: the list. Each value checked by the field's schema.
+      const values = Array.isArray(v) ? v.map(String) : [String(v)];
+      const value = values.length === 1 ? values[0] : values;
+      const checked = f.schema?.safeParse(value);
+      if (checked && !checked.success) throw new UsageError(`--${f.flag}: ${checked.error.issues[0]?.message ?? 'not accepted'}`);
+      out[f.field] = value;
+    } else if (f.kind === 'enum') {
       if (!f.values!.includes(String(v))) throw new UsageError(`--${f.flag} must be one of ${f.values!.join(', ')}, got '${v}'`);
       out[f.field] = v;
     } else {
@@ -113,7 +126,7 @@ const shown = (v: unknown) => (typeof v === 'string' && v.includes('/') ? v.repl
 /** Help lines: `--flag <kind>  help (default X)`. */
 export function flagsHelp(flags: Flag[], indent = '  '): string {
   const left = (f: Flag) =>
-    `--${f.flag}${f.kind === 'boolean' ? '' : f.kind === 'enum' ? ` ${f.values!.join('|')}` : ` <${f.kind === 'string' ? 'text' : f.kind}>`}`;
+    `--${f.flag}${f.kind === 'boolean' ? '' : f.kind === 'enum' ? ` ${f.values!.join('|')}` : f.kind === 'list' ? ' <text> ...' : ` <${f.kind === 'string' ? 'text' : f.kind}>`}`;
   const width = Math.min(40, Math.max(...flags.map((f) => left(f).length)) + 2);
   return flags
     .map((f) => {

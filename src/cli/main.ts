@@ -56,7 +56,7 @@ Commands:
                         --max-difficulty D      only tasks of difficulty 1 to D
                         --eval-tasks N          generate N eval tasks per suite (default 40)
                         --policy P              expert (default), random[:seed], onnx:<model dir>,
-                                                openai:<model> (--base-url URL), anthropic:<model>
+                                                openai:<model> (--base-url URL, repeatable), anthropic:<model>
                         --model DIR             a model directory sampled in-process: the embedded
                                                 model's or a Hugging Face checkpoint's (Qwen3, Qwen2,
                                                 Llama; exported to ONNX in DIR/onnx when needed)

@@ -21,7 +21,7 @@ import { modelJobCommand } from './model-job.ts';
 import { BUNDLED_MODEL_DIR } from '../paths.ts';
 import { resolveModelName } from './rollout.ts';
 import { ProgressBar } from './ui.ts';
-import { UsageError } from './args.ts';
+import { baseUrlsFile, UsageError } from './args.ts';
 import { flagsHelp, flagsOf, flagValues, parseArgsOptions } from './flags.ts';
 import { TAPE_FLAGS, tapeOptions } from './record-replay.ts';
 
@@ -37,6 +37,8 @@ Run options:
   --resume         continue the run in DIR from its last checkpoint
   --config FILE    a JSON file of config fields (a preset < the file < flags)
   --json           (accepted for scripts; the last line is always one JSON object)
+  --base-urls-file F  the policy servers' base URLs in F, one a line (# comments, blank lines skipped),
+                   after any --base-url (several servers: docs/training.md, "Many inference servers")
   --record F       record every tool list and call of the run's episodes in F (JSONL; appended with --resume)
   --replay F       serve the episodes' tool traffic from a recording F, starting no server
 
@@ -83,6 +85,7 @@ function parseTrainArgs(argv: string[], defaults: Partial<TrainConfigInput>) {
     run: { type: 'string' as const },
     resume: { type: 'boolean' as const },
     json: { type: 'boolean' as const },
+    'base-urls-file': { type: 'string' as const },
     help: { type: 'boolean' as const, short: 'h' },
     ...TAPE_FLAGS,
     ...parseArgsOptions(TRAIN_FLAGS),
@@ -93,11 +96,26 @@ function parseTrainArgs(argv: string[], defaults: Partial<TrainConfigInput>) {
   } catch (err) {
     throw new UsageError(`${(err as Error).message} (mcp-gym train --help lists the options)`);
   }
-  return { values: values as Record<string, string | boolean | undefined>, overrides: { ...defaults, ...flagValues(TRAIN_FLAGS, values) } };
+  const fields = trainFlagValues(values);
+  return { values: values as Record<string, string | boolean | undefined>, fields, overrides: { ...defaults, ...fields } };
+}
+
+/** The config fields the flags give: every field's flag, and --base-urls-file's URLs after any --base-url. */
+function trainFlagValues(values: Record<string, unknown>): Record<string, unknown> {
+  const fields = flagValues(TRAIN_FLAGS, values);
+  const file = values['base-urls-file'] as string | undefined;
+  if (file !== undefined) {
+    const given = fields.base_url === undefined ? [] : [fields.base_url].flat().map(String);
+    const urls = [...given, ...baseUrlsFile(file)];
+    const twice = urls.find((u, i) => urls.indexOf(u) !== i);
+    if (twice) throw new UsageError(`--base-urls-file ${file}: ${twice} is given twice (with --base-url or in the file): each server once`);
+    fields.base_url = urls.length === 1 ? urls[0] : urls;
+  }
+  return fields;
 }
 
 export async function runTraining(argv: string[], defaults: Partial<TrainConfigInput>, title: string): Promise<TrainResult | undefined> {
-  const { values, overrides } = parseTrainArgs(argv, defaults);
+  const { values, fields, overrides } = parseTrainArgs(argv, defaults);
   if (values.help) {
     process.stdout.write(TRAIN_HELP);
     return undefined;
@@ -107,7 +125,7 @@ export async function runTraining(argv: string[], defaults: Partial<TrainConfigI
     // A resumed run keeps the settings it was made with (its config.json); flags given change only
     // what may change (e.g. --steps to extend it), and train() refuses the rest, naming it.
     const recorded = values.resume && values.run ? recordedConfig(values.run as string) : undefined;
-    if (recorded) for (const [k, v] of Object.entries(flagValues(TRAIN_FLAGS, values as Record<string, unknown>))) recorded[k] = v;
+    if (recorded) for (const [k, v] of Object.entries(fields)) recorded[k] = v;
     config = recorded
       ? resolveConfig(recorded as Partial<TrainConfigInput>)
       : resolveConfig(overrides as Partial<TrainConfigInput>, values.config as string | undefined);

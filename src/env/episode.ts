@@ -463,5 +463,6 @@ function turnRecord(action: PolicyAction, pms: number, versionBefore: string | n
     ...(action.stopReason ? { stop_reason: action.stopReason } : {}),
     ...(action.tokenDrift ? { token_drift: action.tokenDrift } : {}),
     ...((action.policyVersion ?? versionBefore) !== undefined ? { policy_version: action.policyVersion ?? versionBefore } : {}),
+    ...(action.policyServer !== undefined ? { policy_server: action.policyServer } : {}),
   };
 }

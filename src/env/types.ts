@@ -89,6 +89,11 @@ export interface PolicyAction {
    * policy's adapter or weights version). Default: the policy's `version` as the turn started.
    */
   policyVersion?: string | number;
+  /**
+   * The server that sampled this turn, when a policy samples through several (a fleet of
+   * OpenAI-compatible servers, src/agents/fleet.ts): its base URL without credentials or query.
+   */
+  policyServer?: string;
 }
 
 /** Tokens a provider counted for a request (or summed over many). */
@@ -175,6 +180,11 @@ export const TurnSchema = z.object({
   token_drift: z.string().optional(),
   /** The version of the weights that sampled this turn (OnnxPolicy: the model's version; a served policy: its adapter's or weights' version). */
   policy_version: z.union([z.string(), z.number()]).optional(),
+  /**
+   * The server that sampled this turn (a served policy: its base URL, without credentials or query
+   * string; never a key): with several servers (train --base-url U1 --base-url U2 ...), which one.
+   */
+  policy_server: z.string().optional(),
 });
 export type Turn = z.infer<typeof TurnSchema>;
 

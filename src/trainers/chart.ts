@@ -151,7 +151,7 @@ const put = (group: ConfigGroup, keys: string) =>
 put('task / suite', 'suite tasks eval_tasks max_difficulty faults bundled_servers');
 put(
   'model',
-  'model policy base_url api_key_env learner learner_token device threads sampler_threads sampler_keep_rows dtype gradient_checkpointing lora_rank lora_alpha lora_dropout lora_targets logit_chunk',
+  'model policy base_url request_timeout_ms api_key_env learner learner_token learner_shared_fs device threads learner_procs learner_parallel sampler_threads sampler_keep_rows dtype gradient_checkpointing lora_rank lora_alpha lora_dropout lora_targets logit_chunk',
 );
 put(
   'algorithm / loss',

@@ -7,6 +7,7 @@
  * refusals) and what the learner and the sampler get of it in resolve-config.ts.
  */
 import { z } from 'zod';
+import { httpUrlProblem } from '../../lib/index.ts';
 import { BUNDLED_MODEL_DIR } from '../paths.ts';
 import { LearnerConfigSchema } from './protocol.ts';
 import { composerWeightsSchema, FaultSpecError, parseFaults } from '../env/index.ts';
@@ -189,12 +190,53 @@ export const TrainConfigSchema = z
       .describe(
         'what samples the rollouts: onnx (the model in-process) or openai:<model> (an OpenAI-compatible server that returns token ids and loads new weights, e.g. mcp-gym serve-policy; needs base_url)',
       ),
-    base_url: z.string().url().optional().describe("the policy server's base URL (up to and with /v1), with policy openai:<model>"),
+    base_url: z
+      .union([z.string(), z.array(z.string()).min(1, 'give at least one URL')])
+      .superRefine((v, ctx) => {
+        const urls = Array.isArray(v) ? v : [v];
+        urls.forEach((u, i) => {
+          const why = httpUrlProblem(u);
+          if (why) ctx.addIssue({ code: 'custom', message: why, path: Array.isArray(v) ? [i] : [] });
+          else if (urls.indexOf(u) !== i) ctx.addIssue({ code: 'custom', message: `${u} is given twice: each server once`, path: [i] });
+        });
+      })
+      .optional()
+      .describe(
+        'the policy server\'s base URL (up to and with /v1), with policy openai:<model>; several servers of the same model: repeat --base-url (or --base-urls-file FILE, or a list in a config file): each turn goes to the least-loaded healthy one, a failing one is taken out and its turns go elsewhere (docs/training.md, "Many inference servers")',
+      ),
+    request_timeout_ms: z
+      .number()
+      .int()
+      .min(1)
+      .default(120_000)
+      .describe(
+        'policy openai:<model>: the limit of one request to a policy server, in ms (a server that does not answer in time is taken out, and the turn goes to another); also how long a turn waits for a healthy server when none is',
+      ),
     api_key_env: z.string().min(1).optional().describe("the environment variable holding the policy server's key (default OPENAI_API_KEY)"),
     learner: z.string().optional().describe('URL of a learner already running (e.g. on a GPU machine); default: spawn one here'),
     learner_token: z.string().optional().describe('bearer token of that learner'),
+    learner_shared_fs: z
+      .boolean()
+      .default(false)
+      .describe(
+        "with learner (a URL): the learner reads and writes this run's directory at the same path (a file system both machines mount, as on a cluster): nothing is shipped, exports and checkpoints are written in place; needed for a Hugging Face model's remote learner (e.g. FSDP2 on several nodes: docs/distributed.md)",
+      ),
     device: z.enum(['auto', 'cpu', 'cuda']).default('auto').describe("the learner's device"),
     threads: z.number().int().min(1).optional().describe("the learner's CPU threads (default: all cores)"),
+    learner_procs: z
+      .number()
+      .int()
+      .min(1)
+      .default(1)
+      .describe(
+        'learner processes under torchrun on this machine (one per GPU; on the CPU they share the cores); rank 0 speaks the protocol. A learner on several nodes: start it with torchrun there and give its URL (learner)',
+      ),
+    learner_parallel: z
+      .enum(['ddp', 'fsdp'])
+      .default('ddp')
+      .describe(
+        'with learner_procs > 1: ddp (every process holds the whole model) or fsdp (FSDP2: parameters, gradients and AdamW state sharded over the processes; Hugging Face models; docs/distributed.md)',
+      ),
     sampler_threads: z
       .number()
       .int()
@@ -287,6 +329,7 @@ export const CONFIG_GROUPS = {
     'top_p',
     'policy',
     'base_url',
+    'request_timeout_ms',
     'api_key_env',
     'sampler_threads',
     'sampler_keep_rows',
@@ -347,8 +390,11 @@ export const CONFIG_GROUPS = {
     'logit_chunk',
     'learner',
     'learner_token',
+    'learner_shared_fs',
     'device',
     'threads',
+    'learner_procs',
+    'learner_parallel',
     'lora_rank',
     'lora_alpha',
     'lora_dropout',

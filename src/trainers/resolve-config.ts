@@ -40,7 +40,7 @@ export function resolveConfig(overridesIn: ConfigInput, file?: string): TrainCon
   }
   if (r.data.policy !== 'onnx' && !r.data.base_url) {
     throw new Error(
-      `${file ? `${file}: ` : ''}policy: '${r.data.policy}' needs base_url (--base-url URL): training samples through a server that returns token ids and loads the new weights (mcp-gym serve-policy, vLLM)`,
+      `${file ? `${file}: ` : ''}policy: '${r.data.policy}' needs base_url (--base-url URL, repeated for several servers, or --base-urls-file FILE): training samples through a server that returns token ids and loads the new weights (mcp-gym serve-policy, vLLM)`,
     );
   }
   const hfOnly = hfOnlyFields(r.data);
@@ -49,9 +49,22 @@ export function resolveConfig(overridesIn: ConfigInput, file?: string): TrainCon
       `${file ? `${file}: ` : ''}${hfOnly[0]}: for Hugging Face models only; ${r.data.model} is an embedded GPT model (mcp-gym's format), trained in full: leave out ${hfOnly.join(', ')}`,
     );
   }
-  if (r.data.learner && isHfModelDir(r.data.model)) {
+  if (r.data.learner_parallel === 'fsdp' && r.data.learner_procs < 2 && !r.data.learner) {
     throw new Error(
-      `${file ? `${file}: ` : ''}learner: a remote learner (${r.data.learner}) trains the embedded model only; ${r.data.model} is a Hugging Face checkpoint, whose learner writes the whole weights after every step into the directory the sampler reloads (540 MB for a 135M model in float32; docs/models.md, "Not here"): run this command where the checkpoint and a GPU are (the learner then starts locally with the venv), or sample with vLLM (--policy openai:..., LoRA adapters pushed to it), or leave out learner`,
+      `${file ? `${file}: ` : ''}learner_parallel: fsdp shards the model over the learner's processes: set learner_procs to 2 or more (one per GPU)`,
+    );
+  }
+  if (r.data.learner && r.data.learner_procs > 1) {
+    throw new Error(
+      `${file ? `${file}: ` : ''}learner_procs: the processes of a remote learner (${r.data.learner}) are the ones its torchrun started there: leave out learner_procs`,
+    );
+  }
+  if (r.data.learner_shared_fs && !r.data.learner) {
+    throw new Error(`${file ? `${file}: ` : ''}learner_shared_fs: for a remote learner (learner: its URL); a local learner shares this file system anyway`);
+  }
+  if (r.data.learner && isHfModelDir(r.data.model) && !r.data.learner_shared_fs) {
+    throw new Error(
+      `${file ? `${file}: ` : ''}learner: a remote learner (${r.data.learner}) trains the embedded model only; ${r.data.model} is a Hugging Face checkpoint, whose learner writes the whole weights after every step into the directory the sampler reloads (540 MB for a 135M model in float32; docs/models.md, "Not here"): run this command where the checkpoint and a GPU are (the learner then starts locally with the venv), or sample with vLLM (--policy openai:..., LoRA adapters pushed to it), or leave out learner; a learner that mounts this run's directory at the same path (a cluster's shared file system): learner_shared_fs (--learner-shared-fs)`,
     );
   }
   try {
@@ -117,6 +130,7 @@ function hfOnlyFields(c: TrainConfig): string[] {
   if (c.lora_targets !== 'all-linear') out.push('lora_targets');
   if (c.dtype !== 'auto') out.push('dtype');
   if (c.gradient_checkpointing) out.push('gradient_checkpointing');
+  if (c.learner_parallel === 'fsdp') out.push('learner_parallel');
   return out;
 }
 

@@ -3,6 +3,7 @@
  * figures, staleness, timing, curriculum, replay) and the no-silent-zero check (why a step had no
  * learning signal). A held-out evaluation's figures are in step-evaluate.ts.
  */
+import type { FleetServerStats } from '../agents/index.ts';
 import { failureCauses, meanRewardParts, type Trajectory } from '../env/index.ts';
 import { isZeroVariance, mean, std } from './advantages.ts';
 import type { BuiltBatch } from './batch.ts';
@@ -62,7 +63,10 @@ function stepRecord(ctx: RunContext, step: number, item: Produced, f: Filtered, 
     restarts: ctx.session.restarts,
     version: Number(p.version() ?? 0),
   });
+  const servers = p.servers ? serverFigures(ctx, p.servers(), item.got.trajectories) : undefined;
+  if (servers && Object.keys(servers).length > 1) ctx.log(`step ${step}: ${serverLine(servers)}`);
   return Object.assign(m, {
+    ...(servers ? { policy_servers: servers, policy_servers_healthy: Object.values(servers).filter((x) => x.healthy).length } : {}),
     max_staleness: c.max_staleness,
     staleness_hist: stale.histogram,
     staleness_mean: stale.mean,
@@ -87,6 +91,60 @@ function stepRecord(ctx: RunContext, step: number, item: Produced, f: Filtered, 
         }
       : {}),
   });
+}
+
+/** One server's figures in a step's row (`policy_servers`, by URL). */
+export interface ServerFigures {
+  /** The step's training turns it sampled (from the trajectories' policy_server). */
+  turns: number;
+  /** Since the previous row: requests that failed there, times it was taken out, weight loads it answered. */
+  failed_requests: number;
+  failures: number;
+  pushes: number;
+  healthy: boolean;
+  state: FleetServerStats['state'];
+  /** The version of the weights it samples with now. */
+  version?: string | number;
+  last_error?: string;
+}
+
+/** Each run's servers' counts at its previous row: the next row's are the differences. */
+const previousCounts = new WeakMap<object, Map<string, FleetServerStats>>();
+
+/** The servers' figures of a step's row (a served policy): turns from the step's trajectories, counts since the previous row. */
+export function serverFigures(ctx: Pick<RunContext, 'policy'>, stats: FleetServerStats[], trajectories: Trajectory[]): Record<string, ServerFigures> {
+  const turns = new Map<string, number>();
+  for (const t of trajectories) for (const u of t.turns) if (u.policy_server !== undefined) turns.set(u.policy_server, (turns.get(u.policy_server) ?? 0) + 1);
+  const before = previousCounts.get(ctx.policy);
+  previousCounts.set(ctx.policy, new Map(stats.map((x) => [x.url, x])));
+  return Object.fromEntries(
+    stats.map((x) => {
+      const was = before?.get(x.url);
+      return [
+        x.url,
+        {
+          turns: turns.get(x.url) ?? 0,
+          failed_requests: x.failed_requests - (was?.failed_requests ?? 0),
+          failures: x.failures - (was?.failures ?? 0),
+          pushes: x.pushes - (was?.pushes ?? 0),
+          healthy: x.healthy,
+          state: x.state,
+          ...(x.version !== undefined ? { version: x.version } : {}),
+          ...(!x.healthy && x.last_error !== undefined ? { last_error: x.last_error } : {}),
+        },
+      ];
+    }),
+  );
+}
+
+/** The servers in one line: each one's turns this step and its weights, or why it is out. */
+export function serverLine(servers: Record<string, ServerFigures>): string {
+  return `servers: ${Object.entries(servers)
+    .map(
+      ([url, x]) =>
+        `${url} ${x.turns} turns${x.healthy ? (x.version !== undefined ? ` (v${x.version})` : '') : ` (${x.state}${x.last_error ? `: ${x.last_error.slice(0, 120)}` : ''})`}`,
+    )
+    .join('; ')}`;
 }
 
 /**

@@ -319,6 +319,86 @@ describe('train --policy openai:<model> --base-url <vLLM> with LoRA', () => {
     ).toEqual(['cold-v0', 'lora-run-v2']);
   }, 600_000);
 
+  it('several servers: each step’s adapter is loaded into every one before it samples the next step; one that refuses the load is taken out, the run goes on', async () => {
+    const runDir = join(tmp, 'fleet');
+    const a = await startVllmReplay({ modelDir, servedName: SERVED, maxModelLen: 4096, maxLoraRank: 8, apiKey: KEY });
+    const b = await startVllmReplay({ modelDir, servedName: SERVED, maxModelLen: 4096, maxLoraRank: 8, apiKey: KEY });
+    const small = await startVllmReplay({ modelDir, servedName: SERVED, maxModelLen: 4096, maxLoraRank: 2, apiKey: KEY }); // refuses rank 4
+    const logs: string[] = [];
+    try {
+      const r = await train({
+        config: {
+          preset: 'grpo',
+          model: modelDir,
+          lora_rank: 4,
+          policy: `openai:${SERVED}`,
+          base_url: [a.url, b.url, small.url],
+          api_key_env: KEY_ENV,
+          steps: 2,
+          tasks_per_step: 2,
+          group: 2,
+          eval_every: 0,
+          eval_samples: 1,
+          max_new_tokens: 64,
+          lr: 1e-3,
+          epochs: 1,
+          device: 'cpu',
+          threads: 4,
+          max_staleness: 0,
+        },
+        runDir,
+        trainTasks,
+        evalTasks,
+        onLog: (l) => logs.push(l),
+      });
+      expect(r.steps).toBe(2);
+      // Both servers that take rank 4 got each step's adapter, the older one unloaded; the copies keep the last.
+      for (const s of [a, b]) {
+        expect(s.loads.map((l) => l.name)).toEqual(['fleet-v1', 'fleet-v2']);
+        expect(s.unloads.map((u) => u.name)).toEqual(['fleet-v1']);
+        expect(s.loaded()).toEqual(['fleet-v2']);
+        // Its requests named the base model, then v1 once it loaded v1, then v2: never an adapter before its load answered.
+        const [l1, l2] = s.loads;
+        expect(new Set(s.completions.slice(0, l1!.afterCompletions).map((c) => c.model))).toEqual(new Set([SERVED]));
+        expect(new Set(s.completions.slice(l1!.afterCompletions, l2!.afterCompletions).map((c) => c.model))).toEqual(new Set(['fleet-v1']));
+        expect(new Set(s.completions.slice(l2!.afterCompletions).map((c) => c.model))).toEqual(new Set(['fleet-v2']));
+      }
+      expect(readdirSync(join(runDir, 'adapters'))).toEqual(['fleet-v2']);
+      // The third refused v1 (400): taken out, its completions all before, on the base model.
+      expect(small.loads).toEqual([]);
+      expect(small.requests.some((q) => q.path.endsWith('/load_lora_adapter') && q.status === 400)).toBe(true);
+      expect(small.completions.every((c) => c.model === SERVED)).toBe(true);
+      expect(logs).toContainEqual(
+        expect.stringMatching(
+          new RegExp(
+            `^policy: the server ${small.url.replace(/[.]/g, '\\.')} is taken out: policy openai:tiny-qwen3: loading the LoRA adapter fleet-v1 .* answered 400: Loading lora fleet-v1 failed: LoRA rank 4 is greater than max_lora_rank 2\\.`,
+          ),
+        ),
+      );
+      expect(logs).toContain('policy: 2 of 3 servers sample from the LoRA adapter fleet-v2 (fleet-v1 unloaded)');
+      // Each turn: the adapter version of the step before, and a server that had it.
+      const trajs = readFileSync(join(runDir, 'trajectories.jsonl'), 'utf8')
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l) as Trajectory);
+      for (const t of trajs) {
+        const step = Number(/@train\.(\d+)\./.exec(t.group_id)![1]);
+        for (const turn of t.turns) {
+          expect(turn.policy_version).toBe(step - 1);
+          expect(step === 1 ? [a.url, b.url, small.url] : [a.url, b.url]).toContain(turn.policy_server);
+        }
+      }
+      const rows = readFileSync(join(runDir, 'metrics.jsonl'), 'utf8')
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l) as { policy_servers: Record<string, { healthy: boolean; version?: number; pushes: number }> });
+      expect(rows.at(-1)!.policy_servers[a.url]).toMatchObject({ healthy: true, version: 2 });
+      expect(rows.at(-1)!.policy_servers[small.url]!.healthy).toBe(false);
+    } finally {
+      await Promise.all([a.close(), b.close(), small.close()]);
+    }
+  }, 600_000);
+
   it('a load the server refuses ends the run with the endpoint, the status and vLLM’s message', async () => {
     const runDir = join(tmp, 'too-high-rank');
     await expect(

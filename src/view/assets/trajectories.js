@@ -157,7 +157,8 @@ function renderTrajectory(t, index, step, slot) {
         'assistant · turn ' +
           (i + 1) +
           (turn.policy_ms !== undefined ? ' · ' + Math.round(turn.policy_ms) + ' ms' : '') +
-          (turn.policy_version !== undefined ? ' · v' + turn.policy_version : ''),
+          (turn.policy_version !== undefined ? ' · v' + turn.policy_version : '') +
+          (turn.policy_server !== undefined ? ' · ' + turn.policy_server : ''),
       ),
     ];
     // A Hugging Face model's turn as it wrote it (special tokens kept), and how its call was read.
