@@ -84,6 +84,30 @@ export interface LearnerOptions {
   onLog?: (line: string) => void;
   /** The model is a Hugging Face checkpoint: run the learner with the venv's Python (learnerPython). */
   hf?: boolean;
+  /**
+   * Learner processes under torchrun on this machine (one per GPU; default 1: a plain process).
+   * Rank 0 speaks the protocol on stdin/stdout (learner/PROTOCOL.md, "Several processes").
+   */
+  procs?: number;
+  /** With procs > 1: DDP replicas (default) or FSDP2 shards (`serve --fsdp`: Hugging Face models). */
+  parallel?: 'ddp' | 'fsdp';
+}
+
+/** The learner's command line: `serve`, or torchrun (`--standalone`: a free rendezvous port here) of it. */
+export function learnerArgs(o: Pick<LearnerOptions, 'procs' | 'parallel'> = {}): string[] {
+  const procs = o.procs ?? 1;
+  if (procs <= 1) return ['-m', 'mcp_gym_learner', 'serve'];
+  return [
+    '-m',
+    'mcp_gym_learner.torchrun',
+    '--standalone',
+    '--nproc_per_node',
+    String(procs),
+    '-m',
+    'mcp_gym_learner',
+    'serve',
+    ...(o.parallel === 'fsdp' ? ['--fsdp'] : []),
+  ];
 }
 
 export class LearnerClient implements LearnerConnection {
@@ -119,13 +143,16 @@ export class LearnerClient implements LearnerConnection {
 
   static start(options: LearnerOptions = {}): LearnerClient {
     const python = learnerPython({ hf: options.hf });
-    const child = spawn(python, ['-m', 'mcp_gym_learner', 'serve'], {
+    const procs = options.procs ?? 1;
+    const child = spawn(python, learnerArgs(options), {
       cwd: LEARNER_DIR,
       env: {
         ...process.env,
         PYTHONPATH: LEARNER_DIR,
         PYTHONUNBUFFERED: '1',
         ...(options.threads ? { MCP_GYM_THREADS: String(options.threads) } : {}),
+        // torchrun's ranks: one thread each until `load` sets their share of the cores
+        ...(procs > 1 ? { OMP_NUM_THREADS: String(Math.max(1, Math.floor((options.threads ?? 1) / procs))) } : {}),
         ...options.env,
       },
       stdio: ['pipe', 'pipe', 'pipe'],

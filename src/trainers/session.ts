@@ -8,7 +8,7 @@
  */
 import { createHash } from 'node:crypto';
 import { existsSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
-import { basename, join, posix } from 'node:path';
+import { basename, join, posix, resolve } from 'node:path';
 import { HttpLearnerClient, isHfModelDir, LearnerClient, LearnerError, type LearnerConnection } from './learner-client.ts';
 import type { LearnerArgs, LearnerConfigInput, LearnerResult, TrainBatch } from './protocol.ts';
 import { StartFailure } from '../../lib/index.ts';
@@ -23,6 +23,15 @@ export interface LearnerSessionOptions {
   token?: string;
   device?: 'cpu' | 'cuda';
   threads?: number;
+  /**
+   * A remote learner that reads and writes this run's paths itself (a file system both machines
+   * mount at the same path, as on a cluster): nothing is shipped, exports and checkpoints are
+   * written in place.
+   */
+  sharedFs?: boolean;
+  /** Local learner processes under torchrun, and DDP or FSDP2 between them (LearnerOptions). */
+  procs?: number;
+  parallel?: 'ddp' | 'fsdp';
   /**
    * For a Hugging Face model: the learner's dtype, gradient checkpointing and LoRA (`load`'s
    * fields; config.ts hfLoadOptions). Ignored for the embedded GPT model.
@@ -45,8 +54,9 @@ export class LearnerSession {
   private learnerCheckpoints: string;
 
   private constructor(private readonly o: LearnerSessionOptions) {
-    this.learnerModelDir = o.modelDir;
-    this.learnerCheckpoints = join(o.runDir, 'checkpoints');
+    // a learner on a shared file system reads the same paths: absolute ones
+    this.learnerModelDir = resolve(o.modelDir);
+    this.learnerCheckpoints = join(resolve(o.runDir), 'checkpoints');
     this.checkpoint = o.checkpoint;
   }
 
@@ -67,6 +77,11 @@ export class LearnerSession {
     return this.o.url !== undefined;
   }
 
+  /** A remote learner without a shared file system: the model goes over the wire, exports come back inline. */
+  private get ships(): boolean {
+    return this.remote && !this.o.sharedFs;
+  }
+
   /** The connection (for tests and tools: e.g. to kill a local learner). */
   get connection(): LearnerConnection {
     return this.conn;
@@ -74,12 +89,15 @@ export class LearnerSession {
 
   private async start(): Promise<void> {
     const hf = isHfModelDir(this.o.modelDir);
-    this.conn = this.o.url ? new HttpLearnerClient(this.o.url, this.o.token) : LearnerClient.start({ threads: this.o.threads, hf });
-    if (this.remote) await this.shipModel();
+    this.conn = this.o.url
+      ? new HttpLearnerClient(this.o.url, this.o.token)
+      : LearnerClient.start({ threads: this.o.threads, hf, procs: this.o.procs, parallel: this.o.parallel });
+    if (this.ships) await this.shipModel();
     await this.conn.request('load', {
       model_dir: this.learnerModelDir,
       ...(this.o.device ? { device: this.o.device } : {}),
-      ...(this.o.threads ? { threads: this.o.threads } : {}),
+      // torchrun's ranks share this machine's cores: each gets its part
+      ...(this.o.threads ? { threads: Math.max(1, Math.floor(this.o.threads / Math.max(1, this.o.procs ?? 1))) } : {}),
       ...(hf && this.o.hf ? this.o.hf : {}),
     });
     if (this.checkpoint) await this.conn.request('checkpoint_load', { dir: this.checkpoint });
@@ -102,8 +120,8 @@ export class LearnerSession {
 
   /** The learner writes the new weights into the model directory (remote: sends them; written here data first, config.json last). */
   async exportWeights(): Promise<void> {
-    const r = await this.conn.request('export', { model_dir: this.learnerModelDir, ...(this.remote ? { inline: true } : {}) });
-    if (!this.remote) return;
+    const r = await this.conn.request('export', { model_dir: this.learnerModelDir, ...(this.ships ? { inline: true } : {}) });
+    if (!this.ships) return;
     const names = Object.keys(r.files ?? {}).sort((a, b) => Number(a === 'config.json') - Number(b === 'config.json'));
     if (!names.includes('config.json')) throw new LearnerError('export: the remote learner sent no config.json');
     for (const name of names) {
@@ -118,12 +136,12 @@ export class LearnerSession {
    */
   async saveCheckpoint(step: number, commit: (dir: string) => void): Promise<string> {
     const name = `step-${String(step).padStart(5, '0')}`;
-    const dir = this.remote ? posix.join(this.learnerCheckpoints, name) : join(this.learnerCheckpoints, name);
+    const dir = this.ships ? posix.join(this.learnerCheckpoints, name) : join(this.learnerCheckpoints, name);
     await this.conn.request('checkpoint_save', { dir });
     const previous = this.checkpoint;
     this.checkpoint = dir;
     commit(dir);
-    if (previous && previous !== dir && !this.remote) rmSync(previous, { recursive: true, force: true });
+    if (previous && previous !== dir && !this.ships) rmSync(previous, { recursive: true, force: true });
     return dir;
   }
 
