@@ -31,6 +31,7 @@ def init_from_env() -> Tuple[int, int, int]:
     world = env_world()
     if world <= 1:
         return 0, 1, 0
+    die_with_parent()
     local = int(os.environ.get("LOCAL_RANK", "0"))
     if not dist.is_initialized():
         backend = os.environ.get("MCP_GYM_DIST_BACKEND")
@@ -40,6 +41,22 @@ def init_from_env() -> Tuple[int, int, int]:
             torch.cuda.set_device(local)
         dist.init_process_group(backend=backend)
     return dist.get_rank(), dist.get_world_size(), local
+
+
+def die_with_parent() -> None:
+    """torchrun starts each rank in a session of its own: when torchrun itself is killed (SIGKILL, which it cannot
+    pass on), its ranks would live on, rank 0 still serving. On Linux the kernel kills this rank with its parent."""
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except Exception:  # pragma: no cover
+        return
 
 
 def current() -> Tuple[int, int, int]:

@@ -13,7 +13,7 @@
  *
  * Needs the learner's venv with torch >= 2.6 (FSDP2); without it the file is skipped.
  */
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -158,11 +158,19 @@ describe.skipIf(!HAVE_FSDP)(`train with the learner under FSDP2 on 2 CPU ranks (
       });
       expect(r.steps).toBe(1);
     } finally {
+      // torchrun runs each rank in a session of its own; SIGKILL to torchrun: the ranks die with it (PR_SET_PDEATHSIG)
+      const gone = new Promise((r) => learner.once('exit', r));
       try {
         process.kill(-learner.pid!, 'SIGKILL');
       } catch {
         // already gone
       }
+      await gone;
+      await new Promise((r) => setTimeout(r, 1000));
+      const left = execFileSync('ps', ['-eo', 'args'], { encoding: 'utf8' })
+        .split('\n')
+        .filter((l) => l.includes('--token fsdp-test'));
+      expect(left).toEqual([]);
     }
     const model = join(runDir, 'model');
     const adapter = JSON.parse(readFileSync(join(model, 'adapter', 'adapter_config.json'), 'utf8')) as Record<string, unknown>;
