@@ -87,3 +87,13 @@ export function describeApiError(err: unknown, key?: string): string {
   if (key) text = text.split(key).join('[key]');
   return text.length > 300 ? `${text.slice(0, 297)}...` : text;
 }
+
+/** A base URL as it may be shown and recorded: without user, password, query or fragment (a key never rides along). */
+export function shownUrl(url: string): string {
+  try {
+    const u = new URL(url);
+    return `${u.protocol}//${u.host}${u.pathname.replace(/\/+$/, '')}`;
+  } catch {
+    return url.replace(/[?#].*$/, '');
+  }
+}

@@ -20,7 +20,9 @@
  * query) and the version of the weights that server had (`policyVersion`).
  */
 import type { ApiUsage, ChatModel, ChatRequest, ChatResult, Observation, Policy, PolicyAction } from '../env/index.ts';
-import { describeApiError } from './api.ts';
+import { describeApiError, shownUrl } from './api.ts';
+
+export { shownUrl };
 import { ApiRequestError, OpenAIPolicy, type OpenAIPolicyOptions } from './openai.ts';
 
 /** The servers' options (each server's `OpenAIPolicy`; `maxRetries` defaults to 0 here), and the fleet's own. */
@@ -53,16 +55,6 @@ export interface FleetServerStats {
   version?: string | number;
   /** Why it was last taken out (or last failed its probe). */
   last_error?: string;
-}
-
-/** A base URL as it may be shown and recorded: without user, password, query or fragment (a key never rides along). */
-export function shownUrl(url: string): string {
-  try {
-    const u = new URL(url);
-    return `${u.protocol}//${u.host}${u.pathname.replace(/\/+$/, '')}`;
-  } catch {
-    return url.replace(/[?#].*$/, '');
-  }
 }
 
 /** Whether a request's failure is its server's (no answer, a timeout, 408, 429, 5xx): the turn may go to another server. */
@@ -233,14 +225,31 @@ export class PolicyFleet implements Policy, ChatModel {
 
   /** A request through the fleet: to the server `pick` chooses, again elsewhere while servers fail. */
   private async routed<T>(episodeId: string | undefined, signal: AbortSignal | undefined, send: (s: FleetServer) => Promise<T>): Promise<T> {
+    // A turn fails at most twice as many times as there are servers: a request that fails wherever it
+    // goes (a prompt that always gets a 500, or always outlasts the timeout) is the episode's failure,
+    // not a reason to cycle through take-out, probe and sync for ever. (Servers that are all out in the
+    // meantime are waited for, up to waitMs, as any request waits.)
+    const failed: FleetServer[] = [];
     for (;;) {
       const s = await this.pick(episodeId, signal); // its request counted in flight already
+      const epoch = s.epoch;
       try {
-        return await send(s);
+        const out = await send(s);
+        s.backoffMs = this.probeMinMs; // it answers requests again, not only probes
+        return out;
       } catch (err) {
         if (signal?.aborted || !isServerFailure(err)) throw err;
         s.failedRequests++;
-        this.takeOut(s, (err as Error).message);
+        // A request sent before the server was taken out and brought back says nothing of it now.
+        if (s.epoch === epoch) this.takeOut(s, (err as Error).message);
+        failed.push(s);
+        if (failed.length >= 2 * this.servers.length) {
+          throw new ApiRequestError(
+            `${(err as Error).message} (the turn failed ${failed.length} times: ${[...new Set(failed.map((f) => f.url))].join(', ')})`,
+            (err as ApiRequestError).status,
+            (err as ApiRequestError).code,
+          );
+        }
       } finally {
         s.inFlight--;
       }
@@ -308,6 +317,7 @@ export class PolicyFleet implements Policy, ChatModel {
     try {
       await s.policy.models();
       answered = true;
+      if (this.closed || s.epoch !== epoch) return; // no weights pushed for a fleet that is closed (the server may serve another run now)
       const sync = this.options.sync;
       if (sync) await s.exclusive(() => sync(s));
     } catch (err) {
@@ -327,8 +337,7 @@ export class PolicyFleet implements Policy, ChatModel {
   }
 
   private markHealthy(s: FleetServer): void {
-    s.state = 'healthy';
-    s.backoffMs = this.probeMinMs;
+    s.state = 'healthy'; // its probe delay is reset by a request that succeeds (routed), not by a probe
     this.options.log?.(`policy: the server ${s.url} is back${s.version !== undefined ? ` (weights version ${s.version})` : ''}`);
     for (const wake of this.waiters) wake();
   }

@@ -28,7 +28,7 @@
 import OpenAI from 'openai';
 import { fnv1a } from '../../lib/index.ts';
 import type { ChatModel, ChatRequest, ChatResult, Observation, Policy, PolicyAction, ProposedCall, TokenUsage, ApiUsage } from '../env/index.ts';
-import { apiKeyFrom, concurrencyLimit, describeApiError, UsageMeter, type ApiOptions } from './api.ts';
+import { apiKeyFrom, concurrencyLimit, describeApiError, shownUrl, UsageMeter, type ApiOptions } from './api.ts';
 
 export interface OpenAIPolicyOptions extends ApiOptions {
   /** Ask for vLLM's token ids and logprobs (default: true when a base URL is given, false for OpenAI's own API, which refuses them). */
@@ -275,7 +275,7 @@ export class OpenAIPolicy implements Policy, ChatModel {
         return info.max_model_len;
       }
     }
-    throw new Error(`openai: the server at ${this.options.baseURL ?? 'the OpenAI API'} serves no model '${this.baseModel}'`);
+    throw new Error(`openai: the server at ${this.options.baseURL ? shownUrl(this.options.baseURL) : 'the OpenAI API'} serves no model '${this.baseModel}'`);
   }
 
   /**
@@ -298,8 +298,17 @@ export class OpenAIPolicy implements Policy, ChatModel {
    */
   private async post(endpoint: string, body: Record<string, unknown>): Promise<string> {
     const base = this.options.baseURL ?? 'https://api.openai.com/v1';
-    const url = `${base.replace(/\/+$/, '')}/${endpoint}`;
-    const clean = (t: string) => (this.key ? t.split(this.key).join('[key]') : t).replace(/\s+/g, ' ').trim().slice(0, 500);
+    // The URL as given (a query string kept after the path), and as it may be shown: no user, password or query.
+    const u = new URL(base);
+    const secrets = [u.username, u.password, u.search.slice(1)].filter((x) => x.length >= 3);
+    u.pathname = `${u.pathname.replace(/\/+$/, '')}/${endpoint}`;
+    const url = u.toString();
+    const shown = `${shownUrl(base)}/${endpoint}`;
+    const clean = (t: string) => {
+      let out = this.key ? t.split(this.key).join('[key]') : t;
+      for (const x of secrets) out = out.split(x).join('[redacted]');
+      return out.replace(/\s+/g, ' ').trim().slice(0, 500);
+    };
     let res: Response;
     try {
       res = await fetch(url, {
@@ -309,10 +318,10 @@ export class OpenAIPolicy implements Policy, ChatModel {
         signal: AbortSignal.timeout(this.options.timeoutMs ?? 120_000),
       });
     } catch (err) {
-      throw new ServerEndpointError(`POST ${url}: cannot reach the server: ${clean((err as Error).message)}`, endpoint);
+      throw new ServerEndpointError(`POST ${shown}: cannot reach the server: ${clean((err as Error).message)}`, endpoint);
     }
     const text = await res.text();
-    if (!res.ok) throw new ServerEndpointError(`POST ${url} answered ${res.status}: ${clean(errorBodyMessage(text))}`, endpoint, res.status);
+    if (!res.ok) throw new ServerEndpointError(`POST ${shown} answered ${res.status}: ${clean(errorBodyMessage(text))}`, endpoint, res.status);
     return text;
   }
 

@@ -161,7 +161,7 @@ export async function evalCommand(argv: string[]): Promise<void> {
           ...settings,
           kind: 'eval',
           api: {
-            base_url: baseURLs?.map(shownUrl) ?? baseURL ?? null,
+            base_url: baseURLs?.map(shownUrl) ?? (baseURL ? shownUrl(baseURL) : null),
             api_key_env: apiKeyEnv ?? null,
             max_tokens: maxTokens ?? null,
             thinking: thinking ?? null,

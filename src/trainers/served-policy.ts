@@ -183,18 +183,15 @@ export async function servedRolloutPolicy(
         made.delete(name);
       }
     };
-    // Brings a server to the target: its adapters of this run unloaded (all at the start; at a
-    // comeback all but the target, which stays loaded), the target loaded unless it is there.
+    // Brings a server to the target: its adapters of this run unloaded, then the target loaded. At a
+    // comeback too: a server that was out when a rolled-back run pushed the same step's name again
+    // may hold that name with the discarded weights.
     const bring = async (s: FleetServer, atStart: boolean) => {
       const listed = await models(s);
       const l: string[] = [];
       loaded.set(s, l);
       for (const m of listed) {
         if (!ours.test(m.id)) continue;
-        if (!atStart && m.id === target.name) {
-          l.push(m.id);
-          continue;
-        }
         if (atStart) o.log(`policy: unloading the LoRA adapter ${m.id}, left loaded on ${s.url} by an earlier process of this run (or a run of the same name)`);
         await unload(s, m.id);
       }

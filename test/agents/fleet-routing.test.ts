@@ -237,6 +237,26 @@ describe('PolicyFleet over real serve-policy servers', () => {
     expect(fleet.stats()[0]).toMatchObject({ failures: 1, pushes: 1, healthy: true });
   });
 
+  it('a request that fails wherever it goes (a 500 each time, the servers answering probes) fails its episode after 2 tries a server', async () => {
+    const bad = await Promise.all([gate(server.url), gate(server.url)]);
+    gates.push(...bad);
+    for (const g of bad) g.mode = '503';
+    let syncs = 0;
+    const fleet = make(
+      bad.map((g) => g.url),
+      { probeMinMs: 20, probeMaxMs: 40, waitMs: 30_000, sync: async () => void syncs++ },
+    );
+    const env = new Environment();
+    const t = await env.runEpisode(tasks[0]!, fleet, { groupId: 'g', sample: 0 });
+    await env.close();
+    expect(t.finish).toBe('error');
+    expect(t.error).toMatch(/injected 503: overloaded \(the turn failed 4 times: /);
+    const tries = bad.map((g) => completions(g, '503'));
+    expect(tries[0]! + tries[1]!).toBe(4); // 2 tries a server in all, then no more
+    expect(Math.min(...tries)).toBeGreaterThan(0);
+    expect(syncs).toBeGreaterThanOrEqual(2); // they came back between the tries: taken out, probed, synced
+  });
+
   it('every server down: a request waits for one, then fails naming each server and its error', async () => {
     const down = await Promise.all([gate(server.url), gate(server.url)]);
     gates.push(...down);

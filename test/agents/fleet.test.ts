@@ -183,6 +183,10 @@ describe('train and eval through three serve-policy processes, one killed mid-ru
       expect(perServer.map((x) => x[u]!.pushes)).toEqual([2, 1, 1]);
     }
     expect(rows.at(-1)!.policy_servers_healthy).toBe(2);
+    console.log(
+      `fleet: ${trajs.length} episodes, ${new Set(trajs.map((t) => t.id)).size} distinct; turns per step by server (killed first): ` +
+        perServer.map((x, i) => `step ${i + 1} ${urls.map((u) => x[u]!.turns).join('/')}`).join(', '),
+    );
 
     // Said as it happened: the server taken out, named with its error; each step's servers in one line.
     expect(stdout).toMatch(new RegExp(`policy: the server ${killed.replace(/[.]/g, '\\.')} is taken out: .+; probed again in 2 s`));

@@ -337,3 +337,26 @@ describe('training through serve-policy', () => {
     expect(server.stats().requests).toBe(before); // refused before sampling
   }, 240_000);
 });
+
+describe('a base URL carrying credentials or a key in its query', () => {
+  it('never shows them in an endpoint error (they would reach logs and metrics)', async () => {
+    // A real listener that closes every connection: the request fails after the URL was used.
+    const closer: Server = createServer((req) => req.socket.destroy());
+    await new Promise<void>((r) => closer.listen(0, '127.0.0.1', r));
+    const port = (closer.address() as AddressInfo).port;
+    try {
+      for (const base of [`http://alice:s3cret-pw@127.0.0.1:${port}/v1`, `http://127.0.0.1:${port}/v1?api-key=s3cret-key`]) {
+        const p = new OpenAIPolicy('m', { baseURL: base, maxRetries: 0, timeoutMs: 5_000 });
+        const err = await p.loadLoraAdapter('a', '/tmp/a').then(
+          () => undefined,
+          (e: Error) => e,
+        );
+        expect(err).toBeInstanceOf(Error);
+        expect(err!.message).toMatch(new RegExp(`^POST http://127\\.0\\.0\\.1:${port}/v1/load_lora_adapter`));
+        expect(err!.message).not.toMatch(/s3cret|alice/);
+      }
+    } finally {
+      closer.close();
+    }
+  });
+});
