@@ -136,9 +136,10 @@ def _restore_sharded(trainer: RLTrainer, st: Dict[str, Any], path: str) -> None:
     trainer.optimizer = trainer.make_optimizer(cfg) if st.get("optimizer_saved") else None
     try:
         load_sharded(trainer, os.path.join(path, st["sharded"]), trainer.optimizer is not None)
-    except Exception as e:
-        raise ConfigError(f"dir: the sharded checkpoint {os.path.join(path, st['sharded'])} does not fit the loaded "
-                          f"model: {type(e).__name__}: {str(e)[:500]}") from None
+    except Exception as e:  # not a ConfigError: DCP loads in place, so the trainer may be half-restored
+        raise RuntimeError(f"dir: the sharded checkpoint {os.path.join(path, st['sharded'])} could not be restored "
+                           f"({type(e).__name__}: {str(e)[:500]}); the loaded model may be partly overwritten: send "
+                           "load again") from None
     trainer.step = int(st["step"])
     trainer.last_config = cfg.to_json() if saved else None
     _set_rng_state(st.get("rng") or {})
@@ -245,40 +246,64 @@ def _save_sharded(trainer: RLTrainer, st: Dict[str, Any], path: str, info: Dict[
 
     info.update({"sharded": st["sharded"], "world_size": trainer.world})
     tmp = f"{path}.tmp-sharded"
-    if trainer.rank == 0:
+
+    def prepare() -> None:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)
         os.makedirs(tmp)
-    trainer.dist.barrier()
+
+    _on_rank0_together(trainer, prepare)
     save_sharded(trainer, os.path.join(tmp, st["sharded"]))
     trainer.dist.barrier()
+    _on_rank0_together(trainer, lambda: _finish_sharded(st, path, tmp, info))
+
+
+def _on_rank0_together(trainer: RLTrainer, fn) -> None:
+    """fn() on rank 0, then every rank learns whether it failed (one all-reduce) and all raise together: a failure of
+    rank 0's files must not leave the other ranks in the next collective while rank 0 answers the error."""
+    err: Optional[BaseException] = None
     if trainer.rank == 0:
-        buf = io.BytesIO()
-        torch.save(st, buf)
-        files = {CHECKPOINT_FILE: buf.getvalue(), "meta.json": (json.dumps(info, indent=2) + "\n").encode()}
-        for name, data in files.items():
-            with open(os.path.join(tmp, name), "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-        for root, _, names in os.walk(tmp):
-            for n in names:
-                fd = os.open(os.path.join(root, n), os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-        _fsync_dir(os.path.join(tmp, st["sharded"]))
-        _fsync_dir(tmp)
-        old = None
-        if os.path.exists(path):
-            old = f"{path}.old-{os.getpid()}"
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(path, old)
-        os.replace(tmp, path)
-        _fsync_dir(os.path.dirname(path))
-        if old:
-            shutil.rmtree(old, ignore_errors=True)
+        try:
+            fn()
+        except Exception as e:
+            err = e
+    flag = torch.tensor([1 if err is not None else 0], dtype=torch.int64,
+                        device=trainer.device if trainer.device.type == "cuda" else "cpu")
+    trainer.dist.all_reduce(flag)
+    if err is not None:
+        raise err
+    if int(flag.item()):
+        raise RuntimeError("checkpoint_save: rank 0 could not write the checkpoint's files (its answer says why)")
+
+
+def _finish_sharded(st: Dict[str, Any], path: str, tmp: str, info: Dict[str, Any]) -> None:
+    """Rank 0: trainer.pt and meta.json beside the shards, everything fsynced, the directory renamed into place."""
+    buf = io.BytesIO()
+    torch.save(st, buf)
+    files = {CHECKPOINT_FILE: buf.getvalue(), "meta.json": (json.dumps(info, indent=2) + "\n").encode()}
+    for name, data in files.items():
+        with open(os.path.join(tmp, name), "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    for root, _, names in os.walk(tmp):
+        for n in names:
+            fd = os.open(os.path.join(root, n), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    _fsync_dir(os.path.join(tmp, st["sharded"]))
+    _fsync_dir(tmp)
+    old = None
+    if os.path.exists(path):
+        old = f"{path}.old-{os.getpid()}"
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(path, old)
+    os.replace(tmp, path)
+    _fsync_dir(os.path.dirname(path))
+    if old:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def read_checkpoint(path: str) -> Dict[str, Any]:

@@ -133,11 +133,13 @@ class _StateRoot(nn.Module):
             self.value_head = value_head
 
 
-def full_model_state(trainer) -> Dict[str, torch.Tensor]:
-    """The model's full state dict (its own keys, on the CPU) on rank 0, {} elsewhere; every rank must call it."""
+def full_model_state(trainer, trainable_only: bool = False) -> Dict[str, torch.Tensor]:
+    """The model's full state dict (its own keys, on the CPU) on rank 0, {} elsewhere; every rank must call it.
+    trainable_only: the parameters that train (a LoRA adapter), not the frozen ones."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-    sd = get_model_state_dict(trainer.module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    sd = get_model_state_dict(trainer.module, options=StateDictOptions(full_state_dict=True, cpu_offload=True,
+                                                                       ignore_frozen_params=trainable_only))
     return {k[len("model."):]: v for k, v in sd.items() if k.startswith("model.")}
 
 

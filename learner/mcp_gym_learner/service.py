@@ -196,9 +196,15 @@ class LearnerService:
         if self.trainer is not None and self.trainer.fsdp:  # every rank gathers; rank 0 writes the full weights
             if inline:
                 raise RequestError("inline: not available under FSDP")
+            from .distributed import broadcast_object
             from .fsdp import full_model_state
+            from .hf_export import read_onnx_config
 
-            state = full_model_state(self.trainer)
+            # LoRA without an ONNX export to update: the adapter alone is gathered (not the frozen base, GBs a step);
+            # rank 0 decides (the others may not see model_dir), every rank gathers the same
+            adapter_only = broadcast_object(bool(backend.lora) and read_onnx_config(model_dir) is None
+                                            if self.rank == 0 else None)
+            state = full_model_state(self.trainer, trainable_only=adapter_only)
 
         def write() -> Dict[str, Any]:
             result = backend.write(model_dir, full, rl_steps, state=state)

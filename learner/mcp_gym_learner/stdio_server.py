@@ -44,6 +44,10 @@ def serve(stdin: Optional[IO[bytes]] = None) -> int:
 
     rank, world, _ = init_from_env()  # (0, 1, 0) unless started by torchrun
     if rank != 0:
+        # torchrun's ranks share its stdout, the protocol's pipe: anything a rank other than 0 prints (a library, NCCL's
+        # debug lines) would land between the answers, so their stdout goes to stderr
+        os.dup2(2, 1)
+        sys.stdout = sys.stderr
         tune_malloc()
         service = LearnerService()
         _log(f"rank {rank}/{world} following rank 0 (pid {os.getpid()})")

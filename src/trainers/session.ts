@@ -8,6 +8,7 @@
  */
 import { createHash } from 'node:crypto';
 import { existsSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { availableParallelism } from 'node:os';
 import { basename, join, posix, resolve } from 'node:path';
 import { HttpLearnerClient, isHfModelDir, LearnerClient, LearnerError, type LearnerConnection } from './learner-client.ts';
 import type { LearnerArgs, LearnerConfigInput, LearnerResult, TrainBatch } from './protocol.ts';
@@ -96,11 +97,17 @@ export class LearnerSession {
     await this.conn.request('load', {
       model_dir: this.learnerModelDir,
       ...(this.o.device ? { device: this.o.device } : {}),
-      // torchrun's ranks share this machine's cores: each gets its part
-      ...(this.o.threads ? { threads: Math.max(1, Math.floor(this.o.threads / Math.max(1, this.o.procs ?? 1))) } : {}),
+      // torchrun's ranks share this machine's cores: each gets its part (of `threads`, else of the cores)
+      ...this.threadsOfRank(),
       ...(hf && this.o.hf ? this.o.hf : {}),
     });
     if (this.checkpoint) await this.conn.request('checkpoint_load', { dir: this.checkpoint });
+  }
+
+  private threadsOfRank(): { threads?: number } {
+    const procs = Math.max(1, this.o.procs ?? 1);
+    if (procs === 1 || this.remote) return this.o.threads ? { threads: this.o.threads } : {};
+    return { threads: Math.max(1, Math.floor((this.o.threads ?? availableParallelism()) / procs)) };
   }
 
   /** Sends the model directory to a remote learner; its files land under a directory named after this run. */
