@@ -271,9 +271,12 @@ def _on_rank0_together(trainer: RLTrainer, fn) -> None:
                         device=trainer.device if trainer.device.type == "cuda" else "cpu")
     trainer.dist.all_reduce(flag)
     if err is not None:
+        err.ranks_in_step = True  # every rank raises here: the learner stays usable
         raise err
     if int(flag.item()):
-        raise RuntimeError("checkpoint_save: rank 0 could not write the checkpoint's files (its answer says why)")
+        e = RuntimeError("checkpoint_save: rank 0 could not write the checkpoint's files (its answer says why)")
+        e.ranks_in_step = True
+        raise e
 
 
 def _finish_sharded(st: Dict[str, Any], path: str, tmp: str, info: Dict[str, Any]) -> None:

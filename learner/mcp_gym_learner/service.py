@@ -81,6 +81,9 @@ class LearnerService:
 
         try:
             return fn() if self.rank == 0 else {"rank": self.rank}
+        except Exception as e:
+            e.ranks_in_step = True  # the barrier below still runs on every rank: rank 0 answers the error
+            raise
         finally:
             barrier()
 
@@ -270,6 +273,14 @@ class LearnerService:
             return {"id": rid, "ok": False, "error": str(e)}
         except Exception as e:  # a bug or an I/O failure: report it, keep serving
             _log(f"{cmd} failed:\n{traceback.format_exc()}")
+            if self.world > 1 and not isinstance(e, FloatingPointError) and not getattr(e, "ranks_in_step", False):
+                # Under torchrun such a failure may be this rank's alone (out of memory, a file only it writes): the
+                # others would wait for it in their next collective for ever. Exit: torchrun stops every rank, and
+                # the caller restarts the learner from its last checkpoint. (A non-finite gradient norm is
+                # all-reduced first: every rank raises it together and the step is rolled back everywhere.)
+                _log(f"rank {self.rank}: exiting so that torchrun stops every rank (the ranks could not stay in step)")
+                sys.stderr.flush()
+                os._exit(1)
             return {"id": rid, "ok": False, "error": f"{cmd}: {type(e).__name__}: {e}"}
         _log(f"{cmd} ok in {time.perf_counter() - t0:.3f}s")
         return {"id": rid, "ok": True, "result": result}

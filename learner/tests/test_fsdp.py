@@ -67,6 +67,9 @@ def test_serve_fsdp_refusals(tmp_path):
     subprocess.run([sys.executable, "-m", "mcp_gym_learner", "create", gpt], cwd=LEARNER, env=_env(), check=True,
                    capture_output=True, timeout=120)
     cases = make_cases(hf, 1, False)
+    blocker = str(tmp_path / "a-file")
+    with open(blocker, "w") as f:
+        f.write("not a directory\n")
     plain = str(tmp_path / "plain-ck")
     one = LearnerService()
     assert one.handle(json.dumps(cases["load"]))["ok"]
@@ -77,7 +80,12 @@ def test_serve_fsdp_refusals(tmp_path):
             {"id": 2, **cases["load"]},
             {"id": 3, "cmd": "train", "batch": cases["batches"][1], "config": cases["config"]},
             {"id": 4, "cmd": "checkpoint_load", "dir": plain},
-            {"id": 5, "cmd": "shutdown"}]
+            # rank 0 cannot write there (a file where a directory should be): every rank raises together, and the
+            # learner stays in step for the next request
+            {"id": 5, "cmd": "checkpoint_save", "dir": os.path.join(blocker, "ck")},
+            {"id": 6, "cmd": "train", "batch": cases["batches"][0], "config": cases["config"]},
+            {"id": 7, "cmd": "checkpoint_save", "dir": str(tmp_path / "sharded-ck")},
+            {"id": 8, "cmd": "shutdown"}]
     cmd = [sys.executable, "-m", "mcp_gym_learner.torchrun", "--nproc_per_node", "2", "--master_port", str(_port()),
            "-m", "mcp_gym_learner", "serve", "--fsdp"]
     p = subprocess.run(cmd, cwd=LEARNER, env=_env(), input="".join(json.dumps(r) + "\n" for r in reqs),
@@ -87,10 +95,14 @@ def test_serve_fsdp_refusals(tmp_path):
         if ln.startswith("{"):
             j = json.loads(ln)
             out[j.get("id")] = j
-    assert set(out) >= {1, 2, 3, 4, 5}, (p.stdout[-2000:], p.stderr[-3000:])
+    assert set(out) >= {1, 2, 3, 4, 5, 6, 7, 8}, (p.stdout[-2000:], p.stderr[-3000:])
     assert not out[1]["ok"] and "FSDP (--fsdp) shards Hugging Face models" in out[1]["error"], out[1]
     assert out[2]["ok"] and out[2]["result"]["parallel"] == "fsdp" and out[2]["result"]["fsdp"]["units"] == 3, out[2]
     assert out[2]["result"]["hf"]["share_prefix"] is False and out[2]["result"]["fsdp"]["mixed_precision"] is None
     assert out[3]["ok"] and out[3]["result"]["metrics"]["world_size"] == 2, out[3]
     assert out[3]["result"]["metrics"]["weights_changed"] is True
     assert not out[4]["ok"] and "resume this one without --fsdp" in out[4]["error"], out[4]
+    assert not out[5]["ok"] and "a-file" in out[5]["error"], out[5]
+    assert out[6]["ok"] and out[6]["result"]["step"] == 2, out[6]
+    assert out[7]["ok"] and out[7]["result"]["sharded"] == "dcp", out[7]
+    assert os.path.isdir(str(tmp_path / "sharded-ck" / "dcp")) and not os.path.exists(blocker + "/ck")
