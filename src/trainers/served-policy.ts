@@ -69,7 +69,13 @@ function contextOf(c: TrainConfig, listed: ServedModel[], base: string, url: str
  * every one is out, on all of them: a push is a probe too, and one that answers is back); those
  * that fail are taken out. Throws when none succeeded: the one error, or every server's.
  */
-async function pushAll<T>(c: TrainConfig, fleet: PolicyFleet, what: string, push: (s: FleetServer) => Promise<T>): Promise<Map<FleetServer, T>> {
+async function pushAll<T>(
+  c: TrainConfig,
+  fleet: PolicyFleet,
+  what: string,
+  push: (s: FleetServer) => Promise<T>,
+  o: { bringBack?: boolean } = {},
+): Promise<Map<FleetServer, T>> {
   const up = fleet.servers.filter((s) => s.state !== 'out');
   const targets = up.length ? up : fleet.servers;
   const results = await Promise.allSettled(targets.map((s) => s.exclusive(() => push(s))));
@@ -79,7 +85,7 @@ async function pushAll<T>(c: TrainConfig, fleet: PolicyFleet, what: string, push
     const s = targets[i]!;
     if (r.status === 'fulfilled') {
       done.set(s, r.value);
-      if (s.state === 'out') fleet.bringBack(s);
+      if (s.state === 'out' && o.bringBack !== false) fleet.bringBack(s);
     } else {
       failed.push((r.reason as Error).message);
       if (fleet.servers.length > 1) fleet.takeOut(s, (r.reason as Error).message);
@@ -257,13 +263,17 @@ export async function servedRolloutPolicy(
     `policy ${c.policy}: the server at ${s.url} loaded ${modelDir} as version ${String(v)}, the other servers as version ${String(want)}: every server must read the run's model directory (a filesystem they all share)`;
   const reloadAll = async (at: number) => {
     step = at;
-    const done = await pushAll(c, fleet, `the run's model ${modelDir}`, reloadOn);
+    // A server that was out is given requests only after the vote below, if it loaded the fleet's version.
+    const done = await pushAll(c, fleet, `the run's model ${modelDir}`, reloadOn, { bringBack: false });
     // The servers of one reload agree on the version: the one most of them answered (on a tie the
     // newest); one that read another copy of the directory is taken out.
     const votes = new Map<string | number | undefined, number>();
     for (const v of done.values()) votes.set(v, (votes.get(v) ?? 0) + 1);
     current = [...votes].sort((a, b) => b[1] - a[1] || (typeof a[0] === 'number' && typeof b[0] === 'number' ? b[0] - a[0] : 0))[0]![0];
-    for (const [s, v] of done) if (v !== current) fleet.takeOut(s, shared(s, v, current));
+    for (const [s, v] of done) {
+      if (v !== current) fleet.takeOut(s, shared(s, v, current));
+      else if (s.state === 'out') fleet.bringBack(s);
+    }
     fleet.setVersion(current);
   };
   sync = async (s) => {
