@@ -197,24 +197,33 @@ def _write_dir(path: str, files: Dict[str, bytes]) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
     try:
-        for name, data in files.items():
-            with open(os.path.join(tmp, name), "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-        _fsync_dir(tmp)
-        old = None
-        if os.path.exists(path):
-            old = f"{path}.old-{os.getpid()}"
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(path, old)
-        os.replace(tmp, path)
-        _fsync_dir(parent)
-        if old:
-            shutil.rmtree(old, ignore_errors=True)
+        _write_files(tmp, files)
+        _replace_dir(tmp, path)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _write_files(directory: str, files: Dict[str, bytes]) -> None:
+    for name, data in files.items():
+        with open(os.path.join(directory, name), "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    _fsync_dir(directory)
+
+
+def _replace_dir(tmp: str, path: str) -> None:
+    """The complete directory `tmp` renamed to `path` (the one there first moved aside, then removed)."""
+    old = None
+    if os.path.exists(path):
+        old = f"{path}.old-{os.getpid()}"
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(path, old)
+    os.replace(tmp, path)
+    _fsync_dir(os.path.dirname(path))
+    if old:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def save_checkpoint(trainer: RLTrainer, path: str, extra: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
@@ -283,13 +292,8 @@ def _finish_sharded(st: Dict[str, Any], path: str, tmp: str, info: Dict[str, Any
     """Rank 0: trainer.pt and meta.json beside the shards, everything fsynced, the directory renamed into place."""
     buf = io.BytesIO()
     torch.save(st, buf)
-    files = {CHECKPOINT_FILE: buf.getvalue(), "meta.json": (json.dumps(info, indent=2) + "\n").encode()}
-    for name, data in files.items():
-        with open(os.path.join(tmp, name), "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-    for root, _, names in os.walk(tmp):
+    _write_files(tmp, {CHECKPOINT_FILE: buf.getvalue(), "meta.json": (json.dumps(info, indent=2) + "\n").encode()})
+    for root, _, names in os.walk(os.path.join(tmp, st["sharded"])):  # the shards each rank wrote
         for n in names:
             fd = os.open(os.path.join(root, n), os.O_RDONLY)
             try:
@@ -297,16 +301,7 @@ def _finish_sharded(st: Dict[str, Any], path: str, tmp: str, info: Dict[str, Any
             finally:
                 os.close(fd)
     _fsync_dir(os.path.join(tmp, st["sharded"]))
-    _fsync_dir(tmp)
-    old = None
-    if os.path.exists(path):
-        old = f"{path}.old-{os.getpid()}"
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(path, old)
-    os.replace(tmp, path)
-    _fsync_dir(os.path.dirname(path))
-    if old:
-        shutil.rmtree(old, ignore_errors=True)
+    _replace_dir(tmp, path)
 
 
 def read_checkpoint(path: str) -> Dict[str, Any]:
