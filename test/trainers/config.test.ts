@@ -42,6 +42,21 @@ describe('presets and config', () => {
     expect(samplerThreads(resolveConfig({ max_staleness: 1 }))).toBe(1);
     expect(samplerThreads(resolveConfig({ max_staleness: 1, sampler_threads: 3 }))).toBe(3);
     expect(() => resolveConfig({ sampler_threads: 0 })).toThrow(/sampler_threads: /);
+    // The learner's processes: FSDP needs 2 or more; a remote learner's are its own; a shared file system is a remote learner's.
+    const hf = { model: 'smollm2-135m' }; // a registered Hugging Face model (FSDP is for those)
+    expect(resolveConfig({ ...hf, learner_procs: 2, learner_parallel: 'fsdp' }).learner_parallel).toBe('fsdp');
+    expect(() => resolveConfig({ learner_procs: 2, learner_parallel: 'fsdp' })).toThrow(
+      /learner_parallel: for Hugging Face models only; .* is an embedded GPT model/,
+    );
+    expect(() => resolveConfig({ learner_procs: 0 })).toThrow(/learner_procs: /);
+    expect(() => resolveConfig({ learner_parallel: 'zero' as never })).toThrow(/learner_parallel: /);
+    expect(() => resolveConfig({ ...hf, learner_parallel: 'fsdp' })).toThrow(
+      /learner_parallel: fsdp shards the model over the learner's processes: set learner_procs to 2 or more/,
+    );
+    expect(() => resolveConfig({ learner: 'http://127.0.0.1:8765', learner_procs: 2 })).toThrow(
+      /learner_procs: the processes of a remote learner \(http:\/\/127\.0\.0\.1:8765\) are the ones its torchrun started there/,
+    );
+    expect(() => resolveConfig({ learner_shared_fs: true })).toThrow(/learner_shared_fs: for a remote learner/);
     // Flags override the preset; errors name the field.
     expect(resolveConfig({ preset: 'dapo', clip_high: 0.3 }).clip_high).toBe(0.3);
     expect(() => resolveConfig({ preset: 'grpo', group: 1 })).toThrow(/group: Too small/);
