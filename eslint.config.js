@@ -2,7 +2,21 @@ import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['node_modules/**', '.venv/**', '.tmp/**', 'runs/**', 'models/**', 'coverage/**', 'dist/**', 'dist.tmp-*/**', 'dist.old-*/**'] },
+  {
+    ignores: [
+      'node_modules/**',
+      '.venv/**',
+      '.venv-bfcl/**',
+      '.cache/**',
+      '.tmp/**',
+      'runs/**',
+      'models/**',
+      'coverage/**',
+      'dist/**',
+      'dist.tmp-*/**',
+      'dist.old-*/**',
+    ],
+  },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {

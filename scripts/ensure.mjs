@@ -99,3 +99,17 @@ if (!process.env.MCP_GYM_HF_PYTHON) {
     process.exit(1);
   }
 }
+
+// BFCL's venv (scripts/bfcl-venv.mjs): bfcl-eval without its declared dependencies, plus what its
+// checkers, data and CLI import, every wheel pinned by hash in bfcl/requirements.lock. Created when
+// missing or when the lock changed, and checked against bfcl-eval's RECORD on every run (cached: a
+// few milliseconds). MCP_GYM_BFCL_PYTHON names another Python that has them instead (still checked).
+{
+  const { ensureBfclVenv } = await import('./bfcl-venv.mjs');
+  try {
+    ensureBfclVenv({ root, log, basePython: python });
+  } catch (err) {
+    process.stderr.write(`${err.message}\n`);
+    process.exit(1);
+  }
+}
