@@ -10,10 +10,15 @@
  * 3.1 trims contents) does not break the sequence: the turn stays as sampled and the environment's
  * piece is what the template renders after it (HfSequence.continue's keepSampled); the model goes
  * on from its own tokens, as it would in one long generation. Only a template that rewrites the
- * history before the sampled turn (Qwen3 drops reasoning once a new user message comes; the
- * environment here sends none) or cannot render the conversation ends the append: the turn is
- * marked `tokenDrift` (the trajectory is then never trained on) and the episode goes on from the
- * template's rendering of the whole conversation.
+ * history before the sampled turn (Qwen3 drops reasoning from earlier turns once a new user
+ * message comes, as a task's follow-up is) or cannot render the conversation ends the append: the
+ * turn is marked `tokenDrift` (the trajectory is then never trained on) and the episode goes on
+ * from the template's rendering of the whole conversation.
+ *
+ * The tools are rendered once, in the prompt. When they change mid-episode (a server's
+ * tools/list_changed), the added tools' schemas, as the template lists tools, and the removed
+ * tools' names are written at the start of the next message the environment adds (the follow-up,
+ * or a tool result): toolChangeNotice (hf/tool-format.ts). The sequence stays append-only.
  */
 import type { Observation, PolicyAction, ProposedCall } from '../env/index.ts';
 import {
@@ -22,6 +27,7 @@ import {
   HfTokenizer,
   parseToolCalls,
   resolveToolFormat,
+  toolChangeNotice,
   turnEndToken,
   type ChatMessage,
   type ToolFormat,
@@ -106,7 +112,8 @@ export function hfDemoExample(
 }
 
 export class HfTurns {
-  private readonly episodes = new Map<string, { seq: HfSequence; carry: number[] }>();
+  /** Per episode: its sequence, the end token a cut-off turn still owes, and the tools it told the model of (by name, their spec's JSON). */
+  private readonly episodes = new Map<string, { seq: HfSequence; carry: number[]; tools: Map<string, string> }>();
 
   constructor(
     readonly tokenizer: HfTokenizer,
@@ -153,12 +160,13 @@ export class HfTurns {
     const ep = this.episodes.get(key);
     const start = (why?: string): TurnPrompt => {
       const seq = new HfSequence(this.tokenizer, this.renderer, this.options.context ? { context: this.options.context } : {});
-      const env = seq.start(toChatMessages(obs.messages), toToolSpecs(obs.tools));
-      this.episodes.set(key, { seq, carry: [] });
+      const specs = toToolSpecs(obs.tools);
+      const env = seq.start(toChatMessages(obs.messages), specs);
+      this.episodes.set(key, { seq, carry: [], tools: new Map(specs.map((t) => [t.function.name, JSON.stringify(t)])) });
       return why ? { env, drift: why } : { env };
     };
     if (!ep || obs.turn === 0) return start();
-    const r = ep.seq.continue(toChatMessages(obs.newMessages), { keepSampled: true });
+    const r = ep.seq.continue(this.withToolChange(ep.tools, obs), { keepSampled: true });
     if (r.ok) {
       const env = [...ep.carry, ...r.ids];
       ep.carry = [];
@@ -169,6 +177,26 @@ export class HfTurns {
         ? `the chat template renders the earlier turns differently from what was sampled (at character ${r.at}: expected ${JSON.stringify(r.expected)}, the sequence has ${JSON.stringify(r.actual)}); the episode continues from the template's rendering`
         : `the chat template cannot render the conversation (${r.error}); the episode continues from the rendering of its messages`;
     return start(why);
+  }
+
+  /**
+   * The observation's new messages for the template; when its tools changed since the model was
+   * last told of them, the first new user or tool message starts with the change (toolChangeNotice;
+   * `told` is updated). With no such message the change waits for the next one.
+   */
+  private withToolChange(told: Map<string, string>, obs: Observation): ChatMessage[] {
+    const messages = toChatMessages(obs.newMessages);
+    const specs = toToolSpecs(obs.tools);
+    const added = specs.filter((t) => told.get(t.function.name) !== JSON.stringify(t));
+    const current = new Set(specs.map((t) => t.function.name));
+    const removed = [...told.keys()].filter((n) => !current.has(n));
+    const at = messages.findIndex((m) => m.role === 'user' || m.role === 'tool');
+    if ((added.length === 0 && removed.length === 0) || at < 0) return messages;
+    const m = messages[at]!;
+    messages[at] = { ...m, content: toolChangeNotice(this.renderer.family, added, removed) + (m.content ?? '') };
+    told.clear();
+    for (const t of specs) told.set(t.function.name, JSON.stringify(t));
+    return messages;
   }
 
   /** Appends a sampled turn to its episode and reads its text and tool calls. */

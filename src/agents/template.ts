@@ -122,6 +122,22 @@ export class ChatTemplate {
   }
 
   /**
+   * What the environment adds after an assistant turn, of any kind: tool results, a user's
+   * follow-up (a system message too), then <|assistant|>. `addedTools`: tools added since the
+   * prompt listed them, said first in a system block (`tools: a, b`) when the template lists tools.
+   */
+  continuationOf(messages: Pick<TemplateMessage, 'role' | 'content'>[], addedTools: string[] = []): number[] {
+    const ids: number[] = [];
+    if (this.options.systemTools && addedTools.length) ids.push(T.system, ...bytes(`tools: ${addedTools.join(', ')}`), T.end);
+    for (const m of messages) {
+      if (m.role === 'tool') ids.push(...this.toolResult(m.content));
+      else if (m.role === 'user' || m.role === 'system') ids.push(m.role === 'user' ? T.user : T.system, ...bytes(m.content), T.end);
+    }
+    ids.push(T.assistant);
+    return ids;
+  }
+
+  /**
    * A whole conversation for supervised training: ids, and a mask that is 1 on the assistant's
    * tokens (its text, tool calls and <|end|>, not the <|assistant|> marker) and 0 elsewhere.
    */
@@ -131,29 +147,28 @@ export class ChatTemplate {
     const ids = this.prompt(head, toolNames);
     const mask = ids.map(() => 0);
     const rest = firstAssistant < 0 ? [] : messages.slice(firstAssistant);
-    let pendingTools: string[] = [];
+    // What the environment said between two assistant turns: tool results, a user's follow-up.
+    let pending: TemplateMessage[] = [];
     for (const m of rest) {
-      if (m.role === 'tool') {
-        pendingTools.push(m.content);
+      if (m.role !== 'assistant') {
+        pending.push(m);
         continue;
       }
-      if (m.role === 'assistant') {
-        if (pendingTools.length) {
-          const c = this.continuation(pendingTools);
-          ids.push(...c);
-          mask.push(...c.map(() => 0));
-          pendingTools = [];
-        } else if (ids[ids.length - 1] !== T.assistant) {
-          ids.push(T.assistant);
-          mask.push(0);
-        }
-        const body = this.assistantBody(
-          m.content,
-          (m.tool_calls ?? []).map((c) => ({ name: c.function.name, arguments: c.function.arguments })),
-        );
-        ids.push(...body);
-        mask.push(...body.map(() => 1));
+      if (pending.length) {
+        const c = this.continuationOf(pending);
+        ids.push(...c);
+        mask.push(...c.map(() => 0));
+        pending = [];
+      } else if (ids[ids.length - 1] !== T.assistant) {
+        ids.push(T.assistant);
+        mask.push(0);
       }
+      const body = this.assistantBody(
+        m.content,
+        (m.tool_calls ?? []).map((c) => ({ name: c.function.name, arguments: c.function.arguments })),
+      );
+      ids.push(...body);
+      mask.push(...body.map(() => 1));
     }
     return { ids, mask };
   }

@@ -32,3 +32,5 @@ export { faultComparison, faultRows } from './faults.ts';
 export { gateTasks, gateFromStats, junitXml, writeJunit, checkThreshold } from './gate.ts';
 export type { GateTask } from './gate.ts';
 export type { FaultComparison } from './faults.ts';
+export { bfclReport, bfclRows, bfclOutputs, writeBfclResultDir, bfclCategoryOfTask } from './bfcl.ts';
+export type { BfclReport, BfclCategoryScore } from './bfcl.ts';

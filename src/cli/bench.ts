@@ -6,7 +6,7 @@ import { parseArgs } from 'node:util';
 import { makePolicy } from '../agents/index.ts';
 import { allFailed, loadTasks, type Task } from '../env/index.ts';
 import { Interrupted, RunFailure } from '../../lib/index.ts';
-import { generateSuite, SUITE_NAMES } from '../env/suites/index.ts';
+import { BFCL_SUITE_HELP, generateSuite, isSuiteName, SUITE_NAMES } from '../env/suites/index.ts';
 import {
   checkThreshold,
   gateFromStats,
@@ -97,8 +97,14 @@ function selectTasks(spec: string, split: string, limit: string | undefined): Ta
   if (!['train', 'eval', 'all'].includes(split)) throw new UsageError(`--split must be train, eval or all, got '${split}'`);
   let tasks: Task[];
   if (existsSync(spec)) tasks = loadTasks(spec);
-  else if (spec === 'all' || SUITE_NAMES.includes(spec)) tasks = generateSuite(spec);
-  else throw new UsageError(`--tasks must be a bundled suite (${SUITE_NAMES.join(', ')}, all) or a task file; '${spec}' is neither`);
+  else if (isSuiteName(spec)) {
+    try {
+      tasks = generateSuite(spec);
+    } catch (err) {
+      throw new UsageError((err as Error).message);
+    }
+  } else
+    throw new UsageError(`--tasks must be a bundled suite (${SUITE_NAMES.join(', ')}, all), BFCL's (${BFCL_SUITE_HELP}) or a task file; '${spec}' is neither`);
   if (split !== 'all') tasks = tasks.filter((t) => t.split === split);
   if (limit !== undefined) tasks = tasks.slice(0, intFlag(limit, '--limit', 0));
   if (!tasks.length) throw new UsageError('--tasks selected no tasks');

@@ -12,7 +12,7 @@ import { dirname, join } from 'node:path';
 import { parseArgs } from 'node:util';
 import pLimit from 'p-limit';
 import { makeChatModel, makePolicy, shownUrl } from '../agents/index.ts';
-import { evalReport, evalRows, renderEvalHtml } from '../bench/index.ts';
+import { bfclReport, bfclRows, evalReport, evalRows, renderEvalHtml, writeBfclResultDir } from '../bench/index.ts';
 import { checkThreshold, gateTasks, renderFeedbackText, suiteName, writeJunit } from '../bench/index.ts';
 import {
   applyRuler,
@@ -26,7 +26,7 @@ import {
   type Trajectory,
 } from '../env/index.ts';
 import { Interrupted, RunFailure } from '../../lib/index.ts';
-import { SUITE_NAMES } from '../env/suites/index.ts';
+import { BFCL_SUITE_HELP, SUITE_NAMES } from '../env/suites/index.ts';
 import { compareSurfaceSets, driftWarning, readToolSurfaces, surfacesHash, type SurfacesDrift, type ToolSurfaces } from '../tools/index.ts';
 import { API_FLAGS, API_HELP, apiOptionsFrom, intFlag, numFlag, thresholdFlag, UsageError } from './args.ts';
 import { applyModelFlag, checkResume, cliEnvironment, RUN_FLAGS, runSettings, selectTasks, toolFormatFlag } from './rollout.ts';
@@ -36,8 +36,11 @@ import { ProgressBar, table } from './ui.ts';
 
 export const EVAL_HELP = `mcp-gym eval: a policy on a task suite or a task file, k samples per task
 
-  --suite S[,S2...] | --tasks F   bundled suites (${SUITE_NAMES.join(', ')}, all), or a .json/.jsonl task file
-                                  (its servers may be any stdio command or URL: third-party servers work)
+  --suite S[,S2...] | --tasks F   bundled suites (${SUITE_NAMES.join(', ')}, all), BFCL's (${BFCL_SUITE_HELP}:
+                                  every entry, or --eval-tasks N a category; docs/bfcl.md), or a .json/.jsonl task
+                                  file (its servers may be any stdio command or URL: third-party servers work)
+  --bfcl-results DIR      BFCL tasks: also write each entry's first sample in bfcl-eval's result-file format
+                          (DIR/<model>/<group>/BFCL_v4_<category>_result.json), for BFCL's own evaluate command
   --policy P              expert (default), random[:seed], onnx:<model dir>, openai:<model>, anthropic:<model>
   --model M               a model sampled in-process: a directory (the embedded model's or a Hugging Face
                           checkpoint's: Qwen3, Qwen2, Llama; exported to ONNX in DIR/onnx when needed), a
@@ -84,6 +87,7 @@ export async function evalCommand(argv: string[]): Promise<void> {
       'ruler-weight': { type: 'string' },
       'ruler-verifier-weight': { type: 'string' },
       'ruler-rubric': { type: 'string' },
+      'bfcl-results': { type: 'string' },
       ...API_FLAGS,
     },
   });
@@ -235,8 +239,12 @@ export async function evalCommand(argv: string[]): Promise<void> {
           })
         : undefined;
     const usage = policy.usage?.();
+    // BFCL's figures (its accuracy per category, its summary), when the tasks are BFCL's.
+    const bfcl = await bfclReport(tasks, result.trajectories, k);
+    const bfclFiles = values['bfcl-results'] ? writeBfclResultDir(values['bfcl-results'], tasks, result.trajectories) : [];
     const out = {
       ...report,
+      ...(bfcl ? { bfcl: { ...bfcl, ...(values['bfcl-results'] ? { results: values['bfcl-results'], files: bfclFiles } : {}) } } : {}),
       tool_surfaces: surface,
       usage: usage ?? null,
       ...(judged ? { judge: { id: judge!.id, mode: ruler, ...judged, usage: (judge as { usage?: () => unknown }).usage?.() ?? null } } : {}),
@@ -261,6 +269,11 @@ export async function evalCommand(argv: string[]): Promise<void> {
         .join('\n'),
     );
     if (faulted) printFaultComparison(faulted.comparison, k);
+    if (bfcl) {
+      console.log(`\nBFCL (bfcl-eval 2026.3.23; BFCL's accuracy: each entry's first sample by BFCL's checker; pass@1 over all ${k} samples):`);
+      console.log(table(bfclRows(bfcl)));
+      if (values['bfcl-results']) console.log(`BFCL result files: ${values['bfcl-results']} (${bfclFiles.length} categories)`);
+    }
     if (usage)
       console.log(
         `API usage: ${usage.requests} requests (${usage.failed_requests} refused or failed after retries), ${usage.prompt_tokens} prompt + ${usage.completion_tokens} completion tokens this invocation`,

@@ -49,9 +49,18 @@ export function selectTasks(
     throw new UsageError(`rollout needs --suite <name> (one of ${SUITE_NAMES.join(', ')}, all) or --tasks <file.json|.jsonl>`);
   const split = values.split ?? 'eval';
   if (!['train', 'eval', 'all'].includes(split)) throw new UsageError(`--split must be train, eval or all, got '${split}'`);
-  let tasks = values.tasks
-    ? loadTasks(values.tasks)
-    : generateSuite(values.suite!, { seed: values.seed === undefined ? undefined : intFlag(values.seed, '--seed', 0), ...counts });
+  let tasks: Task[];
+  if (values.tasks) tasks = loadTasks(values.tasks);
+  else {
+    const seed = values.seed === undefined ? undefined : intFlag(values.seed, '--seed', 0);
+    try {
+      tasks = generateSuite(values.suite!, { seed, ...counts });
+    } catch (err) {
+      // An unknown suite or BFCL category is bad input (exit 2), naming the known ones.
+      if (/^Unknown (suite|BFCL category)/.test((err as Error).message)) throw new UsageError((err as Error).message);
+      throw err;
+    }
+  }
   if (split !== 'all') tasks = tasks.filter((t) => t.split === split);
   if (values['max-difficulty'] !== undefined) {
     const d = intFlag(values['max-difficulty'], '--max-difficulty', 5);

@@ -5,12 +5,70 @@ import { dirname } from 'node:path';
 import { parseArgs } from 'node:util';
 import { ExpertPolicy, makeChatModel } from '../agents/index.ts';
 import { Environment, REJECTION_REASONS, synthesizeTasks, type ServerRef } from '../env/index.ts';
+import { generateSuite } from '../env/suites/index.ts';
 import { bundledServers } from '../../servers/index.ts';
 
 const SERVER_NAMES = Object.keys(bundledServers);
 import { API_FLAGS, API_HELP, apiOptionsFrom, intFlag, numFlag, serverFromFlags, UsageError } from './args.ts';
 
-export const TASKS_HELP = `Usage: mcp-gym tasks generate (--stdio "<command line>" | --url URL | --server NAME) --generator MODEL -n N --out tasks.jsonl [options]
+export const TASKS_EXPORT_HELP = `Usage: mcp-gym tasks export --suite S --out tasks.jsonl [--split eval|train|all] [--eval-tasks N] [--train-tasks N] [--seed S] [--force]
+
+Writes a suite's tasks as a task file (JSON lines), the format --tasks reads everywhere: a bundled
+suite, or BFCL's (bfcl, bfcl:<group>, bfcl:<category>; docs/bfcl.md), whose tasks name their server
+as bfcl:<category>/<entry> and so run wherever mcp-gym and BFCL's Python environment are installed.
+Default split: all; counts as the suites' (BFCL: every entry).
+`;
+
+/** `mcp-gym tasks export`: a suite's tasks as a JSONL task file. */
+function exportTasks(argv: string[]): void {
+  let values;
+  try {
+    ({ values } = parseArgs({
+      args: argv,
+      options: {
+        suite: { type: 'string' },
+        out: { type: 'string' },
+        split: { type: 'string', default: 'all' },
+        'eval-tasks': { type: 'string' },
+        'train-tasks': { type: 'string' },
+        seed: { type: 'string' },
+        force: { type: 'boolean', default: false },
+        help: { type: 'boolean', short: 'h', default: false },
+      },
+    }));
+  } catch (err) {
+    throw new UsageError(`${(err as Error).message.split('\n')[0]} Run mcp-gym tasks export --help`);
+  }
+  if (values.help) {
+    process.stdout.write(TASKS_EXPORT_HELP);
+    return;
+  }
+  if (!values.suite) throw new UsageError('tasks export needs --suite <name> (mcp-gym tasks export --help)');
+  if (!values.out) throw new UsageError('tasks export needs --out <tasks.jsonl>');
+  if (existsSync(values.out) && !values.force) throw new UsageError(`--out: ${values.out} exists; give --force to overwrite it`);
+  if (!['train', 'eval', 'all'].includes(values.split!)) throw new UsageError(`--split must be train, eval or all, got '${values.split}'`);
+  const counts = {
+    ...(values['eval-tasks'] !== undefined ? { eval: intFlag(values['eval-tasks'], '--eval-tasks', 40) } : {}),
+    ...(values['train-tasks'] !== undefined ? { train: intFlag(values['train-tasks'], '--train-tasks', 200) } : {}),
+    ...(values.seed !== undefined ? { seed: intFlag(values.seed, '--seed', 0) } : {}),
+  };
+  let tasks;
+  try {
+    tasks = generateSuite(values.suite, counts);
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
+  if (values.split !== 'all') tasks = tasks.filter((t) => t.split === values.split);
+  // One id per task in a file: a BFCL suite's train copies share their entries' ids, so --split all keeps the eval ones.
+  const seen = new Set<string>();
+  tasks = tasks.filter((t) => !seen.has(t.id) && seen.add(t.id));
+  mkdirSync(dirname(values.out), { recursive: true });
+  writeFileSync(values.out, tasks.map((t) => JSON.stringify(t)).join('\n') + '\n');
+  process.stderr.write(`${tasks.length} tasks of ${values.suite} -> ${values.out}\n`);
+}
+
+export const TASKS_HELP = `Usage: mcp-gym tasks export --suite S --out F   (a suite as a task file; tasks export --help)
+       mcp-gym tasks generate (--stdio "<command line>" | --url URL | --server NAME) --generator MODEL -n N --out tasks.jsonl [options]
 
 A generator model sees the server's tools and proposes tasks with a reference solution and checks.
 A candidate is kept only if it is a valid task, not a near-duplicate of one kept, its reference
@@ -36,7 +94,8 @@ export async function tasksCommand(argv: string[]): Promise<void> {
     process.stdout.write(TASKS_HELP);
     return;
   }
-  if (sub !== 'generate') throw new UsageError(`Unknown 'tasks' command '${sub}'; the commands are: generate. Run mcp-gym tasks --help`);
+  if (sub === 'export') return exportTasks(rest);
+  if (sub !== 'generate') throw new UsageError(`Unknown 'tasks' command '${sub}'; the commands are: generate, export. Run mcp-gym tasks --help`);
   let parsed;
   try {
     parsed = parseArgs({

@@ -3,22 +3,27 @@
  * `state` (a tool call on the episode's server state after the episode, compared),
  * `answer` (the final answer, extracted from \boxed{}, <answer></answer> or "答案是"),
  * `call` (a tool call that must have happened; only the named arguments are compared),
- * `code` (the answer's code run against test cases; the fraction passed).
+ * `code` (the answer's code run against test cases; the fraction passed),
+ * `bfcl` (BFCL's own verdict on the episode's calls for a BFCL entry, src/env/bfcl/).
  *
  * A check that cannot run is not the agent's failure: it is marked `error: 'task'` when the task
  * is at fault (`taskProblem` finds most of these before the episode starts) and `error: 'server'`
  * when its tool server failed; the environment then ends the episode as failed, scoring nothing.
  */
 import type { ToolInfo, ToolResult } from '../tools/index.ts';
-import { resultText } from '../tools/index.ts';
+import { isControlTool, resultText } from '../tools/index.ts';
 import type { Check, Matcher, Task, TaskCall } from './task.ts';
-import type { CheckResult } from './types.ts';
+import type { CheckResult, Turn } from './types.ts';
+import { bfclGrader } from './bfcl/grader.ts';
+import { bfclResult } from './bfcl/results.ts';
 import { extractCode, runCode } from './code-runner.ts';
 
 export interface EpisodeRecord {
   /** The final answer text (the last assistant message without tool calls), or null. */
   answer: string | null;
   calls: { server?: string; tool?: string; arguments: unknown; isError: boolean }[];
+  /** The episode's turns so far (what the `bfcl` check grades). */
+  turns?: readonly Pick<Turn, 'action' | 'user_turn'>[];
 }
 
 export type StateCaller = (call: TaskCall) => Promise<ToolResult>;
@@ -276,39 +281,70 @@ export function schemaAllowsPath(schema: unknown, path: string): boolean | undef
 }
 
 /**
- * What is wrong with a task given the tools its servers offer (by alias), before any episode runs:
- * a setup call, state check, call check or solution call that names a server the task does not
- * have or a tool its server does not offer, or a state check whose path the tool's output schema
- * rules out. Undefined when nothing is.
+ * What is wrong with a task given the tools its servers offer (by alias, control tools included),
+ * before any episode runs: a setup call (the task's or a follow-up's), state check, call check or
+ * solution call that names a server the task does not have or a tool its server does not offer, a
+ * solution or call check naming a control tool (the agent cannot call one), or a state check whose
+ * path the tool's output schema rules out. Undefined when nothing is.
+ *
+ * `mayChange`: the aliases of servers whose tool list may change during the episode (they declare
+ * `tools.listChanged`). Once the task's own setup (or a follow-up's) has called a control tool of
+ * such a server, what runs after that call may name a tool the server adds by then: a tool its
+ * first list lacks is left to the call itself (refused then, as the task's fault).
  */
-export function taskProblem(task: Task, tools: Map<string, ToolInfo[]>): string | undefined {
-  const find = (where: string, server: string, tool: string): ToolInfo | string => {
+export function taskProblem(task: Task, tools: Map<string, ToolInfo[]>, options: { mayChange?: ReadonlySet<string> } = {}): string | undefined {
+  // When each thing runs, in order: setup[i] at i, user turn k's end (its checks) just before
+  // followups[k].setup, followups[k].setup[i] at STEP*(k+1)+i, the end after everything.
+  const STEP = 1e6;
+  const endOf = (k: number) => STEP * (k + 1) - 0.5;
+  const firstControl = new Map<string, number>();
+  const setups = [...task.setup.map((c, i) => ({ c, at: i })), ...task.followups.flatMap((f, k) => f.setup.map((c, i) => ({ c, at: STEP * (k + 1) + i })))];
+  for (const { c, at } of setups) {
+    const t = tools.get(c.server)?.find((x) => x.name === c.tool);
+    if (t && isControlTool(t) && !firstControl.has(c.server)) firstControl.set(c.server, at);
+  }
+  const find = (where: string, server: string, tool: string, at: number): ToolInfo | string | undefined => {
     const list = tools.get(server);
     if (!list) return `${where}: no server '${server}' in this task (its servers: ${[...tools.keys()].join(', ')})`;
     const t = list.find((x) => x.name === tool);
+    if (!t && options.mayChange?.has(server) && (firstControl.get(server) ?? Infinity) < at) return undefined;
     return t ?? `${where}: unknown tool '${tool}' on server '${server}' (its tools: ${list.map((x) => x.name).join(', ') || 'none'})`;
   };
-  for (const [i, c] of task.setup.entries()) {
-    const t = find(`setup[${i}] (${c.server}.${c.tool})`, c.server, c.tool);
+  const agentCalls = (where: string, server: string, tool: string, at: number): string | undefined => {
+    const t = find(where, server, tool, at);
+    if (typeof t === 'string') return t;
+    if (t && isControlTool(t)) return `${where}: '${tool}' is a control tool of server '${server}' (for the task's own calls only): the agent cannot call it`;
+    return undefined;
+  };
+  for (const { c, at } of setups) {
+    const where = at < STEP ? `setup[${at}]` : `followups[${Math.floor(at / STEP) - 1}].setup[${at % STEP}]`;
+    const t = find(`${where} (${c.server}.${c.tool})`, c.server, c.tool, at);
     if (typeof t === 'string') return t;
   }
   for (const [i, c] of task.checks.entries()) {
+    const at = c.turn === undefined ? Infinity : endOf(c.turn);
     if (c.kind === 'state') {
       const where = `checks[${i}] (state ${c.call.server}.${c.call.tool})`;
-      const t = find(where, c.call.server, c.call.tool);
+      const t = find(where, c.call.server, c.call.tool, at);
       if (typeof t === 'string') return t;
-      if (c.path && t.outputSchema && schemaAllowsPath(t.outputSchema, c.path) === false) {
+      if (t && c.path && t.outputSchema && schemaAllowsPath(t.outputSchema, c.path) === false) {
         const top = Object.keys((t.outputSchema.properties as Record<string, unknown> | undefined) ?? {});
         return `${where}: path '${c.path}' cannot be in the result of ${c.call.server}.${c.call.tool}${top.length ? ` (its fields: ${top.join(', ')})` : ''}`;
       }
     } else if (c.kind === 'call') {
-      const t = find(`checks[${i}] (call ${c.server}.${c.tool})`, c.server, c.tool);
-      if (typeof t === 'string') return t;
+      const problem = agentCalls(`checks[${i}] (call ${c.server}.${c.tool})`, c.server, c.tool, at);
+      if (problem) return problem;
     }
   }
   for (const [i, c] of (task.solution?.calls ?? []).entries()) {
-    const t = find(`solution.calls[${i}] (${c.server}.${c.tool})`, c.server, c.tool);
-    if (typeof t === 'string') return t;
+    const problem = agentCalls(`solution.calls[${i}] (${c.server}.${c.tool})`, c.server, c.tool, Infinity);
+    if (problem) return problem;
+  }
+  for (const [k, turn] of (task.solution?.turns ?? []).entries()) {
+    for (const [i, c] of turn.calls.entries()) {
+      const problem = agentCalls(`solution.turns[${k}].calls[${i}] (${c.server}.${c.tool})`, c.server, c.tool, endOf(k) - STEP / 2);
+      if (problem) return problem;
+    }
   }
   return undefined;
 }
@@ -353,6 +389,23 @@ async function runCheck(check: Check, record: EpisodeRecord, callState: StateCal
         detail: `${found ? 'made' : 'missing'}: ${check.server}.${check.tool}${named.length ? ` with ${show(check.arguments)}` : ''}`,
       };
     }
+    case 'bfcl': {
+      const result = bfclResult(record.turns ?? [], check.category.startsWith('multi_turn'));
+      let verdict;
+      try {
+        verdict = await bfclGrader().grade(check.category, check.entry, result);
+      } catch (err) {
+        // BFCL's checker could not answer: not the agent's failure.
+        return { ...base, score: 0, detail: (err as Error).message, error: 'server' };
+      }
+      if (verdict.valid) return { ...base, score: 1, detail: `BFCL: valid (${check.entry})` };
+      const first = Array.isArray(verdict.error) ? verdict.error[0] : verdict.error;
+      return {
+        ...base,
+        score: 0,
+        detail: `BFCL: ${verdict.error_type ?? 'invalid'}: ${String(typeof first === 'string' ? first : JSON.stringify(first)).slice(0, 300)}`,
+      };
+    }
     case 'code': {
       if (record.answer === null) return { ...base, score: 0, detail: 'no final answer' };
       const r = await runCode(codeOf(record.answer, check.function), { functionName: check.function, tests: check.tests, timeoutMs: check.timeout_ms });
@@ -361,10 +414,20 @@ async function runCheck(check: Check, record: EpisodeRecord, callState: StateCal
   }
 }
 
-/** Runs every check of a task; a check that throws scores 0 with the reason. */
-export async function runChecks(task: Task, record: EpisodeRecord, callState: StateCaller): Promise<CheckResult[]> {
+/**
+ * Runs the checks of a task (those `select` picks, default all, in the task's order); a check that
+ * throws scores 0 with the reason. The episode runs each user turn's checks (`turn: k`) with that
+ * turn's answer and calls when the turn ends, the others with the episode's at its end.
+ */
+export async function runChecks(
+  task: Task,
+  record: EpisodeRecord,
+  callState: StateCaller,
+  select: (check: Check, index: number) => boolean = () => true,
+): Promise<CheckResult[]> {
   const out: CheckResult[] = [];
-  for (const check of task.checks) {
+  for (const [i, check] of task.checks.entries()) {
+    if (!select(check, i)) continue;
     try {
       out.push(await runCheck(check, record, callState));
     } catch (err) {

@@ -19,6 +19,7 @@ import {
   type ToolInfo,
   type ToolSurfaces,
 } from '../tools/index.ts';
+import { bfclListedTools, bfclServerEntry, isBfclServerRef, multiTurnServerSpec, singleTurnServerFactory } from './bfcl/server.ts';
 import { Episode, type Connected, type EpisodeHost, type EpisodeOptions } from './episode.ts';
 import type { FaultOptions } from './faults.ts';
 import { openTape, type ToolRecording, type ToolTape } from './recording.ts';
@@ -60,8 +61,18 @@ export function declaresEpisodeIsolation(client: ToolClient): boolean {
   return experimental !== undefined && experimental !== null && typeof experimental === 'object' && experimental[EPISODE_META_KEY] !== undefined;
 }
 
+/** An id per in-process server factory: two factories are two servers (JSON drops functions). */
+const factoryIds = new WeakMap<object, number>();
+let nextFactoryId = 1;
+
 function refKey(ref: ServerRef): string {
-  return typeof ref === 'string' ? `bundled:${ref}` : JSON.stringify(ref);
+  if (typeof ref === 'string') return `bundled:${ref}`;
+  if (ref.transport === 'inprocess') {
+    const f = ref.factory as object;
+    if (!factoryIds.has(f)) factoryIds.set(f, nextFactoryId++);
+    return `inprocess:${factoryIds.get(f)}`;
+  }
+  return JSON.stringify(ref);
 }
 
 export class Environment {
@@ -85,6 +96,13 @@ export class Environment {
 
   private async connect(ref: ServerRef): Promise<Connected> {
     const connectOptions = { callTimeoutMs: this.options.callTimeoutMs ?? 10_000, ...this.options.connect };
+    if (isBfclServerRef(ref)) {
+      // A BFCL entry's functions (src/env/bfcl/server.ts): a single-turn entry's in this process
+      // (no state: shared by its episodes); a multi-turn entry's backends in a Python process per episode.
+      const entry = bfclServerEntry(ref);
+      if (entry.multi_turn) return { client: await ToolClient.connect(multiTurnServerSpec(entry), connectOptions), perEpisode: true };
+      return { client: await ToolClient.connect({ transport: 'inprocess', factory: singleTurnServerFactory(entry) }, connectOptions), perEpisode: false };
+    }
     if (typeof ref === 'string') {
       const def = bundledServer(ref);
       if ((this.options.bundled ?? 'inprocess') === 'inprocess') {
@@ -110,6 +128,7 @@ export class Environment {
   private async server(ref: ServerRef): Promise<Connected> {
     if (this.closed) throw new Error('The environment is closed');
     if (typeof ref !== 'string' && (ref.transport === 'stdio' || ref.transport === 'openenv')) return this.connect(ref);
+    if (isBfclServerRef(ref) && bfclServerEntry(ref).multi_turn) return this.connect(ref);
     const key = refKey(ref);
     let p = this.shared.get(key);
     if (!p) {
@@ -176,7 +195,8 @@ export class Environment {
         if (!byRef.has(key)) {
           let s: ServerSurface | undefined;
           try {
-            s = this.surfaceOf(await this.toolsOf(ref));
+            // A BFCL entry's tools are known without starting its server (a Python process for a multi-turn entry).
+            s = this.surfaceOf(isBfclServerRef(ref) ? bfclListedTools(bfclServerEntry(ref)) : await this.toolsOf(ref));
           } catch {
             s = undefined;
           }

@@ -1,19 +1,23 @@
 /**
  * One episode, stage by stage (Environment.runEpisode composes them): open the task's servers and
  * list their tools -> run the task's setup calls -> turns (the policy acts; its tool calls are
- * executed over MCP) -> the checks -> the reward -> release the servers -> the trajectory.
+ * executed over MCP; each answer ends a user turn: its checks run, the next follow-up is delivered,
+ * user-turns.ts; a server whose tools changed is listed again before the next turn,
+ * episode-tools.ts) -> the checks -> the reward -> release the servers -> the trajectory.
  * Nothing a policy or a server does escapes as an exception: every failure becomes a message the
  * agent reads, or marks the episode failed (`fail`), with its cause and kind.
  */
 import { randomUUID } from 'node:crypto';
 import type { Backend } from '../../servers/index.ts';
 import { FixtureError, resultText, type ServerSurface, type ToolClient, type ToolInfo, type ToolResult } from '../tools/index.ts';
-import { runChecks, solved, stateCallFault, taskProblem } from './checks.ts';
+import { solved, stateCallFault, taskProblem } from './checks.ts';
+import { EpisodeTools, parseCallArguments } from './episode-tools.ts';
 import { EpisodeFaults, type FaultMark, type FaultOptions } from './faults.ts';
 import { LIVE_TAPE, type ToolTape } from './recording.ts';
 import type { RewardConfig, RewardFn, RewardResult } from './rewards.ts';
 import { openingMessages, type ServerRef, type Task, type TaskCall } from './task.ts';
-import type { AgentTool, ChatMessage, CheckResult, ErrorKind, Policy, PolicyAction, ToolStep, Trajectory, Turn } from './types.ts';
+import type { ChatMessage, CheckResult, ErrorKind, Policy, PolicyAction, ToolStep, Trajectory, Turn } from './types.ts';
+import { UserTurns, type TurnCall } from './user-turns.ts';
 
 export interface EpisodeOptions {
   groupId?: string;
@@ -49,21 +53,6 @@ export interface EpisodeHost {
   surfaceOf(tools: ToolInfo[]): ServerSurface;
 }
 
-/** The names the agent sees: a tool's own name, or `server_tool` where two servers share a name. */
-export function agentTools(listed: { server: string; tools: { name: string; description?: string; inputSchema: Record<string, unknown> }[] }[]): AgentTool[] {
-  const count = new Map<string, number>();
-  for (const s of listed) for (const t of s.tools) count.set(t.name, (count.get(t.name) ?? 0) + 1);
-  return listed.flatMap((s) =>
-    s.tools.map((t) => ({
-      name: (count.get(t.name) ?? 0) > 1 ? `${s.server}_${t.name}` : t.name,
-      description: t.description ?? '',
-      inputSchema: t.inputSchema,
-      server: s.server,
-      tool: t.name,
-    })),
-  );
-}
-
 /** An episode's failure whose message is already its whole story. */
 class EpisodeError extends Error {}
 class PolicyError extends EpisodeError {}
@@ -82,7 +71,8 @@ export class Episode {
   readonly key: string;
   private readonly messages: ChatMessage[];
   private readonly turns: Turn[] = [];
-  private readonly calls: { server?: string; tool?: string; arguments: unknown; isError: boolean }[] = [];
+  private readonly calls: TurnCall[] = [];
+  private readonly userTurns: UserTurns;
   private answer: string | null = null;
   private finish: Trajectory['finish'] = 'max_turns';
   private error?: string;
@@ -92,8 +82,8 @@ export class Episode {
   private toolMs = 0;
   /** The checks' and the reward's milliseconds (their state calls included). */
   private scoreMs = 0;
-  private tools: AgentTool[] = [];
-  private byName = new Map<string, AgentTool>();
+  /** The agent's tools, each server's lists, and what the agent was shown (episode-tools.ts). */
+  private readonly tools: EpisodeTools;
   private surface?: Record<string, string>;
   private readonly servers = new Map<string, Connected>();
   private readonly entered = new Set<Connected>();
@@ -102,7 +92,7 @@ export class Episode {
   private readonly tape: ReturnType<ToolTape['episode']>;
   private checks: CheckResult[] = [];
   private scored: RewardResult = { reward: 0, parts: {} };
-  /** The messages the policy has not seen yet (its last turn's tool results). */
+  /** The messages the policy has not seen yet (its last turn's tool results, a follow-up). */
   private newMessages: ChatMessage[];
 
   constructor(
@@ -116,6 +106,8 @@ export class Episode {
     this.messages = openingMessages(task).map((m) => ({ ...m }));
     this.newMessages = [...this.messages];
     this.faults = host.faults ? new EpisodeFaults(host.faults, this.key) : undefined;
+    this.tools = new EpisodeTools(this.faults);
+    this.userTurns = new UserTurns(task);
     // Recorded, or replayed without any server (src/env/recording.ts).
     // An episode with faults is recorded apart from the same episode without (eval --faults runs both):
     // its sabotaged calls never reached the server, so its tape cannot serve the other.
@@ -135,10 +127,12 @@ export class Episode {
 
   /** Stage 1: the task's servers, connected (or replayed), and the tools the agent sees; a task naming tools its servers lack is broken. */
   async openServers(): Promise<void> {
-    const listed: { server: string; tools: ToolInfo[] }[] = [];
+    /** Servers whose tools may change during the episode (they declare tools.listChanged; all, replaying). */
+    const mayChange = new Set<string>();
     for (const [alias, ref] of Object.entries(this.task.servers)) {
       if (this.tape.replaying) {
-        listed.push({ server: alias, tools: await this.tape.listTools(alias, () => Promise.reject(new Error('replaying'))) });
+        this.tools.set(alias, await this.tape.listTools(alias, () => Promise.reject(new Error('replaying'))));
+        mayChange.add(alias);
         continue;
       }
       try {
@@ -148,37 +142,51 @@ export class Episode {
           this.entered.add(s);
           this.host.enter(s);
         }
-        listed.push({ server: alias, tools: await this.tape.listTools(alias, () => s.client.listTools()) });
+        const version = s.client.toolsVersion;
+        this.tools.set(alias, await this.tape.listTools(alias, () => s.client.listTools()), version);
+        if ((s.client.serverCapabilities?.tools as { listChanged?: boolean } | undefined)?.listChanged) mayChange.add(alias);
       } catch (err) {
         // A fixture that cannot be made (its copy gone since the task was read) is the task's fault.
         if (err instanceof FixtureError) throw new TaskError(`servers.${alias}.${err.field}: ${err.reason}`);
         throw new StartError(`a tool server failed: ${(err as Error).message}`);
       }
     }
-    this.tools = agentTools(listed);
-    if (this.faults) this.tools = this.faults.withDistractors(this.tools, listed);
-    this.surface = Object.fromEntries(listed.map((l) => [l.server, this.host.surfaceOf(l.tools).hash]));
-    this.byName = new Map(this.tools.map((t) => [t.name, t]));
+    this.tools.update();
+    this.surface = Object.fromEntries([...this.tools.listed].map(([server, tools]) => [server, this.host.surfaceOf(tools).hash]));
     // A task that names tools its servers do not have, or paths their results cannot have, is broken.
-    const problem = taskProblem(this.task, new Map(listed.map((l) => [l.server, l.tools])));
+    const problem = taskProblem(this.task, this.tools.listed, { mayChange });
     if (problem) throw new TaskError(problem);
   }
 
   /** Stage 2: the starting state, by the task's setup calls. */
   async setUp(): Promise<void> {
-    for (const [i, c] of this.task.setup.entries()) {
+    await this.setupCalls(this.task.setup, 'setup');
+  }
+
+  /** Setup calls of the task's own (`label`: `setup`, `followups[k].setup`); one that fails fails the episode. */
+  private async setupCalls(calls: readonly TaskCall[], label: string): Promise<void> {
+    for (const [i, c] of calls.entries()) {
       const r = await this.stateCall(c);
       if (r.isError) {
-        const message = `setup call ${i} (${c.server}.${c.tool}) failed: ${resultText(r).slice(0, 300)}`;
+        const message = `${label} call ${i} (${c.server}.${c.tool}) failed: ${resultText(r).slice(0, 300)}`;
         // The setup is the task's own: a call its server refuses is the task's fault, a server that fails is not.
         throw stateCallFault(r.errorKind) === 'server' ? new ServerError(message) : new TaskError(message);
       }
     }
   }
 
-  /** Stage 3: the turns, until the policy answers or max_turns; a server that crashed during them fails the episode. */
+  /**
+   * Stage 3: the turns, until the policy answers the last user turn, or max_turns (or a user turn's
+   * max_turns_per_user_turn); a server that crashed during them fails the episode.
+   */
   async runTurns(): Promise<void> {
-    for (let turn = 0; turn < this.task.max_turns; turn++) if (await this.turn(turn)) break;
+    for (let turn = 0; turn < this.task.max_turns; turn++) {
+      await this.refreshTools(turn);
+      const answer = await this.turn(turn);
+      if (answer !== undefined) {
+        if (await this.endUserTurn(answer, turn + 1 < this.task.max_turns)) break;
+      } else if (this.userTurns.exhausted) break;
+    }
     const crashed = this.turns.flatMap((t) => t.tool_results).find((s) => s.errorKind === 'crashed' || s.errorKind === 'closed');
     if (crashed) {
       this.finish = 'error';
@@ -187,16 +195,60 @@ export class Episode {
     }
   }
 
-  /** One turn: the policy acts, then its tool calls run. True when the policy answered (no tool call, no parse error). */
-  private async turn(turn: number): Promise<boolean> {
+  /** A server announced a change of its tools: listed again before the policy's next turn (the change goes on that turn's record). */
+  private async refreshTools(turn: number): Promise<void> {
+    try {
+      await this.tools.refresh(this.servers, this.tape, turn);
+    } catch (err) {
+      throw new ServerError(`a tool server failed: listing its tools again after it announced a change: ${(err as Error).message}`);
+    }
+  }
+
+  /**
+   * The agent answered: its user turn ends (that turn's checks run). After the last user turn the
+   * episode is answered (true); otherwise, while turns remain, the next follow-up's setup calls
+   * run and its message is told (false). True when the episode ends.
+   */
+  private async endUserTurn(answer: string, turnsLeft: boolean): Promise<boolean> {
+    const t0 = performance.now();
+    try {
+      await this.userTurns.end(answer, this.calls, this.stateCall);
+    } finally {
+      this.scoreMs += performance.now() - t0;
+    }
+    if (this.userTurns.last) {
+      this.answer = answer;
+      this.finish = 'answer';
+      return true;
+    }
+    if (!turnsLeft) return true; // finish: max_turns, the follow-up not delivered
+    const k = this.userTurns.current;
+    const followup = this.userTurns.next();
+    await this.setupCalls(followup.setup, `followups[${k}].setup`);
+    this.tell({ role: 'user', content: followup.content });
+    return false;
+  }
+
+  /** One turn: the policy acts, then its tool calls run. The answer when the policy answered (no tool call, no parse error). */
+  private async turn(turn: number): Promise<string | undefined> {
     const { policy, options } = this;
     if (options.signal?.aborted) throw new Error('the episode was cancelled');
     const p0 = performance.now();
     const versionBefore = policy.version; // the weights this turn is sampled with, unless the action says
+    const change = this.tools.show(); // the tools this turn is shown, and their change since the last turn
     let action: PolicyAction;
     try {
       action = await policy.act(
-        { task: this.task, messages: [...this.messages], tools: this.tools, turn, newMessages: this.newMessages, episodeId: this.id, episodeKey: this.key },
+        {
+          task: this.task,
+          messages: [...this.messages],
+          tools: this.tools.tools,
+          turn,
+          userTurn: this.userTurns.current,
+          newMessages: this.newMessages,
+          episodeId: this.id,
+          episodeKey: this.key,
+        },
         options.signal,
       );
     } catch (err) {
@@ -207,13 +259,15 @@ export class Episode {
     this.newMessages = [];
     const proposed = action.toolCalls ?? [];
     const record = turnRecord(action, pms, versionBefore);
+    if (this.userTurns.multi) record.user_turn = this.userTurns.current;
+    if (change?.added.length) record.tools_added = change.added;
+    if (change?.removed.length) record.tools_removed = change.removed;
     this.turns.push(record);
+    this.userTurns.turnsInCurrent++;
 
     if (proposed.length === 0 && !action.parseError) {
       this.messages.push({ role: 'assistant', content: action.content });
-      this.answer = action.content;
-      this.finish = 'answer';
-      return true;
+      return action.content;
     }
 
     const withIds = proposed.map((c, i) => ({ ...c, id: c.id ?? `call_${turn}_${i}` }));
@@ -232,7 +286,7 @@ export class Episode {
     });
     if (action.parseError) this.tell({ role: 'tool', tool_call_id: `invalid_${turn}`, name: 'error', content: `Error: ${action.parseError}` });
     for (const c of withIds) await this.toolCall(c, record);
-    return false;
+    return undefined;
   }
 
   /** A message the agent reads next turn. */
@@ -243,34 +297,15 @@ export class Episode {
 
   /** One of the agent's tool calls: its arguments parsed, the tool found, the call made (through the faults, if any), its result recorded and told. */
   private async toolCall(c: { id: string; name: string; arguments: string | Record<string, unknown> }, record: Turn): Promise<void> {
-    const target = this.byName.get(c.name);
-    let args: Record<string, unknown> | undefined;
-    let result: ToolResult | undefined;
+    // Control tools are not the agent's: not among its tools, a call to one is a call to an unknown tool.
+    const target = this.tools.byName.get(c.name);
+    const parsed = parseCallArguments(c.name, c.arguments);
+    const args = parsed.args;
+    let result = parsed.result;
     let fault: FaultMark | undefined;
-    if (typeof c.arguments === 'string') {
-      try {
-        const parsed: unknown = c.arguments.trim() === '' ? {} : JSON.parse(c.arguments);
-        if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) throw new Error('expected a JSON object');
-        args = parsed as Record<string, unknown>;
-      } catch (err) {
-        args = undefined;
-        result = {
-          content: [{ type: 'text', text: `Invalid arguments for tool '${c.name}': not a JSON object (${(err as Error).message})` }],
-          isError: true,
-          ms: 0,
-          errorKind: 'invalid_arguments',
-        };
-      }
-    } else {
-      args = c.arguments;
-    }
     if (!target) {
-      result = {
-        content: [{ type: 'text', text: `Unknown tool '${c.name}'. Available tools: ${this.tools.map((t) => t.name).join(', ')}` }],
-        isError: true,
-        ms: 0,
-        errorKind: 'unknown_tool',
-      };
+      const names = this.tools.tools.map((t) => t.name).join(', ');
+      result = { content: [{ type: 'text', text: `Unknown tool '${c.name}'. Available tools: ${names}` }], isError: true, ms: 0, errorKind: 'unknown_tool' };
     } else if (args !== undefined) {
       const a = args;
       if (this.faults)
@@ -299,7 +334,7 @@ export class Episode {
     };
     record.action.tool_calls.push({ id: c.id, name: c.name, arguments: step.arguments });
     record.tool_results.push(step);
-    this.calls.push({ server: target?.server, tool: target?.tool, arguments: args, isError: step.isError });
+    this.calls.push({ server: target?.server, tool: target?.tool, arguments: args, isError: step.isError, userTurn: this.userTurns.current });
     this.tell({ role: 'tool', tool_call_id: c.id, name: c.name, content: step.text, ...(step.isError ? { is_error: true } : {}) });
   }
 
@@ -335,7 +370,8 @@ export class Episode {
     if (this.finish === 'error') {
       this.checks = task.checks.map((c) => ({ kind: c.kind, weight: c.weight, score: 0, detail: 'not checked: the episode failed' }));
     } else {
-      this.checks = await runChecks(task, { answer: this.answer, calls: this.calls }, this.stateCall);
+      // The per-turn checks ran as their user turns ended (user-turns.ts); the others run now.
+      this.checks = await this.userTurns.final({ answer: this.answer, calls: this.calls, turns: this.turns }, this.stateCall);
       // A check that could not run says nothing about the agent: the episode failed (the task's fault, or its server's).
       const taskFault = this.checks.findIndex((c) => c.error === 'task');
       const broken = taskFault >= 0 ? taskFault : this.checks.findIndex((c) => c.error === 'server');
@@ -407,14 +443,7 @@ export class Episode {
       difficulty: task.difficulty,
       ...(task.family ? { family: task.family } : {}),
       policy: { id: policy.id, ...(policy.version !== undefined ? { version: policy.version } : {}) },
-      tools: this.tools.map((t) => ({
-        name: t.name,
-        description: t.description,
-        parameters: t.inputSchema,
-        server: t.server,
-        tool: t.tool,
-        ...(t.distractor ? { distractor: true } : {}),
-      })),
+      tools: this.tools.trajectoryTools(),
       ...(this.surface ? { tool_surface: this.surface } : {}),
       messages: this.messages,
       turns,

@@ -72,7 +72,7 @@ export {
 export type { RewardConfig, RewardConfigInput, ScoredEpisode, Episode, RewardFn, RewardResult, RewardPartFn } from './rewards.ts';
 export { Environment, declaresEpisodeIsolation } from './environment.ts';
 export type { EnvironmentOptions } from './environment.ts';
-export { agentTools } from './episode.ts';
+export { agentTools } from './episode-tools.ts';
 export type { EpisodeOptions } from './episode.ts';
 export {
   ToolRecorder,
@@ -121,3 +121,21 @@ export {
   type EnvState,
   type EnvTool,
 } from './openenv/schema.ts';
+export {
+  BFCL_CATEGORIES,
+  BFCL_GROUPS,
+  BFCL_LEFT_OUT,
+  BFCL_UNPASSABLE,
+  bfclCategories,
+  bfclCategoryOf,
+  bfclEntries,
+  UnknownBfclCategoryError,
+  type BfclEntry,
+  type BfclCall,
+  type BfclTool,
+} from './bfcl/data.ts';
+export { bfclTask, bfclSuite, isBfclSuite, REVEAL_TOOL, BFCL_STEPS_PER_TURN } from './bfcl/tasks.ts';
+export { bfclGrader, BfclGrader, type BfclVerdict, type BfclTables } from './bfcl/grader.ts';
+export { bfclResult, bfclStep, writeBfclResults, BFCL_MODEL_NAME } from './bfcl/results.ts';
+export { bfclServerRef, isBfclServerRef } from './bfcl/server.ts';
+export { bfclPython, bfclEnv, BFCL_VERSION, BfclMissingError } from './bfcl/python.ts';

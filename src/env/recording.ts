@@ -19,6 +19,9 @@
  *   {"type":"call","episode":"kv-3@eval#0","id":"<episode id>","seq":0,"server":"kv","tool":"set",
  *    "arguments":{...},"n":0,"result":{"content":[...],"structuredContent":{...},"isError":false},"ms":0.41}
  * A tool list is written whole the first time its hash appears in a writer, by its hash after that.
+ * A server that announced a change of its tools (`notifications/tools/list_changed`) is listed again
+ * before the agent's next turn: that list is a `tools` line with `"turn": <the policy turn>`, and a
+ * replay serves it before the same turn.
  * When one episode key was recorded more than once (a killed run resumed), its last recording wins.
  */
 import { existsSync, readFileSync } from 'node:fs';
@@ -44,6 +47,8 @@ const ToolsLineSchema = z.object({
   server: z.string(),
   hash: z.string().min(1),
   tools: z.array(z.looseObject({ name: z.string(), inputSchema: z.record(z.string(), z.unknown()) })).optional(),
+  /** A list made again after the server's tools changed, before this policy turn; absent: the episode's first list. */
+  turn: z.number().int().min(0).optional(),
 });
 
 const RecordedResultSchema = z.object({
@@ -76,8 +81,10 @@ export interface EpisodeTape {
   readonly replaying: boolean;
   /** The first call (or tool list) the recording lacked, as the episode's error; undefined when none. */
   readonly miss?: string;
-  /** A server's tools: `live()`'s (and recorded), or the recording's. */
-  listTools(server: string, live: () => Promise<ToolInfo[]>): Promise<ToolInfo[]>;
+  /** A server's tools: `live()`'s (and recorded; `turn`: listed again before that policy turn, after a change), or the recording's first list. */
+  listTools(server: string, live: () => Promise<ToolInfo[]>, turn?: number): Promise<ToolInfo[]>;
+  /** Replaying: the list of `server` recorded as listed again before policy turn `turn`, if one was. */
+  relisted?(server: string, turn: number): ToolInfo[] | undefined;
   /** A call's result: `live()`'s (and recorded), or the recording's; throws ReplayMissError when the recording lacks it. */
   call(server: string, tool: string, args: Record<string, unknown>, live: () => Promise<ToolResult>): Promise<ToolResult>;
 }
@@ -135,12 +142,12 @@ export class ToolRecorder implements ToolTape {
     let seq = 0;
     return {
       replaying: false,
-      listTools: async (server, live) => {
+      listTools: async (server, live, turn) => {
         const tools = await live();
         const hash = toolsHash(tools);
         const first = !this.written.has(hash);
         this.written.add(hash);
-        this.write({ type: 'tools', episode: key, id, server, hash, ...(first ? { tools } : {}) });
+        this.write({ type: 'tools', episode: key, id, server, hash, ...(first ? { tools } : {}), ...(turn !== undefined ? { turn } : {}) });
         return tools;
       },
       call: async (server, tool, args, live) => {
@@ -172,6 +179,8 @@ export class ToolRecorder implements ToolTape {
 interface RecordedEpisode {
   id: string;
   tools: Map<string, ToolInfo[]>;
+  /** Lists made again after a change: by server, by the policy turn they came before. */
+  relists: Map<string, Map<number, ToolInfo[]>>;
   /** By call key, by occurrence. */
   calls: Map<string, Map<number, CallLine>>;
 }
@@ -208,7 +217,7 @@ export class ToolRecording implements ToolTape {
     const rec = new ToolRecording(file);
     const lines = text.split('\n');
     const definitions = new Map<string, ToolInfo[]>();
-    const pending: { line: number; episode: RecordedEpisode; server: string; hash: string }[] = [];
+    const pending: { line: number; episode: RecordedEpisode; server: string; hash: string; turn?: number }[] = [];
     /** Episode ids superseded by a later recording of their key: their late lines are ignored. */
     const superseded = new Set<string>();
     let header = false;
@@ -248,13 +257,13 @@ export class ToolRecording implements ToolTape {
       let ep = rec.episodes.get(l.episode);
       if (!ep || ep.id !== l.id) {
         if (ep) superseded.add(`${l.episode}\u0000${ep.id}`);
-        ep = { id: l.id, tools: new Map(), calls: new Map() };
+        ep = { id: l.id, tools: new Map(), relists: new Map(), calls: new Map() };
         rec.episodes.delete(l.episode); // keeps the keys in the order of their last recording
         rec.episodes.set(l.episode, ep);
       }
       if (l.type === 'tools') {
         if (l.tools) definitions.set(l.hash, l.tools as ToolInfo[]);
-        pending.push({ line: i + 1, episode: ep, server: l.server, hash: l.hash });
+        pending.push({ line: i + 1, episode: ep, server: l.server, hash: l.hash, ...(l.turn !== undefined ? { turn: l.turn } : {}) });
       } else {
         const k = callKey(l.server, l.tool, stableJson(l.arguments));
         let byN = ep.calls.get(k);
@@ -266,7 +275,12 @@ export class ToolRecording implements ToolTape {
     for (const p of pending) {
       const tools = definitions.get(p.hash);
       if (!tools) throw new RecordingFileError(`replay: ${file}:${p.line}: the tool list ${p.hash} is not written out in any line`);
-      p.episode.tools.set(p.server, tools);
+      if (p.turn === undefined) p.episode.tools.set(p.server, tools);
+      else {
+        let byTurn = p.episode.relists.get(p.server);
+        if (!byTurn) p.episode.relists.set(p.server, (byTurn = new Map()));
+        byTurn.set(p.turn, tools);
+      }
     }
     return rec;
   }
@@ -298,6 +312,7 @@ export class ToolRecording implements ToolTape {
           );
         return tools;
       },
+      relisted: (server, turn) => ep?.relists.get(server)?.get(turn),
       call: async (server, tool, args) => {
         const json = stableJson(args);
         const k = callKey(server, tool, json);

@@ -174,7 +174,7 @@ export const DEFAULT_REWARDS: RewardConfig = RewardConfigSchema.parse({});
 /** The tools that matter for a task: those of its solution and of its `call` checks ("server.tool"). */
 export function relevantTools(task: Task): Set<string> {
   const out = new Set<string>();
-  for (const c of task.solution?.calls ?? []) out.add(`${c.server}.${c.tool}`);
+  for (const c of [...(task.solution?.calls ?? []), ...(task.solution?.turns ?? []).flatMap((t) => t.calls)]) out.add(`${c.server}.${c.tool}`);
   for (const c of task.checks) if (c.kind === 'call') out.add(`${c.server}.${c.tool}`);
   return out;
 }

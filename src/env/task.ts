@@ -1,11 +1,15 @@
 /**
  * The task format: one zod schema, used from TypeScript (`defineTask`) and from JSON / JSONL
  * files (`loadTasks`). A task says what the agent is asked, which MCP servers it gets, the state
- * they start in (setup calls), how many turns it has, and how success is checked.
+ * they start in (setup calls), how many turns it has, and how success is checked; optionally the
+ * user's later messages (follow-ups), delivered as the agent ends each user turn, and checks made
+ * at the end of a given user turn (docs/tasks.md, "Follow-up user turns, per-turn checks and
+ * control tools").
  */
 import { readFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { z } from 'zod';
+import { BFCL_CATEGORIES } from './bfcl/data.ts';
 import { checkFixtures, HttpSpecSchema, InProcessSpecSchema, OpenEnvSpecSchema, StdioSpecSchema, type StdioSpec } from '../tools/index.ts';
 
 const Json = z.json();
@@ -48,6 +52,12 @@ export const MatcherSchema = z.discriminatedUnion('kind', [
 ]);
 export type Matcher = z.output<typeof MatcherSchema>;
 
+/**
+ * When a check is made: at the end of user turn k (0: the opening message's turn, k: follow-up k's
+ * turn), before the next follow-up's setup; without it, at the episode's end.
+ */
+const CheckTurn = z.number().int().min(0).optional();
+
 export const StateCheckSchema = z.strictObject({
   kind: z.literal('state'),
   /** After the episode, this call is made on the episode's server state... */
@@ -57,6 +67,7 @@ export const StateCheckSchema = z.strictObject({
   /** ...is compared. */
   expect: MatcherSchema,
   weight: z.number().min(0).default(1),
+  turn: CheckTurn,
 });
 
 export const AnswerCheckSchema = z.strictObject({
@@ -64,6 +75,7 @@ export const AnswerCheckSchema = z.strictObject({
   /** The final answer, taken out of \boxed{}, <answer></answer> or "答案是" when present. */
   expect: MatcherSchema,
   weight: z.number().min(0).default(1),
+  turn: CheckTurn,
 });
 
 export const CallCheckSchema = z.strictObject({
@@ -75,6 +87,7 @@ export const CallCheckSchema = z.strictObject({
   /** The call must have succeeded (not isError). Default true. */
   succeeded: z.boolean().default(true),
   weight: z.number().min(0).default(1),
+  turn: CheckTurn,
 });
 
 export const CodeCheckSchema = z.strictObject({
@@ -88,10 +101,41 @@ export const CodeCheckSchema = z.strictObject({
     .max(100),
   timeout_ms: z.number().int().min(10).max(60_000).default(2000),
   weight: z.number().min(0).default(1),
+  turn: CheckTurn,
 });
 
-export const CheckSchema = z.discriminatedUnion('kind', [StateCheckSchema, AnswerCheckSchema, CallCheckSchema, CodeCheckSchema]);
+/**
+ * BFCL's verdict on the episode's output (docs/bfcl.md): its calls, in BFCL's result format, graded
+ * by BFCL's own checker for the entry (the AST checker, relevance, or the multi-turn checker).
+ */
+export const BfclCheckSchema = z.strictObject({
+  kind: z.literal('bfcl'),
+  category: z
+    .string()
+    .refine((c) => BFCL_CATEGORIES.includes(c), { error: (i) => `unknown BFCL category '${String(i.input)}'; the categories: ${BFCL_CATEGORIES.join(', ')}` }),
+  entry: z.string().min(1),
+  weight: z.number().min(0).default(1),
+  turn: CheckTurn,
+});
+
+export const CheckSchema = z.discriminatedUnion('kind', [StateCheckSchema, AnswerCheckSchema, CallCheckSchema, CodeCheckSchema, BfclCheckSchema]);
 export type Check = z.output<typeof CheckSchema>;
+
+/** A later message of the user: delivered when the agent ends its current user turn, after its setup calls. */
+export const FollowupSchema = z.strictObject({
+  content: z.string().min(1),
+  /** Calls the environment makes on the episode's servers before the message is delivered (as the task's setup). */
+  setup: z.array(TaskCallSchema).default([]),
+});
+export type Followup = z.output<typeof FollowupSchema>;
+
+/** One user turn of a reference solution: the calls the expert makes in it, then its answer. */
+export const SolutionTurnSchema = z.strictObject({
+  calls: z.array(TaskCallSchema).default([]),
+  answer: z.string(),
+  /** The expert makes every call of the turn in one reply (parallel calls), then answers; default: one call a reply. */
+  parallel: z.boolean().default(false),
+});
 
 export const MessageSchema = z.strictObject({
   role: z.enum(['system', 'user', 'assistant']),
@@ -113,10 +157,25 @@ export const TaskSchema = z
     servers: z.record(Alias, ServerRefSchema).refine((s) => Object.keys(s).length > 0, 'a task needs at least one server'),
     /** Calls that put the servers into the task's starting state, made before the agent starts. */
     setup: z.array(TaskCallSchema).default([]),
-    max_turns: z.number().int().min(1).max(100).default(8),
+    /** The user's later messages, one per user turn after the opening one. */
+    followups: z.array(FollowupSchema).default([]),
+    /** The most assistant turns in the whole episode. */
+    max_turns: z.number().int().min(1).max(1000).default(8),
+    /** The most assistant turns within one user turn (reached: the episode ends, finish `max_turns`). */
+    max_turns_per_user_turn: z.number().int().min(1).max(100).optional(),
     checks: z.array(CheckSchema).min(1, 'a task needs at least one check'),
-    /** A reference solution: the calls an expert makes, and its final answer. */
-    solution: z.strictObject({ calls: z.array(TaskCallSchema), answer: z.string() }).optional(),
+    /**
+     * A reference solution: the calls an expert makes, and its final answer; or, per user turn
+     * (the opening one, then each follow-up's), its calls and answer (`turns`, used instead).
+     */
+    solution: z
+      .strictObject({ calls: z.array(TaskCallSchema).default([]), answer: z.string().optional(), turns: z.array(SolutionTurnSchema).optional() })
+      .superRefine((sol, ctx) => {
+        if (sol.answer === undefined && sol.turns === undefined)
+          ctx.addIssue({ code: 'custom', path: ['answer'], message: 'give the final answer (or solution.turns, per user turn)' });
+      })
+      .transform((sol) => ({ ...sol, answer: sol.answer ?? '' }))
+      .optional(),
     /** The generator's parameters, kept for the record. */
     params: z.record(z.string(), Json).optional(),
   })
@@ -130,7 +189,15 @@ export const TaskSchema = z
         ctx.addIssue({ code: 'custom', path, message: `unknown server '${server}'; the task's servers are ${[...aliases].join(', ')}` });
     };
     task.setup.forEach((c, i) => checkAlias(c.server, ['setup', i, 'server']));
+    task.followups.forEach((f, k) => f.setup.forEach((c, i) => checkAlias(c.server, ['followups', k, 'setup', i, 'server'])));
+    const userTurns = task.followups.length + 1;
     task.checks.forEach((c, i) => {
+      if (c.turn !== undefined && c.turn >= userTurns)
+        ctx.addIssue({
+          code: 'custom',
+          path: ['checks', i, 'turn'],
+          message: `turn ${c.turn} is past the task's last user turn (${userTurns - 1}: user turns are 0, the opening message, to the number of followups, ${task.followups.length})`,
+        });
       if (c.kind === 'state') checkAlias(c.call.server, ['checks', i, 'call', 'server']);
       if (c.kind === 'call') checkAlias(c.server, ['checks', i, 'server']);
       if (c.kind === 'answer' && c.expect.kind === 'regex') {
@@ -142,6 +209,16 @@ export const TaskSchema = z
       }
     });
     task.solution?.calls.forEach((c, i) => checkAlias(c.server, ['solution', 'calls', i, 'server']));
+    const turns = task.solution?.turns;
+    if (turns) {
+      if (turns.length !== userTurns)
+        ctx.addIssue({
+          code: 'custom',
+          path: ['solution', 'turns'],
+          message: `one entry per user turn is needed: ${userTurns} (the opening message and ${task.followups.length} follow-up(s)), got ${turns.length}`,
+        });
+      turns.forEach((t, k) => t.calls.forEach((c, i) => checkAlias(c.server, ['solution', 'turns', k, 'calls', i, 'server'])));
+    }
   });
 
 export type Task = z.output<typeof TaskSchema>;

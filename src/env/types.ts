@@ -39,9 +39,18 @@ export interface Observation {
   task: Task;
   messages: ChatMessage[];
   tools: AgentTool[];
-  /** 0 for the first assistant turn. */
+  /** 0 for the first assistant turn; counts every assistant turn of the episode (all user turns). */
   turn: number;
-  /** The environment's messages added since the policy's last action (tool results). */
+  /**
+   * The user turn this turn belongs to: 0 for the opening message's, k for follow-up k's (a task's
+   * `followups`); set by the environment, absent where an observation is made otherwise.
+   */
+  userTurn?: number;
+  /**
+   * The environment's messages added since the policy's last action: tool results, or the user's
+   * follow-up message after the policy's answer. `tools` may have changed since the last action
+   * (a server's `notifications/tools/list_changed`).
+   */
   newMessages: ChatMessage[];
   /** Identifies the episode, for policies that keep per-episode state (e.g. token sequences); unique, with a random part. */
   episodeId: string;
@@ -185,6 +194,12 @@ export const TurnSchema = z.object({
    * string; never a key): with several servers (train --base-url U1 --base-url U2 ...), which one.
    */
   policy_server: z.string().optional(),
+  /** The user turn this turn belongs to (0: the opening message's, k: follow-up k's); only in a task with follow-ups. */
+  user_turn: z.number().int().optional(),
+  /** Tools (the names the agent sees) the agent was shown first at this turn: a server's tool list changed since the last turn. */
+  tools_added: z.array(z.string()).optional(),
+  /** Tools the agent was shown until the last turn and no longer is, since this turn. */
+  tools_removed: z.array(z.string()).optional(),
 });
 export type Turn = z.infer<typeof TurnSchema>;
 
@@ -212,7 +227,11 @@ export const TrajectorySchema = z.object({
   difficulty: z.number().int(),
   family: z.string().optional(),
   policy: z.object({ id: z.string(), version: z.union([z.string(), z.number()]).optional() }),
-  /** The tools the agent was given (OpenAI function format, for export), with their task server and tool name there. */
+  /**
+   * The tools the agent was given (OpenAI function format, for export), with their task server and
+   * tool name there: every tool it was shown during the episode, in the order first shown (the last
+   * definition of each), when a server's tool list changed (each turn's `tools_added`/`tools_removed` say when).
+   */
   tools: z
     .array(
       z.object({

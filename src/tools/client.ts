@@ -4,6 +4,8 @@
  * (unknown tool, bad arguments, timeout, crash, closed transport, a result over the size limit)
  * is a result with `isError: true` and a message an agent can act on. A crashed stdio server is
  * restarted for the next call; closing ends the server's whole process tree, or its HTTP session.
+ * A server's `notifications/tools/list_changed` drops the cached tool list (the next listTools or
+ * call lists again), bumps `toolsVersion` and tells the `onToolsChanged` listeners.
  */
 import { Client, InMemoryTransport, ProtocolError, SdkError, SdkErrorCode, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import type { CallToolResult, Transport } from '@modelcontextprotocol/client';
@@ -86,6 +88,8 @@ export class ToolClient {
   private toolList?: ToolInfo[];
   private restartTimes: number[] = [];
   private closed = false;
+  private listChanges = 0;
+  private readonly toolsListeners = new Set<() => void>();
   /** A stdio spec's fixtures: this connection's own directory, removed when it closes. */
   private fixture?: Fixture;
   private readonly options: Required<Omit<ConnectOptions, 'name'>> & { name: string };
@@ -138,6 +142,35 @@ export class ToolClient {
     return this.live?.client.getServerCapabilities() as { experimental?: Record<string, unknown> } | undefined;
   }
 
+  /**
+   * How many `notifications/tools/list_changed` the server has sent on this connection (0 until
+   * one comes). A holder of a listed copy compares it with the count it listed at: a different one
+   * means the list is stale (listTools lists again: the cache was dropped with the notification).
+   */
+  get toolsVersion(): number {
+    return this.listChanges;
+  }
+
+  /** Calls `listener` on every `notifications/tools/list_changed` (after the cache was dropped); returns what removes it. */
+  onToolsChanged(listener: () => void): () => void {
+    this.toolsListeners.add(listener);
+    return () => this.toolsListeners.delete(listener);
+  }
+
+  /** The server said its tools changed: the cached list is dropped, the listeners told. */
+  private toolsChanged(): void {
+    this.listChanges++;
+    this.toolList = undefined;
+    this.toolMap = undefined;
+    for (const listener of [...this.toolsListeners]) {
+      try {
+        listener();
+      } catch {
+        // A listener's failure is its own; the notification is handled.
+      }
+    }
+  }
+
   private describe(): string {
     const s = this.spec;
     if (s.transport === 'stdio') return `stdio server '${[s.command, ...s.args].join(' ')}'`;
@@ -149,6 +182,7 @@ export class ToolClient {
   private async open(): Promise<Live> {
     const spec = this.spec;
     const client = new Client({ name: this.options.name, version: '0.1.0' });
+    client.setNotificationHandler('notifications/tools/list_changed', () => this.toolsChanged());
     let transport: Transport;
     let closeServer: (() => Promise<void>) | undefined;
     if (spec.transport === 'stdio') {
@@ -237,6 +271,7 @@ export class ToolClient {
   async listTools(options: { refresh?: boolean; timeoutMs?: number } = {}): Promise<ToolInfo[]> {
     if (this.toolList && !options.refresh) return this.toolList;
     const live = await this.ensure();
+    const version = this.listChanges;
     const tools: ToolInfo[] = [];
     const seen = new Set<string>();
     let cursor: string | undefined;
@@ -254,6 +289,7 @@ export class ToolClient {
           inputSchema: t.inputSchema as Record<string, unknown>,
           outputSchema: t.outputSchema as Record<string, unknown> | undefined,
           annotations: t.annotations as Record<string, unknown> | undefined,
+          ...(t._meta ? { _meta: t._meta as Record<string, unknown> } : {}),
         });
       }
       cursor = res.nextCursor;
@@ -261,8 +297,11 @@ export class ToolClient {
       if (seen.has(cursor)) throw new Error(`tools/list of the ${this.describe()} repeated the cursor ${JSON.stringify(cursor)}`);
       seen.add(cursor);
     }
-    this.toolList = tools;
-    this.toolMap = new Map(tools.map((t) => [t.name, t]));
+    // A list_changed that came while the pages were read: this list may be stale, and is not kept.
+    if (version === this.listChanges) {
+      this.toolList = tools;
+      this.toolMap = new Map(tools.map((t) => [t.name, t]));
+    }
     return tools;
   }
 
@@ -299,9 +338,9 @@ export class ToolClient {
     }
     let live: Live;
     try {
-      if (!this.toolMap) await this.listTools();
-      if (!this.toolMap!.has(name)) {
-        const names = [...this.toolMap!.keys()];
+      const known = this.toolMap ?? new Map((await this.listTools()).map((t) => [t.name, t]));
+      if (!known.has(name)) {
+        const names = [...known.keys()];
         return errorResult('unknown_tool', `Unknown tool '${name}'. Available tools: ${names.join(', ') || '(none)'}`, performance.now() - t0);
       }
       live = this.live && !this.live.dead ? this.live : await this.ensure();

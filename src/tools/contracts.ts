@@ -39,8 +39,22 @@ export const ToolInfoSchema = z.object({
   inputSchema: z.record(z.string(), z.unknown()),
   outputSchema: z.record(z.string(), z.unknown()).optional(),
   annotations: z.record(z.string(), z.unknown()).optional(),
+  /** The tool's `_meta` as the server listed it (e.g. `{"mcp-gym/control": true}`: a control tool). */
+  _meta: z.record(z.string(), z.unknown()).optional(),
 });
 export type ToolInfo = z.infer<typeof ToolInfoSchema>;
+
+/**
+ * The `_meta` key that marks a tool as a control tool: one for the task's own calls (setup,
+ * follow-up setup, state checks), never shown to the agent nor callable by it (docs/tasks.md,
+ * "Follow-up user turns, per-turn checks and control tools").
+ */
+export const CONTROL_META_KEY = 'mcp-gym/control';
+
+/** Whether a listed tool is a control tool (`_meta: {"mcp-gym/control": true}`). */
+export function isControlTool(tool: Pick<ToolInfo, '_meta'>): boolean {
+  return tool._meta?.[CONTROL_META_KEY] === true;
+}
 
 /** A resource a server lists (resources/list). */
 export interface ResourceInfo {

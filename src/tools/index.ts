@@ -13,6 +13,8 @@ export {
   InProcessSpecSchema,
   errorResult,
   resultText,
+  CONTROL_META_KEY,
+  isControlTool,
 } from './contracts.ts';
 export type {
   ToolCall,

@@ -18,6 +18,7 @@ export {
   hermesTemplate,
   isHermesTemplate,
   templateHasTools,
+  toolChangeNotice,
   TOOL_FORMAT_CHOICES,
   type ToolFormat,
   type ToolFormatChoice,

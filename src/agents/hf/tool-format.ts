@@ -22,6 +22,7 @@
  */
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { ChatTemplateRenderer, type TemplateFamily, type ToolSpec } from './chat-template.ts';
 
 export type ToolFormat = 'native' | 'hermes';
 export type ToolFormatChoice = 'auto' | ToolFormat;
@@ -146,4 +147,34 @@ export function writeChatTemplate(dir: string, template: string): void {
   if (!('chat_template' in config)) return;
   delete config.chat_template;
   writeFileSync(configFile, `${JSON.stringify(config, null, 2)}\n`);
+}
+
+/** Each tool as the templates write it in their tool lists: transformers' `tojson` (Python's json.dumps), indented for Llama 3.x. */
+const TOOL_JSON = {
+  line: new ChatTemplateRenderer("{%- for tool in tools -%}{{ tool | tojson }}{{ '\\n' }}{%- endfor -%}"),
+  indented: new ChatTemplateRenderer("{%- for tool in tools -%}{{ tool | tojson(indent=4) }}{{ '\\n\\n' }}{%- endfor -%}"),
+};
+
+/**
+ * How a change of the tools reaches a Hugging Face model mid-episode, append-only: the system
+ * prompt (which lists the tools) was rendered once and its tokens are kept, so the tools added
+ * since are written at the start of the next message the environment adds (the user's follow-up,
+ * or a tool result), each tool's JSON schema as the template lists tools (Qwen and the Hermes
+ * format: in `<tools></tools>`, one JSON per line; Llama 3.x: JSON objects indented by 4), and the
+ * names of those removed after them. BFCL prompts models the same way when its tools change
+ * mid-conversation ("{functions}\nI have updated some more functions you can choose from.").
+ * The empty string when nothing changed.
+ */
+export function toolChangeNotice(family: TemplateFamily, added: ToolSpec[], removed: string[]): string {
+  const parts: string[] = [];
+  if (added.length > 0) {
+    const ctx = { tools: added, addGenerationPrompt: false };
+    if (family === 'llama3') parts.push(`You can now also call these functions:\n\n${TOOL_JSON.indented.render([], ctx).trimEnd()}`);
+    else
+      parts.push(
+        `You can now also call these functions, their signatures within <tools></tools> XML tags:\n<tools>\n${TOOL_JSON.line.render([], ctx).trimEnd()}\n</tools>`,
+      );
+  }
+  if (removed.length > 0) parts.push(`These functions are no longer available: ${removed.join(', ')}.`);
+  return parts.length ? `${parts.join('\n')}\n\n` : '';
 }

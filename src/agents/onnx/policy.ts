@@ -45,6 +45,8 @@ interface Pending {
 export class OnnxPolicy implements Policy {
   readonly id: string;
   private readonly sequences = new Map<string, number[]>();
+  /** The embedded GPT: the tool names each episode's sequence has listed (a change adds the new ones). */
+  private readonly toolNames = new Map<string, Set<string>>();
   private readonly queue: Pending[] = [];
   private running = false;
   private batches = { runs: 0, rows: 0, largest: 0 };
@@ -112,8 +114,10 @@ export class OnnxPolicy implements Policy {
       );
       seq = [];
     } else {
-      const results = obs.newMessages.filter((m) => m.role === 'tool').map((m) => m.content);
-      env = tpl.continuation(results);
+      // Tool results, a user's follow-up; tools added since the prompt listed them, by name first.
+      const told = this.toolNames.get(obs.episodeId) ?? new Set<string>();
+      const added = obs.tools.map((t) => t.name).filter((n) => !told.has(n));
+      env = tpl.continuationOf(obs.newMessages, added);
       if (seq[seq.length - 1] !== T.end) env.unshift(T.end); // the last turn was cut off
     }
     const prompt = seq.concat(env);
@@ -128,6 +132,9 @@ export class OnnxPolicy implements Policy {
     // keepRows: the episode's keys and values are kept between its turns, and the next turn prefills only what the environment added.
     const g = await this.enqueue({ prompt, maxNewTokens: maxNew, rng, ...(this.options.keepRows === true ? { cacheKey: obs.episodeId } : {}) });
     this.sequences.set(obs.episodeId, prompt.concat(g.tokens));
+    const names = this.toolNames.get(obs.episodeId);
+    if (obs.turn === 0 || !names) this.toolNames.set(obs.episodeId, new Set(obs.tools.map((t) => t.name)));
+    else for (const t of obs.tools) names.add(t.name);
     const parsed = parseAssistantTokens(g.tokens);
     return {
       content: parsed.content,
@@ -157,6 +164,7 @@ export class OnnxPolicy implements Policy {
 
   endEpisode(episodeId: string): void {
     this.sequences.delete(episodeId);
+    this.toolNames.delete(episodeId);
     this.hf?.end(episodeId);
     this.model.forgetRow(episodeId);
   }

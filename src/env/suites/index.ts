@@ -4,6 +4,8 @@
  * shares, and a reference solution per task that the expert policy replays.
  */
 import type { Task } from '../task.ts';
+import { bfclSuite, isBfclSuite } from '../bfcl/tasks.ts';
+import { BFCL_GROUPS } from '../bfcl/data.ts';
 import { calculatorSuite } from './calculator.ts';
 import { drawTasks, type Sampler } from './common.ts';
 import { filesSuite } from './files.ts';
@@ -39,6 +41,16 @@ const SUITES: readonly Suite[] = [calculatorSuite, kvSuite, filesSuite, sqlSuite
 
 export const SUITE_NAMES: readonly string[] = SUITES.map((s) => s.name);
 
+/** The names that stand for BFCL's categories (docs/bfcl.md): `bfcl` (every category), `bfcl:<group>`, `bfcl:<category>`. */
+export const BFCL_SUITE_HELP = `bfcl, bfcl:${Object.keys(BFCL_GROUPS)
+  .filter((g) => g !== 'all')
+  .join(', bfcl:')}, bfcl:<category>`;
+
+/** Whether a name is a suite (bundled, 'all', or BFCL's; BFCL's category is checked when its tasks are made). */
+export function isSuiteName(name: string): boolean {
+  return name === 'all' || SUITE_NAMES.includes(name) || isBfclSuite(name);
+}
+
 function count(value: number | undefined, fallback: number, what: string): number {
   const n = value ?? fallback;
   if (!Number.isInteger(n) || n < 0) throw new Error(`${what} must be a non-negative integer, got ${n}`);
@@ -47,15 +59,17 @@ function count(value: number | undefined, fallback: number, what: string): numbe
 
 /**
  * The tasks of a suite (eval first, then train), or of every suite with 'all'. Unknown names
- * throw, listing the suites.
+ * throw, listing the suites. BFCL's suites (`bfcl`, `bfcl:<group>`, `bfcl:<category>`) are BFCL's
+ * entries (src/env/bfcl/tasks.ts): every entry by default, `eval`/`train` capping each category.
  */
 export function generateSuite(name: string, options: SuiteOptions = {}): Task[] {
+  if (isBfclSuite(name)) return bfclSuite(name, { train: options.train, eval: options.eval });
   const seed = options.seed ?? DEFAULT_SEED;
   const train = count(options.train, DEFAULT_TRAIN, 'train');
   const evalCount = count(options.eval, DEFAULT_EVAL, 'eval');
   if (name === 'all') return SUITES.flatMap((s) => generateSuite(s.name, options));
   const suite = SUITES.find((s) => s.name === name);
-  if (!suite) throw new Error(`Unknown suite '${name}'. Suites: ${SUITE_NAMES.join(', ')}, or all`);
+  if (!suite) throw new Error(`Unknown suite '${name}'. Suites: ${SUITE_NAMES.join(', ')}, all, or BFCL's (${BFCL_SUITE_HELP})`);
   return [...drawTasks(suite.name, 'eval', evalCount, seed, suite.sampler), ...drawTasks(suite.name, 'train', train, seed, suite.sampler)];
 }
 
