@@ -29,10 +29,10 @@ GROUPS = {"non-live": NON_LIVE, "live": LIVE, "multi-turn": MULTI_TURN}
 # Left out: web_search (needs a search API), memory (downloads an embedding model),
 # format_sensitivity (not scored), and the unused exec/rest/sql datasets.
 LEFT_OUT = {
-    "web_search_base": "needs a live web search API (SerpAPI)",
-    "web_search_no_snippet": "needs a live web search API (SerpAPI)",
-    "memory_kv": "BFCL's memory backends are scored after prerequisite conversations; left out with the other memory categories",
+    "web_search_base": "needs a live web search API (SerpAPI) and network access",
+    "web_search_no_snippet": "needs a live web search API (SerpAPI) and network access",
+    "memory_kv": "BFCL's memory categories replay prerequisite conversations into a memory store first; not ported",
     "memory_vector": "downloads a sentence-transformers embedding model from a model hub",
-    "memory_rec_sum": "BFCL's memory backends are scored after prerequisite conversations; left out with the other memory categories",
+    "memory_rec_sum": "BFCL's memory categories replay prerequisite conversations into a memory store first; not ported",
     "format_sensitivity": "not a scoring category (BFCL reports only its spread)",
 }

@@ -10,7 +10,8 @@ Requests, one JSON object a line, each with an "id" echoed in its answer:
       BFCL's leaderboard figures (overall, non-live, live, multi-turn, ...) computed by BFCL's
       generate_leaderboard_csv from per-category accuracies. Answer: {"tables": {name: [rows]}}.
   {"op": "ping"}
-Errors answer {"error": message} and the service goes on.
+A request that cannot be answered gets {"service_error": message} (BFCL's own "error" is part of a
+verdict), and the service goes on.
 """
 from __future__ import annotations
 
@@ -171,7 +172,7 @@ def main(argv: list[str]) -> None:
             else:
                 raise ValueError(f"unknown op {op!r}")
         except Exception as err:  # an answer, never a crash: the caller names the entry
-            ans = {"error": f"{type(err).__name__}: {err}"}
+            ans = {"service_error": f"{type(err).__name__}: {err}"}
         ans["id"] = rid
         out.write(json.dumps(ans, default=str) + "\n")
         out.flush()

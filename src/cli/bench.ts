@@ -41,7 +41,7 @@ Fuzz:     --fuzz              invalid and edge-case arguments from each tool's s
           --no-progress-reset progress notifications do not restart the timeout
           --save-failures F   where crashing/hanging inputs go (default runs/bench/failures-<time>.jsonl)
           --replay F          send saved inputs again and tell which failures reproduce
-Agents:   --tasks S|F         a bundled suite (or all) or a task file   --split eval|train|all   --limit N
+Agents:   --tasks S|F         a bundled suite (or all), BFCL's (bfcl:<category|group>) or a task file   --split eval|train|all   --limit N
           --policy P          expert (default), random[:seed], onnx:<dir>, openai:<model>, anthropic:<model>
                               (with --base-url URL, --api-key-env NAME, ...: mcp-gym eval --help)   -k K  runs per task (default 4)
           --fail-under X      exit 6 when the agents' success rate is below X (0-1), for CI

@@ -51,7 +51,7 @@ Commands:
   servers             List the bundled servers and how each isolates episodes
   suites              List the bundled task suites (train and eval tasks per suite)
   rollout             Run a policy on a task suite; write trajectories (JSONL) and a summary
-                        --suite S | --tasks F   a bundled suite (or 'all'), or a .json/.jsonl task file
+                        --suite S | --tasks F   a bundled suite (or 'all'), BFCL's (bfcl, bfcl:<group>, bfcl:<category>), or a .json/.jsonl task file
                         --split eval|train|all  (default eval)     --limit N   first N tasks
                         --max-difficulty D      only tasks of difficulty 1 to D
                         --eval-tasks N          generate N eval tasks per suite (default 40)

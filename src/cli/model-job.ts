@@ -9,8 +9,12 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { runModelJob, resolveModel, type ModelJobConfig, type ModelJobProgress, type StageEval } from '../trainers/index.ts';
 import { intFlag, numFlag, UsageError } from './args.ts';
+import { isBfclSuite } from '../env/index.ts';
 import { toolFormatFlag } from './rollout.ts';
 import { minutes } from './ui.ts';
+
+/** Held-out BFCL entries of the job on BFCL: 30 of each of its five held-out categories. */
+const BFCL_JOB_EVAL_TASKS = 150;
 
 /** The job's defaults: the suite, the held-out set, the SFT and the GRPO recipe (bench/RESULTS.md, "A real model"). */
 export const MODEL_JOB = {
@@ -41,7 +45,8 @@ export const MODEL_JOB_HELP = `mcp-gym start --model M: a pretrained Hugging Fac
 
   --model M             a registered model (smollm2-135m), a checkpoint directory or a .gguf file
   --run DIR             the job's directory (default runs/model-<time>; the same command resumes it)
-  --suite S             the task suite (default ${MODEL_JOB.suite})   --min-difficulty D --max-difficulty D (default ${MODEL_JOB.min_difficulty}-${MODEL_JOB.max_difficulty})
+  --suite S             the task suite (default ${MODEL_JOB.suite}); bfcl: BFCL's live categories for training, 30 entries
+                        of each of simple_python, multiple, parallel, parallel_multiple and irrelevance held out (docs/bfcl.md)   --min-difficulty D --max-difficulty D (default ${MODEL_JOB.min_difficulty}-${MODEL_JOB.max_difficulty})
   --eval-tasks N        held-out tasks (default ${MODEL_JOB.eval_tasks})   -k K samples of each (default ${MODEL_JOB.k})
   --seed S              the training tasks and the sampling (default 0; the held-out tasks stay the same)
   --tool-format F       auto (default), native, hermes
@@ -138,17 +143,23 @@ export async function modelJobCommand(argv: string[]): Promise<void> {
   } catch (err) {
     throw new UsageError((err as Error).message);
   }
-  const min = int('min-difficulty', MODEL_JOB.min_difficulty);
-  const max = int('max-difficulty', MODEL_JOB.max_difficulty);
+  const suite = s('suite') ?? MODEL_JOB.suite;
+  const bfcl = isBfclSuite(suite);
+  if (bfcl && suite !== 'bfcl')
+    throw new UsageError(`--suite: the job on BFCL is --suite bfcl (live categories for training, five non-live ones held out; docs/bfcl.md), got '${suite}'`);
+  // BFCL: the held-out categories span difficulties 1-4; the job's own split replaces the difficulty filter.
+  const min = int('min-difficulty', bfcl ? 1 : MODEL_JOB.min_difficulty);
+  const max = int('max-difficulty', bfcl ? 5 : MODEL_JOB.max_difficulty);
   if (min > max || max > 5) throw new UsageError(`--min-difficulty ${min} and --max-difficulty ${max}: difficulties are 1 to 5, min at most max`);
   const config: ModelJobConfig = {
     model,
     model_name: spec,
-    suite: s('suite') ?? MODEL_JOB.suite,
+    suite,
     min_difficulty: min,
     max_difficulty: max,
-    eval_tasks: int('eval-tasks', MODEL_JOB.eval_tasks),
-    k: int('k', MODEL_JOB.k),
+    eval_tasks: int('eval-tasks', bfcl ? BFCL_JOB_EVAL_TASKS : MODEL_JOB.eval_tasks),
+    // BFCL scores one output per entry: one sample of each held-out entry.
+    k: int('k', bfcl ? 1 : MODEL_JOB.k),
     seed: int('seed', 0, 0),
     tool_format: toolFormatFlag(s('tool-format')),
     sft: {

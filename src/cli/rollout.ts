@@ -17,13 +17,13 @@ import {
   type Task,
 } from '../env/index.ts';
 import { Interrupted, RunFailure } from '../../lib/index.ts';
-import { describeSuites, generateSuite, SUITE_NAMES } from '../env/suites/index.ts';
+import { BFCL_SUITE_HELP, describeSuites, generateSuite, SUITE_NAMES } from '../env/suites/index.ts';
 import { ProgressBar, table } from './ui.ts';
 import { API_FLAGS, apiOptionsFrom, UsageError, intFlag } from './args.ts';
 import { ensureHfOnnx, isModelName, resolveModel } from '../trainers/index.ts';
 import { TAPE_FLAGS, tapeOptions } from './record-replay.ts';
 import { faultOptions, faultsSetting } from './faults.ts';
-import { faultCounts, type FaultOptions } from '../env/index.ts';
+import { BFCL_GROUPS, faultCounts, type FaultOptions } from '../env/index.ts';
 
 export async function suitesCommand(): Promise<void> {
   const rows: (string | number)[][] = [['suite', 'train', 'eval', 'servers', 'families']];
@@ -39,6 +39,12 @@ export async function suitesCommand(): Promise<void> {
   }
   console.log(table(rows));
   console.log(`\n'all' runs every suite. Use: mcp-gym rollout --suite <name> --split eval --policy expert`);
+  console.log(
+    `\nBFCL v4 (bfcl-eval 2026.3.23, docs/bfcl.md): bfcl (every category), ${Object.keys(BFCL_GROUPS)
+      .filter((g) => g !== 'all')
+      .map((g) => `bfcl:${g} (${BFCL_GROUPS[g]!.join(', ')})`)
+      .join('; ')}; or bfcl:<category>. Every entry is in the eval split (and, asked for, in train).`,
+  );
 }
 
 export function selectTasks(
@@ -46,7 +52,7 @@ export function selectTasks(
   counts: { train?: number; eval?: number } = {},
 ): Task[] {
   if (!values.suite && !values.tasks)
-    throw new UsageError(`rollout needs --suite <name> (one of ${SUITE_NAMES.join(', ')}, all) or --tasks <file.json|.jsonl>`);
+    throw new UsageError(`rollout needs --suite <name> (one of ${SUITE_NAMES.join(', ')}, all, or BFCL's: ${BFCL_SUITE_HELP}) or --tasks <file.json|.jsonl>`);
   const split = values.split ?? 'eval';
   if (!['train', 'eval', 'all'].includes(split)) throw new UsageError(`--split must be train, eval or all, got '${split}'`);
   let tasks: Task[];

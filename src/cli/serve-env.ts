@@ -12,7 +12,7 @@ import { selectTasks } from './rollout.ts';
 export const SERVE_ENV_HELP = `mcp-gym serve-env: a task suite or task file as an OpenEnv environment (reset, step, state over
 WebSocket and HTTP sessions; docs/openenv.md)
 
-  --suite S | --tasks F   a bundled suite (or 'all'), or a .json/.jsonl task file
+  --suite S | --tasks F   a bundled suite (or 'all'), BFCL's (bfcl, bfcl:<group>, bfcl:<category>; docs/bfcl.md), or a .json/.jsonl task file
   --split eval|train|all  (default train)   --limit N   --max-difficulty D   --seed S (the suite's and the draws')
   --reward R              art (default), rlvr, composer or verifier
   --host H                interface to bind (default 127.0.0.1)     --port N (default 8001; 0 picks a free one)

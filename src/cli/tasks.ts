@@ -16,7 +16,7 @@ export const TASKS_EXPORT_HELP = `Usage: mcp-gym tasks export --suite S --out ta
 Writes a suite's tasks as a task file (JSON lines), the format --tasks reads everywhere: a bundled
 suite, or BFCL's (bfcl, bfcl:<group>, bfcl:<category>; docs/bfcl.md), whose tasks name their server
 as bfcl:<category>/<entry> and so run wherever mcp-gym and BFCL's Python environment are installed.
-Default split: all; counts as the suites' (BFCL: every entry).
+Default split: eval (--split train or all for the others); counts as the suites' (BFCL: every entry).
 `;
 
 /** `mcp-gym tasks export`: a suite's tasks as a JSONL task file. */
@@ -28,7 +28,7 @@ function exportTasks(argv: string[]): void {
       options: {
         suite: { type: 'string' },
         out: { type: 'string' },
-        split: { type: 'string', default: 'all' },
+        split: { type: 'string', default: 'eval' },
         'eval-tasks': { type: 'string' },
         'train-tasks': { type: 'string' },
         seed: { type: 'string' },

@@ -24,6 +24,7 @@ import { ensureHfOnnx } from './hf-onnx.ts';
 import { finalEval, train } from './loop.ts';
 import { trainingTasks } from './run-context.ts';
 import { runSft } from './sft.ts';
+import { bfclJobTasks, bfclStage, isBfclJob, type BfclStage } from './bfcl-job.ts';
 
 export interface ModelJobConfig {
   /** The base checkpoint's directory (resolved: models.ts resolveModel). */
@@ -55,6 +56,8 @@ export interface StageEval {
   /** How the turns' tool calls were read: strict, lenient, failed; and the turns with none. */
   tool_call_parse: Record<string, number>;
   trajectories: string;
+  /** BFCL jobs: per held-out category, BFCL's accuracy (first samples) and pass@1; per multi-turn category, BFCL's accuracy on its sample. */
+  bfcl?: BfclStage;
 }
 
 export interface ModelJobResult {
@@ -102,7 +105,8 @@ export function stageEval(trajectories: Trajectory[], k: number, file: string): 
 }
 
 /** The suite's held-out tasks for the job (the first N at its difficulties) and its training tasks. */
-export function jobTasks(c: ModelJobConfig): { train: Task[]; held: Task[] } {
+export function jobTasks(c: ModelJobConfig): { train: Task[]; held: Task[]; multiTurn?: Task[] } {
+  if (isBfclJob(c.suite)) return bfclJobTasks(c.eval_tasks);
   const rc = resolveConfig({ ...c.rl, suite: c.suite, min_difficulty: c.min_difficulty, max_difficulty: c.max_difficulty, seed: c.seed, model: c.model });
   const { train: t, held } = trainingTasks(rc);
   return { train: t, held: held.slice(0, c.eval_tasks) };
@@ -162,7 +166,7 @@ export async function runModelJob(o: ModelJobOptions): Promise<ModelJobResult> {
     writeFileSync(jobFile, JSON.stringify({ config: c, seconds, ...extra }, null, 2) + '\n');
   };
   save();
-  const { train: trainTasks, held } = jobTasks(c);
+  const { train: trainTasks, held, multiTurn } = jobTasks(c);
   // The held-out tasks as a task file: `mcp-gym eval --tasks <dir>/heldout-tasks.jsonl --model <checkpoint> -k K` evaluates any checkpoint on them.
   writeFileSync(join(dir, 'heldout-tasks.jsonl'), held.map((t) => JSON.stringify(t)).join('\n') + '\n');
   log(`${held.length} held-out tasks x ${c.k} samples, ${trainTasks.length} training tasks (${c.suite}, difficulty ${c.min_difficulty}-${c.max_difficulty})`);
@@ -176,6 +180,7 @@ export async function runModelJob(o: ModelJobOptions): Promise<ModelJobResult> {
     const te = performance.now();
     const trajectories = await evaluateCheckpoint(c, held, baseFile, o);
     base = stageEval(trajectories, c.k, 'base/trajectories.jsonl');
+    if (multiTurn) base.bfcl = bfclStage(held, trajectories, c.k, await evaluateCheckpoint({ ...c, k: 1 }, multiTurn, join(baseDir, 'multi-turn.jsonl'), o));
     writeFileSync(join(baseDir, 'eval.json'), JSON.stringify(base, null, 2) + '\n');
     seconds.eval += (performance.now() - te) / 1000;
     save();
@@ -232,6 +237,8 @@ export async function runModelJob(o: ModelJobOptions): Promise<ModelJobResult> {
     runDir: rlDir,
     resume,
     evalTasks: held,
+    // BFCL: the job's own training pool (the live categories), not the suite's.
+    ...(multiTurn ? { trainTasks } : {}),
     ...(o.signal ? { signal: o.signal } : {}),
     onLog: log,
     onStep: (m) =>
@@ -252,6 +259,13 @@ export async function runModelJob(o: ModelJobOptions): Promise<ModelJobResult> {
   const rlTraj = read(finalEval(result).trajectories!);
   const sft = stageEval(sftTraj, c.k, join('rl', result.before.trajectories!));
   const rl = stageEval(rlTraj, c.k, join('rl', finalEval(result).trajectories!));
+  if (multiTurn) {
+    // Every multi-turn category at each checkpoint, whatever it scores.
+    const te = performance.now();
+    sft.bfcl = bfclStage(held, sftTraj, c.k, await evaluateCheckpoint({ ...c, k: 1 }, multiTurn, join(sftDir, 'multi-turn.jsonl'), o, sftDir));
+    rl.bfcl = bfclStage(held, rlTraj, c.k, await evaluateCheckpoint({ ...c, k: 1 }, multiTurn, join(rlDir, 'multi-turn.jsonl'), o, join(rlDir, 'model')));
+    seconds.eval += (performance.now() - te) / 1000;
+  }
   const diff = pairedDifference(taskRates(sftTraj), taskRates(rlTraj), { a: sftTraj.length, b: rlTraj.length });
   seconds.total = (performance.now() - t0) / 1000;
   const out: ModelJobResult = {

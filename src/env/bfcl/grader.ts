@@ -57,7 +57,7 @@ export class BfclGrader {
         if (!p) return;
         this.pending.delete(msg.id as number);
         this.idle();
-        if (typeof msg.error === 'string') p.reject(new Error(`BFCL's grader: ${msg.error}`));
+        if (typeof msg.service_error === 'string') p.reject(new Error(`BFCL's grader: ${msg.service_error}`));
         else p.resolve(msg);
       });
       child.on('error', (err) => {

@@ -5,9 +5,10 @@
  * checked by one `bfcl` check: BFCL's own verdict on the episode's output. Its reference solution
  * is BFCL's possible answer (single turn) or ground truth (multi-turn), per user turn.
  *
- * Splits: BFCL is test data with no train split of its own. Every entry is in the eval split;
- * asked for train tasks, a suite gives the same entries with split 'train' (train on one category
- * group and hold out another, as `start --suite bfcl` does: live for training, non-live held out).
+ * Splits: BFCL is test data with no train split of its own. Every entry is in the eval split, and
+ * a suite also gives each entry a copy with split 'train' (unless `train: 0`), so that `--split
+ * train` and training work: train on one category group and hold out another, as `start --suite
+ * bfcl` does (live for training, non-live held out).
  */
 import { defineTask, type Task, type TaskInput } from '../task.ts';
 import { BFCL_LIVE, bfclCategories, bfclEntries, BFCL_MULTI_TURN, BFCL_UNPASSABLE, type BfclEntry } from './data.ts';
