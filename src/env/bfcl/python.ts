@@ -36,6 +36,16 @@ export function bfclPython(): string {
   const named = process.env.MCP_GYM_BFCL_PYTHON;
   if (named && !existsSync(named)) throw new BfclMissingError(`MCP_GYM_BFCL_PYTHON names ${named}, which does not exist`);
   const script = join(PACKAGE_ROOT, 'scripts', 'bfcl-venv.mjs');
+  if (!existsSync(script)) {
+    // An installed package has no scripts/: the Python is the user's (made from bfcl/requirements.lock, docs/bfcl.md).
+    const python = named ?? join(PACKAGE_ROOT, '.venv-bfcl', 'bin', 'python');
+    if (!existsSync(python))
+      throw new BfclMissingError(
+        `BFCL's Python environment is missing: make one with \`python3 -m venv V && V/bin/pip install --no-deps --require-hashes -r ${join(PACKAGE_ROOT, 'bfcl', 'requirements.lock')}\` and set MCP_GYM_BFCL_PYTHON=V/bin/python (docs/bfcl.md)`,
+      );
+    checked = python;
+    return python;
+  }
   const r = spawnSync(process.execPath, [script], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
   if (r.status !== 0) {
     const why = (r.stderr || r.error?.message || '').trim().split('\n').slice(-4).join('\n');
