@@ -15,6 +15,8 @@ import { minutes } from './ui.ts';
 
 /** Held-out BFCL entries of the job on BFCL: 30 of each of its five held-out categories. */
 const BFCL_JOB_EVAL_TASKS = 150;
+/** GRPO steps of the job on BFCL. */
+const BFCL_JOB_STEPS = 8;
 
 /** The job's defaults: the suite, the held-out set, the SFT and the GRPO recipe (bench/RESULTS.md, "A real model"). */
 export const MODEL_JOB = {
@@ -173,7 +175,8 @@ export async function modelJobCommand(argv: string[]): Promise<void> {
     },
     rl: {
       ...MODEL_JOB.rl,
-      steps: int('steps', MODEL_JOB.rl.steps, 0),
+      // BFCL: 8 steps (a step costs about 4 minutes on these prompts here; docs/bfcl.md).
+      steps: int('steps', bfcl ? BFCL_JOB_STEPS : MODEL_JOB.rl.steps, 0),
       tasks_per_step: int('tasks-per-step', MODEL_JOB.rl.tasks_per_step),
       group: int('group', MODEL_JOB.rl.group, 2),
       lr: numFlag(s('lr'), '--lr', { min: 0 }) ?? MODEL_JOB.rl.lr,
