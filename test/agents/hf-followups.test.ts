@@ -9,34 +9,11 @@
  * the Hermes format added to a ChatML template.
  */
 import { beforeAll, describe, expect, it } from 'vitest';
-import { ExpertPolicy } from '../../src/agents/index.ts';
 import { HfTurns, toToolSpecs } from '../../src/agents/hf-turns.ts';
-import { Environment, type Observation, type Policy, type PolicyAction } from '../../src/env/index.ts';
+import { Environment } from '../../src/env/index.ts';
 import { sequenceOf } from '../../src/trainers/batch.ts';
 import { counterTask } from '../helpers/counter-server.ts';
-import { buildLlama31TokenizerDir, callText, END_TOKEN, pyJson, QWEN_TOK, type CallFamily } from '../helpers/hf-fixtures.ts';
-
-/** Writes the expert's action as the family's model would, through HfTurns; keeps each episode's final sequence. */
-class ExpertTurns implements Policy {
-  readonly id = 'expert-hf-text';
-  private readonly expert = new ExpertPolicy();
-  readonly finals = new Map<string, number[]>();
-  constructor(
-    readonly turns: HfTurns,
-    readonly family: CallFamily,
-  ) {}
-  async act(obs: Observation): Promise<PolicyAction> {
-    const p = this.turns.prompt(obs);
-    const a = await this.expert.act(obs);
-    const text = a.toolCalls?.length ? a.toolCalls.map((c) => callText(this.family, c.name, c.arguments as Record<string, unknown>)).join('\n') : a.content;
-    const tokens = this.turns.tokenizer.encode(text + END_TOKEN[this.family]);
-    return { ...this.turns.sampled(obs, tokens), tokens, logprobs: tokens.map(() => -0.5), envTokens: p.env, ...(p.drift ? { tokenDrift: p.drift } : {}) };
-  }
-  endEpisode(episodeId: string): void {
-    this.finals.set(episodeId, [...(this.turns.ids(episodeId) ?? [])]);
-    this.turns.end(episodeId);
-  }
-}
+import { buildLlama31TokenizerDir, pyJson, QWEN_TOK, type CallFamily, ExpertTurns } from '../helpers/hf-fixtures.ts';
 
 let llamaTokDir = '';
 beforeAll(() => {
@@ -53,7 +30,7 @@ describe('HfTurns: follow-ups whose tools change stay append-only', () => {
   for (const c of CASES) {
     it(`${c.name}: the added tool's schema opens the next follow-up, a removed one is named; no drift; the sequence is the turns' tokens`, async () => {
       const turns = c.load();
-      const policy = new ExpertTurns(turns, c.family);
+      const policy = new ExpertTurns(turns, c.family, -0.5);
       const env = new Environment();
       const t = await env.runEpisode(counterTask(), policy);
       await env.close();

@@ -17,7 +17,6 @@
  * (b) needs the learner's venv (.venv/bin/python or $MCP_GYM_HF_PYTHON); without it, it is skipped.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ExpertPolicy } from '../../src/agents/index.ts';
 import { HfTurns, toChatMessages, toToolSpecs } from '../../src/agents/hf-turns.ts';
 import { OnnxPolicy } from '../../src/agents/onnx/index.ts';
 import {
@@ -33,7 +32,17 @@ import {
 } from '../../src/env/index.ts';
 import { generateSuite } from '../../src/env/suites/index.ts';
 import { sequenceOf } from '../../src/trainers/batch.ts';
-import { buildLlama31TokenizerDir, callText, END_TOKEN, HAVE_HF_PY, HF_PY, makeTinyCheckpoints, QWEN_TOK, type CallFamily } from '../helpers/hf-fixtures.ts';
+import {
+  buildLlama31TokenizerDir,
+  callText,
+  END_TOKEN,
+  HAVE_HF_PY,
+  HF_PY,
+  makeTinyCheckpoints,
+  QWEN_TOK,
+  type CallFamily,
+  ExpertTurns,
+} from '../helpers/hf-fixtures.ts';
 
 const FAMILIES: CallFamily[] = ['qwen', 'llama3'];
 let llamaTokDir = '';
@@ -332,28 +341,6 @@ describe.skipIf(!HAVE_HF_PY)(`(b) OnnxPolicy on tiny exported checkpoints throug
 });
 
 // --- (c) the expert's calls written in the family's format, through HfTurns --------------------
-
-/** Writes the expert's action as the family's model would (the calls in its tool-call format), through HfTurns. */
-class ExpertTurns implements Policy {
-  readonly id = 'expert-hf-text';
-  private readonly expert = new ExpertPolicy();
-  readonly finals = new Map<string, number[]>();
-  constructor(
-    readonly turns: HfTurns,
-    readonly family: CallFamily,
-  ) {}
-  async act(obs: Observation): Promise<PolicyAction> {
-    const p = this.turns.prompt(obs);
-    const a = await this.expert.act(obs);
-    const text = a.toolCalls?.length ? a.toolCalls.map((c) => callText(this.family, c.name, c.arguments as Record<string, unknown>)).join('\n') : a.content;
-    const tokens = this.turns.tokenizer.encode(text + END_TOKEN[this.family]);
-    return { ...this.turns.sampled(obs, tokens), tokens, logprobs: tokens.map(() => -0.25), envTokens: p.env, ...(p.drift ? { tokenDrift: p.drift } : {}) };
-  }
-  endEpisode(episodeId: string): void {
-    this.finals.set(episodeId, [...(this.turns.ids(episodeId) ?? [])]);
-    this.turns.end(episodeId);
-  }
-}
 
 describe('(c) multi-turn tool use through HfTurns: the expert’s calls in the family’s format, run by the environment', () => {
   const tasks: Task[] = [

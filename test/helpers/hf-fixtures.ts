@@ -9,6 +9,9 @@ import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { ExpertPolicy } from '../../src/agents/index.ts';
+import type { HfTurns } from '../../src/agents/hf-turns.ts';
+import type { Observation, Policy, PolicyAction } from '../../src/env/index.ts';
 
 const require = createRequire(import.meta.url);
 export const REPO = join(dirname(fileURLToPath(import.meta.url)), '../..');
@@ -132,4 +135,33 @@ export function callText(family: CallFamily, name: string, args: Record<string, 
         ? `{ "name" :"${name}",  "${key}":${JSON.stringify(args).replace(/,/g, ' ,  ').replace(/:/g, ' : ')} }`
         : `{"name": "${name}", "${key}": ${a}}`;
   return family === 'qwen' ? `<tool_call>\n${json}\n</tool_call>` : json;
+}
+
+/** Writes the expert's action as the family's model would (the calls in its tool-call format), through HfTurns; each token gets `logprob`. */
+export class ExpertTurns implements Policy {
+  readonly id = 'expert-hf-text';
+  private readonly expert = new ExpertPolicy();
+  readonly finals = new Map<string, number[]>();
+  constructor(
+    readonly turns: HfTurns,
+    readonly family: CallFamily,
+    readonly logprob = -0.25,
+  ) {}
+  async act(obs: Observation): Promise<PolicyAction> {
+    const p = this.turns.prompt(obs);
+    const a = await this.expert.act(obs);
+    const text = a.toolCalls?.length ? a.toolCalls.map((c) => callText(this.family, c.name, c.arguments as Record<string, unknown>)).join('\n') : a.content;
+    const tokens = this.turns.tokenizer.encode(text + END_TOKEN[this.family]);
+    return {
+      ...this.turns.sampled(obs, tokens),
+      tokens,
+      logprobs: tokens.map(() => this.logprob),
+      envTokens: p.env,
+      ...(p.drift ? { tokenDrift: p.drift } : {}),
+    };
+  }
+  endEpisode(episodeId: string): void {
+    this.finals.set(episodeId, [...(this.turns.ids(episodeId) ?? [])]);
+    this.turns.end(episodeId);
+  }
 }
