@@ -36,6 +36,16 @@ def _bfcl():
 
 ADDED_FUNCTIONS_PROMPT = ""
 
+# The multi-turn server's control tool (server.py): reveals the functions BFCL holds back until a
+# turn. Exported with the entry, so that mcp-gym knows the server's first tool list without starting it.
+CONTROL_TOOL = "mcp_gym_reveal_functions"
+CONTROL_TOOL_DOC = {
+    "name": CONTROL_TOOL,
+    "description": "mcp-gym's control call: lists the functions BFCL holds back until the given turn.",
+    "inputSchema": {"type": "object", "properties": {"turn": {"type": "integer"}}, "required": ["turn"]},
+    "_meta": {"mcp-gym/control": True},
+}
+
 # Entries no output can pass: their possible answer contradicts their own function doc, so BFCL's
 # checker refuses even the ground truth (the error BFCL gives, checked by learner-side tests in
 # bfcl/tests). They stay in the suites (they count as failures for every model, as in BFCL);
@@ -276,6 +286,7 @@ def export_category(category: str) -> Iterator[dict]:
             out["initial_config"] = entry.get("initial_config", {})
             out["long_context"] = "long_context" in category
             out["missed"] = {t: mcp_tools(docs) for t, docs in entry.get("missed_function", {}).items()}
+            out["control_tools"] = [CONTROL_TOOL_DOC] if out["missed"] else []
             out["expert"] = [[parse_call(c, entry["involved_classes"]) for c in turn] for turn in truth["ground_truth"]]
         else:
             out["expert"] = [single_turn_expert(entry, raw[i]["function"], truth, category, tools)]

@@ -24,8 +24,7 @@ import uuid
 
 from .runtime import prepare
 
-CONTROL_TOOL = "mcp_gym_reveal_functions"
-CONTROL_META = {"mcp-gym/control": True}
+from .data import CONTROL_TOOL
 
 
 class EntryState:
@@ -107,15 +106,8 @@ def serve(entry: dict) -> None:
 
     async def list_tools(ctx, params):
         tools = [types.Tool(name=t["name"], description=t["description"], input_schema=t["inputSchema"]) for t in state.tools.values()]
-        if state.missed:
-            tools.append(
-                types.Tool(
-                    name=CONTROL_TOOL,
-                    description="mcp-gym's control call: lists the functions BFCL holds back until the given turn.",
-                    input_schema={"type": "object", "properties": {"turn": {"type": "integer"}}, "required": ["turn"]},
-                    _meta=CONTROL_META,
-                )
-            )
+        for t in state.entry.get("control_tools", []):
+            tools.append(types.Tool(name=t["name"], description=t["description"], input_schema=t["inputSchema"], _meta=t["_meta"]))
         return types.ListToolsResult(tools=tools)
 
     async def call_tool(ctx, params):

@@ -33,6 +33,8 @@ export interface BfclTool {
   name: string;
   description: string;
   inputSchema: Record<string, unknown>;
+  /** `{"mcp-gym/control": true}` on the multi-turn server's control tool. */
+  _meta?: Record<string, unknown>;
 }
 
 export interface BfclCall {
@@ -53,6 +55,8 @@ export interface BfclEntry {
   tools: BfclTool[];
   /** multi_turn_miss_func: tools held back until a turn ("3": [...]). */
   missed?: Record<string, BfclTool[]>;
+  /** The multi-turn server's control tools, listed beside the functions (bfcl/mcp_gym_bfcl/data.py). */
+  control_tools?: BfclTool[];
   involved_classes?: string[];
   long_context?: boolean;
   /** A reference solution, per user turn: the calls. */
@@ -98,7 +102,7 @@ const loaded = new Map<string, BfclEntry[]>();
 
 /** The export file of a category (made when missing). */
 export function bfclExportFile(category: string): string {
-  const file = join(bfclCacheDir(), `export-${BFCL_VERSION}-v1`, `${category}.jsonl`);
+  const file = join(bfclCacheDir(), `export-${BFCL_VERSION}-v2`, `${category}.jsonl`);
   if (!existsSync(file)) {
     bfclCategories(`bfcl:${category}`);
     try {

@@ -10,7 +10,7 @@
  */
 import { Server } from '@modelcontextprotocol/server';
 import type { StdioSpec } from '../../tools/index.ts';
-import { bfclCategories, bfclEntry, bfclExportFile, type BfclEntry } from './data.ts';
+import { bfclCategories, bfclEntry, bfclExportFile, type BfclEntry, type BfclTool } from './data.ts';
 import { bfclEnv, bfclPython } from './python.ts';
 
 export const BFCL_SERVER_PREFIX = 'bfcl:';
@@ -31,21 +31,9 @@ export function bfclServerEntry(ref: string): BfclEntry {
   return bfclEntry(category, id);
 }
 
-/** The tools an entry's server lists first (the multi-turn server adds its control tool where functions are held back). */
-export function bfclListedTools(
-  entry: BfclEntry,
-): { name: string; description: string; inputSchema: Record<string, unknown>; _meta?: Record<string, unknown> }[] {
-  const tools: { name: string; description: string; inputSchema: Record<string, unknown>; _meta?: Record<string, unknown> }[] = entry.tools.map((t) => ({
-    ...t,
-  }));
-  if (entry.multi_turn && entry.missed && Object.keys(entry.missed).length > 0)
-    tools.push({
-      name: 'mcp_gym_reveal_functions',
-      description: "mcp-gym's control call: lists the functions BFCL holds back until the given turn.",
-      inputSchema: { type: 'object', properties: { turn: { type: 'integer' } }, required: ['turn'] },
-      _meta: { 'mcp-gym/control': true },
-    });
-  return tools;
+/** The tools an entry's server lists first: its functions, and the multi-turn server's control tool where functions are held back (exported with the entry). */
+export function bfclListedTools(entry: BfclEntry): BfclTool[] {
+  return [...entry.tools, ...(entry.control_tools ?? [])];
 }
 
 /** A single-turn entry's functions as an MCP server (a fresh SDK server per connection). */
