@@ -35,6 +35,8 @@ export class BfclGrader {
     const child = spawn(bfclPython(), ['-m', 'mcp_gym_bfcl', 'grade'], { env: bfclEnv(), stdio: ['pipe', 'pipe', 'pipe'] });
     this.child = child;
     this.stderrTail = '';
+    // A write to a process that just died (EPIPE) is answered by its exit, which fails what is in flight.
+    child.stdin.on('error', () => {});
     child.stderr.setEncoding('utf8');
     child.stderr.on('data', (d: string) => (this.stderrTail = (this.stderrTail + d).slice(-4000)));
     this.ready = new Promise<void>((resolve, reject) => {
