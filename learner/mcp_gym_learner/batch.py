@@ -194,6 +194,30 @@ def micro_batches(shard: Sequence[int], batch: Batch, size: int, max_tokens: Opt
     return out
 
 
+def micro_batches_by_prompt(shard: Sequence[int], batch: Batch, size: int, max_tokens: int,
+                            shared: int = 0) -> List[List[int]]:
+    """micro_batches for an adapter that computes a micro-batch's common prefix once (share_prefix): the
+    sequences that share their prompt (every token before the one that precedes their first scored token: a
+    GRPO group's samples of one task) are cut into micro-batches of their own, each of which computes that
+    prompt once (its budget counts the tokens after it); the sequences whose prompt no other one shares follow,
+    as micro_batches cuts them (`shared`: the prefix the whole batch shares). Groups in order of first appearance,
+    each longest first: deterministic for a given shard."""
+    groups: dict = {}
+    for i in shard:
+        n = int(batch.pos[i].min()) - 1 if batch.scored[i] else int(batch.lengths[i])
+        groups.setdefault(tuple(batch.ids[i][: max(0, n)].tolist()), []).append(i)
+    out: List[List[int]] = []
+    singles: List[int] = []
+    for prompt, members in groups.items():
+        if len(members) == 1:
+            singles.extend(members)
+        else:
+            out.extend(micro_batches(members, batch, size, max_tokens, max(shared, len(prompt))))
+    if singles:
+        out.extend(micro_batches(singles, batch, size, max_tokens, shared))
+    return out
+
+
 def rows_at(start: Union[int, torch.Tensor], positions: torch.Tensor) -> torch.Tensor:
     """The rows of an adapter's hidden states that hold a sequence's `positions`: `start` is the sequence's
     offset (row start + j) or, for a layout that shares runs of tokens between sequences, its row map."""

@@ -167,6 +167,8 @@ class GPTBackend(Backend):
             raise RequestError(f"warmup: a step count (integer >= 1) or a fraction in [0, 1), got {warmup}")
         if a.get("save_epochs") is not None:
             raise RequestError("save_epochs: only a Hugging Face model writes a checkpoint per epoch")
+        if a.get("prompt_grad") is False:
+            raise RequestError("prompt_grad: false is for Hugging Face models (the embedded GPT trains through the prompt)")
         from .sft import load_jsonl
 
         arch = self.model.architecture

@@ -164,7 +164,7 @@ class HFBackend(HFWriter, Backend):
     def sft(self, a: Dict[str, Any], examples: List[Any]) -> Dict[str, Any]:
         """Full fine-tuning or the LoRA adapter (whatever load set up): the loss on the mask's tokens, through
         the chunked head, micro-batches of at most MICRO_TOKENS tokens packed like RL's."""
-        from .sft import adapter_sft_step, train_sft
+        from .sft import adapter_sft_step, detached_prompt_sft_step, train_sft
 
         steps, epochs = a.get("steps"), a.get("epochs", 1)
         lr = a.get("lr", SFT_LR_DEFAULTS["lora" if self.lora else "full"])
@@ -172,7 +172,13 @@ class HFBackend(HFWriter, Backend):
         module = LogprobModule(self.model, self.adapter)
         device = next(self.model.parameters()).device
 
+        prompt_grad = a.get("prompt_grad", True)
+        if not isinstance(prompt_grad, bool):
+            raise RequestError(f"prompt_grad: true or false, got {prompt_grad!r}")
+
         def step_fn(batch):
+            if not prompt_grad:
+                return detached_prompt_sft_step(self.model, self.adapter, batch, device, autocast=self._autocast)
             return adapter_sft_step(module, self.adapter, batch, device, MICRO_TOKENS, autocast=self._autocast)
 
         # save_epochs: the weights after each pass but the last, written as checkpoints DIR/epoch-<e> (the

@@ -8,11 +8,12 @@ share of the sequences; one all-reduce gives every rank all of them. `PrePasses`
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Callable, List, Optional, Sequence
 
 import torch
 
-from .batch import Batch, micro_batches, micro_inputs, minibatches
+from .batch import Batch, micro_batches, micro_batches_by_prompt, micro_inputs, minibatches
 from .gae import value_targets
 from .policy import common_prefix_len
 from .rl_config import RLConfig
@@ -24,11 +25,16 @@ class PrePasses:
 
     def _micro(self, shard: Sequence[int], batch: Batch, cfg: RLConfig) -> List[List[int]]:
         """micro_batch_size sequences at most; for an adapter with a token budget (a Hugging Face model), at most
-        that many tokens beyond the batch's shared prefix too."""
+        that many tokens beyond the shared prefix too. An adapter that computes a micro-batch's common prefix
+        once gets the sequences of one prompt (a group) together (batch.micro_batches_by_prompt): the prompt
+        runs once per group instead of once per sequence, with the same logprobs and gradients."""
         budget = getattr(self.adapter, "micro_tokens", None)
         shared = 0
         if budget and getattr(self.adapter, "share_prefix", False) and len(batch) > 1:
             shared = common_prefix_len(batch.ids)
+            # MCP_GYM_HF_GROUP_PROMPTS=0: length order only (the baseline of bench/rl_group_prompts.py)
+            if os.environ.get("MCP_GYM_HF_GROUP_PROMPTS", "1") != "0":
+                return micro_batches_by_prompt(shard, batch, cfg.micro_batch_size, budget, shared)
         return micro_batches(shard, batch, cfg.micro_batch_size, budget, shared)
 
     def _share_scored(self, batch: Batch, micros: Sequence[Sequence[int]],

@@ -172,6 +172,48 @@ def adapter_sft_step(module, adapter, examples: Sequence[Example], device, micro
     return loss_sum, total, ntok
 
 
+def detached_prompt_sft_step(model, adapter, examples: Sequence[Example], device,
+                             autocast: Optional[Callable[[], Any]] = None) -> Tuple[float, int, int]:
+    """adapter_sft_step without the gradient through the prompt (`prompt_grad: false`, PROTOCOL.md): each
+    example's tokens before its first scored token's predecessor run through the decoder once under no_grad,
+    their keys and values kept; the rest (the first scored token's predecessor onwards) runs with the gradient,
+    attending to them. The loss is the same; the gradient leaves out only what flows through the prompt's keys
+    and values (the weights still learn from every scored token, through every layer, at its own positions).
+    Its cost: the prompt's forward pass alone (about a third of a forward and backward pass), which makes SFT on
+    long prompts (tool lists) with short answers about three times faster on the CPU. One example at a time.
+    Returns (loss, scored tokens, tokens)."""
+    from .head import head_logprobs
+    from .policy import hf_base
+
+    scored = [[i for i in range(1, len(e.ids)) if e.mask[i]] for e in examples]
+    total = sum(len(s) for s in scored)
+    ntok = sum(len(e.ids) for e in examples)
+    if total == 0:
+        return 0.0, 0, ntok
+    dec = hf_base(model).get_decoder()
+    w, b = adapter.head(model)
+    loss_sum = 0.0
+    for j, e in enumerate(examples):
+        if not scored[j]:
+            continue
+        ids = torch.tensor(e.ids, dtype=torch.long, device=device).unsqueeze(0)
+        P = scored[j][0] - 1  # the prompt: tokens 0 .. P-1; the rest starts at the first scored token's predecessor
+        kw: Dict[str, Any] = {}
+        with (autocast() if autocast is not None else contextlib.nullcontext()):
+            if P > 0:
+                with torch.no_grad():
+                    kw["past_key_values"] = dec(input_ids=ids[:, :P], use_cache=True).past_key_values
+            pos = torch.arange(P, ids.shape[1], device=device).unsqueeze(0)
+            out = dec(input_ids=ids[:, P:], position_ids=pos, use_cache=P > 0, **kw)
+            h = out[0] if isinstance(out, (tuple, list)) else out.last_hidden_state
+            sel = torch.tensor(scored[j], dtype=torch.long, device=device)
+            lp, _, _ = head_logprobs(h[0].index_select(0, sel - 1 - P), w, b, ids[0].index_select(0, sel), need_entropy=False)
+        loss = -lp.float().sum() / total
+        loss.backward()
+        loss_sum += float(loss.detach())
+    return loss_sum, total, ntok
+
+
 def lr_at(step: int, total: int, lr: float, warmup: int, min_lr_ratio: float) -> float:
     """Linear warm-up over `warmup` steps, then cosine decay to lr * min_lr_ratio at the last step."""
     if warmup > 0 and step < warmup:

@@ -77,6 +77,18 @@ def _ref_loss(policy, reference, raw, beta, eps=0.2):
     return total / B
 
 
+def _assert_reference_gradient(policy, base, raw):
+    """policy's accumulated gradient is the float64 reference's (_ref_loss, beta 0.1, base the reference)."""
+    got = torch.cat([p.grad.reshape(-1) for p in policy.parameters()])
+    mirror = copy.deepcopy(policy)
+    for p in mirror.parameters():
+        p.grad = None
+    _ref_loss(mirror, base, raw, beta=0.1).backward()
+    want = torch.cat([p.grad.reshape(-1) for p in mirror.parameters()])
+    assert float(want.norm()) > 1e-4
+    assert float((got - want).norm() / want.norm()) < 1e-6
+
+
 def test_hf_gradient_matches_float64_reference():
     base = _model(0).double()
     raw = _batch(base, B=6, seed=1)
@@ -87,14 +99,7 @@ def test_hf_gradient_matches_float64_reference():
             p.add_(torch.randn_like(p) * 0.02)
     cfg = parse_config({"loss": "grpo", "beta": 0.1, "entropy_coef": 0.0, "micro_batch_size": 4})
     tr.gradients(parse_batch(raw, VOCAB, 128), cfg)
-    got = torch.cat([p.grad.reshape(-1) for p in policy.parameters()])
-    mirror = copy.deepcopy(policy)
-    for p in mirror.parameters():
-        p.grad = None
-    _ref_loss(mirror, base, raw, beta=0.1).backward()
-    want = torch.cat([p.grad.reshape(-1) for p in mirror.parameters()])
-    assert float(want.norm()) > 1e-4
-    assert float((got - want).norm() / want.norm()) < 1e-6
+    _assert_reference_gradient(policy, base, raw)
 
 
 def _save(tmp_path, name="hf"):
@@ -197,3 +202,47 @@ def test_hf_lora(tmp_path):
     ids = torch.tensor(raw["ids"][0]).unsqueeze(0)
     with torch.no_grad():
         assert float((again(input_ids=ids).logits - L.model(input_ids=ids).logits).abs().max()) < 1e-5
+
+
+def _grouped_raw(seed=3):
+    """Two GRPO groups of three samples (each group one prompt), and one sample whose prompt no other shares."""
+    g = torch.Generator().manual_seed(seed)
+    ids, mask = [], []
+    for P, n in [(30, 3), (22, 3), (17, 1)]:
+        prompt = torch.randint(3, VOCAB, (P,), generator=g).tolist()
+        for _ in range(n):
+            k = int(torch.randint(4, 11, (1,), generator=g))
+            ids.append(prompt + torch.randint(3, VOCAB, (k,), generator=g).tolist())
+            mask.append([0] * P + [1] * k)
+    old = [[0.0 if m == 0 else -float(torch.rand(1, generator=g)) * 3 for m in row] for row in mask]
+    adv = [float(x) for x in torch.randn(len(ids), generator=g)]
+    return {"ids": ids, "mask": mask, "old_logprobs": old, "advantages": adv,
+            "group_ids": ["a", "a", "a", "b", "b", "b", "c"]}
+
+
+def test_hf_groups_share_their_prompt_and_the_gradient_stays_exact():
+    """A micro-batch per prompt (batch.micro_batches_by_prompt, when the adapter computes a common prefix once):
+    each group's prompt runs once, and the gradient is the float64 reference's."""
+    from mcp_gym_learner.batch import micro_batches_by_prompt
+
+    base = _model(0).double()
+    raw = _grouped_raw()
+    batch = parse_batch(raw, VOCAB, 128)
+    assert sorted(map(sorted, micro_batches_by_prompt(range(7), batch, 8, 4096))) == [[0, 1, 2], [3, 4, 5], [6]]
+    # at most two per micro-batch: a group is cut, never mixed with another
+    for mb in micro_batches_by_prompt(range(7), batch, 2, 4096):
+        assert len({raw["group_ids"][i] for i in mb}) == 1
+    policy = copy.deepcopy(base)
+    adapter = HFAdapter(policy)
+    adapter.share_prefix, adapter.micro_tokens = True, 4096
+    tr = RLTrainer(policy, adapter)
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.add_(torch.randn_like(p) * 0.02)
+    seen = []
+    real_inputs = adapter.inputs
+    adapter.inputs = lambda seqs, device, need_from=None: (seen.append(len(seqs)), real_inputs(seqs, device, need_from))[1]
+    cfg = parse_config({"loss": "grpo", "beta": 0.1, "entropy_coef": 0.0, "micro_batch_size": 8})
+    tr.gradients(batch, cfg)
+    assert 3 in seen  # a group's three samples in one micro-batch (the prefix layout)
+    _assert_reference_gradient(policy, base, raw)

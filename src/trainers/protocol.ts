@@ -287,6 +287,12 @@ export const LEARNER_COMMANDS = {
         save_epochs: Dir.optional().describe(
           "Hugging Face only: write the weights after each pass over the data but the last as checkpoints <save_epochs>/epoch-<e> (with min_lr_ratio 1 and warm-up in steps, those of a run of e passes); their paths in the result's epoch_dirs",
         ),
+        prompt_grad: z
+          .boolean()
+          .optional()
+          .describe(
+            "Hugging Face only: default true; false: each example's tokens before its first scored token run once without the gradient (their keys and values kept), so the gradient leaves out what flows through the prompt's keys and values; the same loss, about three times cheaper on long prompts with short answers",
+          ),
       })
       .strict(),
     result: z.looseObject({ steps: num, loss_first: num, loss_last: num, tokens: num, tokens_per_s: num, seconds: num, examples: num }),
