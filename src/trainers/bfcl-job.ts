@@ -11,16 +11,18 @@ import { bfclEntries, bfclSuite, isBfclSuite, type BfclEntry, type Task, type Tr
 /** The held-out categories, in equal shares. */
 export const BFCL_JOB_HELD = ['simple_python', 'multiple', 'parallel', 'parallel_multiple', 'irrelevance'] as const;
 /**
- * The training pool: every live category, live_multiple and live_irrelevance capped (a stride
- * sample) so that no kind of answer dominates the demonstrations and the draws.
+ * The training pool: every live category; live_multiple and live_irrelevance capped (a stride
+ * sample), live_parallel and live_parallel_multiple repeated, so that the demonstrations and the
+ * draws hold every kind of answer the held-out set asks for (one call, a choice among functions,
+ * several calls, none) in shares near its own: without the repeats, several calls are 5% of the pool.
  */
-export const BFCL_JOB_TRAIN: Readonly<Record<string, number | undefined>> = {
-  live_simple: undefined,
-  live_multiple: 300,
-  live_parallel: undefined,
-  live_parallel_multiple: undefined,
-  live_irrelevance: 150,
-  live_relevance: undefined,
+export const BFCL_JOB_TRAIN: Readonly<Record<string, { cap?: number; repeat?: number }>> = {
+  live_simple: {},
+  live_multiple: { cap: 300 },
+  live_parallel: { repeat: 4 },
+  live_parallel_multiple: { repeat: 4 },
+  live_irrelevance: { cap: 150 },
+  live_relevance: {},
 };
 /**
  * Training entries whose first turn and function docs fit in this many characters (about 850
@@ -45,11 +47,12 @@ export function bfclJobTasks(held: number): { train: Task[]; held: Task[]; multi
         .map((e) => e.id),
     ),
   );
-  const train = Object.entries(BFCL_JOB_TRAIN).flatMap(([c, cap]) =>
-    bfclSuite(`bfcl:${c}`, { eval: 0 })
+  const train = Object.entries(BFCL_JOB_TRAIN).flatMap(([c, { cap, repeat }]) => {
+    const tasks = bfclSuite(`bfcl:${c}`, { eval: 0 })
       .filter((t) => short.has(t.id))
-      .slice(0, cap ?? Infinity),
-  );
+      .slice(0, cap ?? Infinity);
+    return Array.from({ length: repeat ?? 1 }, () => tasks).flat();
+  });
   const per = Math.ceil(held / BFCL_JOB_HELD.length);
   const heldTasks = BFCL_JOB_HELD.flatMap((c) => bfclSuite(`bfcl:${c}`, { train: 0, eval: per }));
   const multiTurn = bfclSuite('bfcl:multi-turn', { train: 0, eval: BFCL_JOB_MULTI_TURN });

@@ -40,8 +40,11 @@ export interface ModelJobConfig {
   k: number;
   seed: number;
   tool_format: 'auto' | 'native' | 'hermes';
-  /** warmup: steps (default 5% of them); min_lr_ratio: where the cosine ends (default 0.1; 1: constant lr). */
-  sft: { demos: number; epochs: number; batch: number; lr: number; lora_rank: number; warmup?: number; min_lr_ratio?: number };
+  /**
+   * warmup: steps (default 5% of them); min_lr_ratio: where the cosine ends (default 0.1; 1: constant lr);
+   * prompt_grad: false trains without the gradient through the prompts' keys and values (runSft's promptGrad).
+   */
+  sft: { demos: number; epochs: number; batch: number; lr: number; lora_rank: number; warmup?: number; min_lr_ratio?: number; prompt_grad?: boolean };
   /** The GRPO run's config fields (a preset and what it overrides). */
   rl: Partial<TrainConfigInput>;
 }
@@ -204,6 +207,7 @@ export async function runModelJob(o: ModelJobOptions): Promise<ModelJobResult> {
       seed: c.seed,
       ...(c.sft.warmup !== undefined ? { warmup: c.sft.warmup } : {}),
       ...(c.sft.min_lr_ratio !== undefined ? { minLrRatio: c.sft.min_lr_ratio } : {}),
+      ...(c.sft.prompt_grad === false ? { promptGrad: false } : {}),
       toolFormat: c.tool_format,
       ...(c.sft.lora_rank > 0 ? { lora: { r: c.sft.lora_rank, alpha: 2 * c.sft.lora_rank } } : {}),
       onLog: log,

@@ -26,6 +26,13 @@ export interface SftSchedule {
   warmup?: number;
   /** Where the cosine schedule ends, as a fraction of lr (default 0.1; 1: constant after the warm-up). */
   minLrRatio?: number;
+  /**
+   * Hugging Face models: false runs each demonstration's prompt (everything before its first scored
+   * token) once without the gradient, its keys and values kept (the learner's `prompt_grad`,
+   * learner/PROTOCOL.md): the same loss, a gradient without what flows through the prompt's keys and
+   * values, about 3x faster on long tool lists with short answers (bench/sft_prompt_grad.py). Default true.
+   */
+  promptGrad?: boolean;
 }
 
 /** The learner's `sft` schedule fields for a SftSchedule. */
@@ -37,6 +44,7 @@ function sftSchedule(o: SftSchedule) {
     seed: o.seed,
     warmup: o.warmup ?? Math.max(1, Math.round(o.steps * 0.05)),
     ...(o.minLrRatio !== undefined ? { min_lr_ratio: o.minLrRatio } : {}),
+    ...(o.promptGrad === false ? { prompt_grad: false } : {}),
   };
 }
 
