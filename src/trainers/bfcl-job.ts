@@ -14,7 +14,7 @@ export const BFCL_JOB_HELD = ['simple_python', 'multiple', 'parallel', 'parallel
  * The training pool: every live category; live_multiple and live_irrelevance capped (a stride
  * sample), live_parallel and live_parallel_multiple repeated, so that the demonstrations and the
  * draws hold every kind of answer the held-out set asks for (one call, a choice among functions,
- * several calls, none) in shares near its own: without the repeats, several calls are 5% of the pool.
+ * several calls, none) in shares near its own: without the repeats, several calls are 4% of the pool (14% with them).
  */
 export const BFCL_JOB_TRAIN: Readonly<Record<string, { cap?: number; repeat?: number }>> = {
   live_simple: {},
