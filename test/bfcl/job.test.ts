@@ -27,9 +27,14 @@ describe('the job on BFCL', () => {
     const heldIds = new Set(held.map((t) => t.id));
     expect(train.some((t) => heldIds.has(t.id))).toBe(false);
     for (const [c, { cap, repeat }] of Object.entries(BFCL_JOB_TRAIN)) {
-      const short = bfclEntries(c).filter((e) => JSON.stringify(e.tools).length + (e.question[0] ?? []).reduce((n, m) => n + m.content.length, 0) < BFCL_JOB_MAX_CHARS);
+      const short = bfclEntries(c).filter(
+        (e) => JSON.stringify(e.tools).length + (e.question[0] ?? []).reduce((n, m) => n + m.content.length, 0) < BFCL_JOB_MAX_CHARS,
+      );
       const n = Math.min(short.length, cap ?? Infinity) * (repeat ?? 1);
-      expect(train.filter((t) => cat(t) === c), c).toHaveLength(n);
+      expect(
+        train.filter((t) => cat(t) === c),
+        c,
+      ).toHaveLength(n);
     }
     const parallel = train.filter((t) => cat(t) === 'live_parallel' || cat(t) === 'live_parallel_multiple');
     // several calls in one turn: a tenth of the pool or more (4% without the repeats)
@@ -39,7 +44,9 @@ describe('the job on BFCL', () => {
 
   it('the command line refuses another BFCL suite and a bad --sft-prompt-grad, naming them', async () => {
     await expect(modelJobCommand(['--model', 'smollm2-135m', '--suite', 'bfcl:live'])).rejects.toThrow(/--suite: the job on BFCL is --suite bfcl/);
-    await expect(modelJobCommand(['--model', 'smollm2-135m', '--suite', 'bfcl', '--sft-prompt-grad', 'maybe'])).rejects.toThrow(/--sft-prompt-grad: on or off, got 'maybe'/);
+    await expect(modelJobCommand(['--model', 'smollm2-135m', '--suite', 'bfcl', '--sft-prompt-grad', 'maybe'])).rejects.toThrow(
+      /--sft-prompt-grad: on or off, got 'maybe'/,
+    );
     expect(BFCL_JOB.sft.prompt_grad).toBe(true);
   });
 });
