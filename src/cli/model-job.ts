@@ -23,8 +23,10 @@ const BFCL_JOB_EVAL_TASKS = 150;
  * (bench/RESULTS.md, "BFCL").
  */
 export const BFCL_JOB = {
-  sft: { demos: 256, epochs: 1, batch: 8, lr: 1e-4, lora_rank: 0, warmup: 2, min_lr_ratio: 0.1, prompt_grad: true },
-  rl: { steps: 6, group: 4 },
+  sft: { demos: 448, epochs: 1, batch: 8, lr: 1e-4, lora_rank: 0, warmup: 2, min_lr_ratio: 0.1, prompt_grad: true, train_layers: 10 },
+  rl: { steps: 5, group: 4, max_new_tokens: 192 },
+  /** BFCL generates at temperature 0.001 (bfcl-eval's default): the held-out evaluations are greedy. */
+  eval_temperature: 0,
 } as const;
 
 /** The job's defaults: the suite, the held-out set, the SFT and the GRPO recipe (bench/RESULTS.md, "A real model"). */
@@ -65,9 +67,12 @@ export const MODEL_JOB_HELP = `mcp-gym start --model M: a pretrained Hugging Fac
   --sft-demos N --sft-epochs E --sft-lr X --sft-batch B --sft-lora-rank R   (default ${MODEL_JOB.sft.demos}, ${MODEL_JOB.sft.epochs}, ${MODEL_JOB.sft.lr}, ${MODEL_JOB.sft.batch}, 0: full)
   --sft-warmup N --sft-min-lr-ratio X   SFT's schedule: warm-up steps (default ${MODEL_JOB.sft.warmup}), then a cosine to lr x X (default ${MODEL_JOB.sft.min_lr_ratio}: a constant lr)
   --sft-prompt-grad on|off   off: SFT without the gradient through the prompt (3x faster on long tool lists; default on)
+  --sft-train-layers N  SFT trains the top N decoder layers only (0: every weight; default 0, bfcl ${BFCL_JOB.sft.train_layers})
+  --eval-temperature T  the held-out evaluations' temperature (0: greedy; default 1, bfcl ${BFCL_JOB.eval_temperature} as BFCL generates)
   --steps N --tasks-per-step T --group G --lr X   GRPO (default ${MODEL_JOB.rl.steps}, ${MODEL_JOB.rl.tasks_per_step}, ${MODEL_JOB.rl.group}, ${MODEL_JOB.rl.lr})
-  --suite bfcl changes the defaults: SFT ${BFCL_JOB.sft.demos} demos x ${BFCL_JOB.sft.epochs} epoch, batch ${BFCL_JOB.sft.batch}, cosine to ${BFCL_JOB.sft.min_lr_ratio};
-                        GRPO ${BFCL_JOB.rl.steps} steps, group ${BFCL_JOB.rl.group}; one sample of each of 150 held-out entries
+  --suite bfcl changes the defaults: SFT ${BFCL_JOB.sft.demos} demos x ${BFCL_JOB.sft.epochs} epoch, batch ${BFCL_JOB.sft.batch}, cosine to ${BFCL_JOB.sft.min_lr_ratio},
+                        the top ${BFCL_JOB.sft.train_layers} layers; GRPO ${BFCL_JOB.rl.steps} steps, group ${BFCL_JOB.rl.group}, ${BFCL_JOB.rl.max_new_tokens} tokens a turn;
+                        one greedy sample of each of 150 held-out entries
 
 Prints the stage, step and ETA as it goes, then one JSON line:
 {"model", "suite", "base", "sft", "rl", "rl_minus_sft": {"points", "ci95"}, "seconds": {"sft", "rl", "eval", "total"}, "checkpoints"}
@@ -130,6 +135,8 @@ export async function modelJobCommand(argv: string[]): Promise<void> {
         'sft-warmup': { type: 'string' },
         'sft-min-lr-ratio': { type: 'string' },
         'sft-prompt-grad': { type: 'string' },
+        'sft-train-layers': { type: 'string' },
+        'eval-temperature': { type: 'string' },
         steps: { type: 'string' },
         'tasks-per-step': { type: 'string' },
         group: { type: 'string' },
@@ -159,6 +166,9 @@ export async function modelJobCommand(argv: string[]): Promise<void> {
     throw new UsageError(`--suite: the job on BFCL is --suite bfcl (live categories for training, five non-live ones held out; docs/bfcl.md), got '${suite}'`);
   const pg = s('sft-prompt-grad');
   if (pg !== undefined && pg !== 'on' && pg !== 'off') throw new UsageError(`--sft-prompt-grad: on or off, got '${pg}'`);
+  // (checked before the model is resolved, which may convert it)
+  const trainLayers = int('sft-train-layers', bfcl ? BFCL_JOB.sft.train_layers : 0, 0);
+  const evalTemperature = numFlag(s('eval-temperature'), '--eval-temperature', { min: 0 }) ?? (bfcl ? BFCL_JOB.eval_temperature : undefined);
   let model: string;
   try {
     model = await resolveModel(spec, (l) => process.stderr.write(`${l}\n`));
@@ -191,6 +201,7 @@ export async function modelJobCommand(argv: string[]): Promise<void> {
       warmup: int('sft-warmup', sftDefaults.warmup, 0),
       min_lr_ratio: numFlag(s('sft-min-lr-ratio'), '--sft-min-lr-ratio', { min: 0, max: 1 }) ?? sftDefaults.min_lr_ratio,
       ...(promptGrad === false ? { prompt_grad: false } : {}),
+      ...(trainLayers > 0 ? { train_layers: trainLayers } : {}),
     },
     rl: {
       ...MODEL_JOB.rl,
@@ -198,7 +209,9 @@ export async function modelJobCommand(argv: string[]): Promise<void> {
       tasks_per_step: int('tasks-per-step', MODEL_JOB.rl.tasks_per_step),
       group: int('group', bfcl ? BFCL_JOB.rl.group : MODEL_JOB.rl.group, 2),
       lr: numFlag(s('lr'), '--lr', { min: 0 }) ?? MODEL_JOB.rl.lr,
+      ...(bfcl ? { max_new_tokens: BFCL_JOB.rl.max_new_tokens } : {}),
     },
+    ...(evalTemperature !== undefined ? { eval_temperature: evalTemperature } : {}),
   };
   const dir = s('run') ?? join('runs', `model-${new Date().toISOString().replace(/[:.]/g, '-')}`);
   console.log(

@@ -29,7 +29,7 @@ export const BFCL_JOB_TRAIN: Readonly<Record<string, { cap?: number; repeat?: nu
  * tokens): 92% of live_simple, 40% of live_multiple, 61% of live_irrelevance. The held-out entries
  * are all shorter than that but for 2%; longer prompts cost the CPU learner more than they teach.
  */
-export const BFCL_JOB_MAX_CHARS = 3000;
+export const BFCL_JOB_MAX_CHARS = 2000;
 /** Multi-turn entries evaluated per category at each checkpoint (one sample each). */
 export const BFCL_JOB_MULTI_TURN = 3;
 

@@ -163,7 +163,7 @@ put(
 );
 put('sampling', 'temperature top_k top_p max_new_tokens dynamic_sampling dynamic_sampling_on max_resample_rounds');
 put('rollout', 'steps tasks_per_step group concurrency max_staleness time_budget_minutes checkpoint_every seed');
-put('evaluation', 'eval_every eval_limit eval_samples');
+put('evaluation', 'eval_every eval_limit eval_samples eval_temperature');
 
 /** The group of a config field: by name, then by prefix (curriculum_*, replay_*, eval_*), else other. */
 export function configGroup(key: string): ConfigGroup {

@@ -150,6 +150,11 @@ export const TrainConfigSchema = z
     eval_every: z.number().int().min(0).default(10).describe('evaluate on held-out tasks every K steps (0: only before and after)'),
     eval_limit: z.number().int().min(0).default(0).describe('held-out tasks evaluated: the first N (0: all of them)'),
     eval_samples: z.number().int().min(1).default(2).describe('rollouts of each held-out task'),
+    eval_temperature: z
+      .number()
+      .min(0)
+      .optional()
+      .describe("the held-out evaluations' sampling temperature (0: greedy, as BFCL generates; default: temperature); the in-process onnx policy"),
     max_staleness: z
       .number()
       .int()
@@ -402,7 +407,7 @@ export const CONFIG_GROUPS = {
     'dtype',
     'gradient_checkpointing',
   ],
-  eval: ['eval_every', 'eval_limit', 'eval_samples'],
+  eval: ['eval_every', 'eval_limit', 'eval_samples', 'eval_temperature'],
   schedule: [
     'steps',
     'checkpoint_every',

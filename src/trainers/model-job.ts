@@ -40,11 +40,24 @@ export interface ModelJobConfig {
   k: number;
   seed: number;
   tool_format: 'auto' | 'native' | 'hermes';
+  /** The held-out evaluations' sampling temperature (0: greedy, BFCL's protocol); default: the rollouts' (rl.temperature, 1). */
+  eval_temperature?: number;
   /**
    * warmup: steps (default 5% of them); min_lr_ratio: where the cosine ends (default 0.1; 1: constant lr);
-   * prompt_grad: false trains without the gradient through the prompts' keys and values (runSft's promptGrad).
+   * prompt_grad: false trains without the gradient through the prompts' keys and values (runSft's promptGrad);
+   * train_layers: only the top N decoder layers (runSft's trainLayers).
    */
-  sft: { demos: number; epochs: number; batch: number; lr: number; lora_rank: number; warmup?: number; min_lr_ratio?: number; prompt_grad?: boolean };
+  sft: {
+    demos: number;
+    epochs: number;
+    batch: number;
+    lr: number;
+    lora_rank: number;
+    warmup?: number;
+    min_lr_ratio?: number;
+    prompt_grad?: boolean;
+    train_layers?: number;
+  };
   /** The GRPO run's config fields (a preset and what it overrides). */
   rl: Partial<TrainConfigInput>;
 }
@@ -127,6 +140,7 @@ export async function evaluateCheckpoint(
   const policy = await OnnxPolicy.load(model, {
     seed: c.seed + 101,
     maxNewTokens: c.rl.max_new_tokens ?? 96,
+    ...(c.eval_temperature !== undefined ? { temperature: c.eval_temperature } : c.rl.temperature !== undefined ? { temperature: c.rl.temperature } : {}),
     threads: 2,
     chatTemplate: { toolFormat: c.tool_format },
   });
@@ -208,6 +222,7 @@ export async function runModelJob(o: ModelJobOptions): Promise<ModelJobResult> {
       ...(c.sft.warmup !== undefined ? { warmup: c.sft.warmup } : {}),
       ...(c.sft.min_lr_ratio !== undefined ? { minLrRatio: c.sft.min_lr_ratio } : {}),
       ...(c.sft.prompt_grad === false ? { promptGrad: false } : {}),
+      ...(c.sft.train_layers !== undefined ? { trainLayers: c.sft.train_layers } : {}),
       toolFormat: c.tool_format,
       ...(c.sft.lora_rank > 0 ? { lora: { r: c.sft.lora_rank, alpha: 2 * c.sft.lora_rank } } : {}),
       onLog: log,
@@ -232,6 +247,7 @@ export async function runModelJob(o: ModelJobOptions): Promise<ModelJobResult> {
     max_difficulty: c.max_difficulty,
     seed: c.seed,
     eval_samples: c.k,
+    ...(c.eval_temperature !== undefined ? { eval_temperature: c.eval_temperature } : {}),
     tool_format: c.tool_format,
   };
   let evalSeconds = 0;

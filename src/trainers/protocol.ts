@@ -293,6 +293,14 @@ export const LEARNER_COMMANDS = {
           .describe(
             "Hugging Face only: default true; false: each example's tokens before its first scored token run once without the gradient (their keys and values kept), so the gradient leaves out what flows through the prompt's keys and values; the same loss, about three times cheaper on long prompts with short answers",
           ),
+        train_layers: z
+          .number()
+          .int()
+          .min(1)
+          .optional()
+          .describe(
+            "Hugging Face, full fine-tuning only: train the top N decoder layers and the final norm, the embeddings, the LM head and the layers below frozen for this request; their gradient is the full model's, and the backward pass stops at layer L - N (default: every weight)",
+          ),
       })
       .strict(),
     result: z.looseObject({ steps: num, loss_first: num, loss_last: num, tokens: num, tokens_per_s: num, seconds: num, examples: num }),

@@ -43,6 +43,11 @@ export function resolveConfig(overridesIn: ConfigInput, file?: string): TrainCon
       `${file ? `${file}: ` : ''}policy: '${r.data.policy}' needs base_url (--base-url URL, repeated for several servers, or --base-urls-file FILE): training samples through a server that returns token ids and loads the new weights (mcp-gym serve-policy, vLLM)`,
     );
   }
+  if (r.data.eval_temperature !== undefined && r.data.policy !== 'onnx') {
+    throw new Error(
+      `${file ? `${file}: ` : ''}eval_temperature: for the in-process onnx policy (a served policy's evaluations sample with temperature, as its rollouts): leave it out with policy '${r.data.policy}'`,
+    );
+  }
   const hfOnly = hfOnlyFields(r.data);
   if (hfOnly.length && existsSync(join(r.data.model, 'config.json')) && !isHfModelDir(r.data.model)) {
     throw new Error(

@@ -12,6 +12,8 @@ import { servedRolloutPolicy } from './served-policy.ts';
 /** What samples a run's rollouts: the model in-process, or a server that loads the run's weights. */
 export interface RolloutPolicy {
   policy: Policy;
+  /** The same model sampling with other settings (eval_temperature); the in-process policy only. */
+  withSampling?: (s: { temperature: number }) => Policy;
   /** The model's context, in tokens. */
   maxLen: number;
   version: () => string | number | undefined;
@@ -68,6 +70,7 @@ export async function rolloutPolicy(
     const t = p.model.timing;
     return {
       policy: p,
+      withSampling: (s) => p.withSampling(s),
       maxLen: p.model.maxLen,
       version: () => p.version,
       reload: () => p.reload(),

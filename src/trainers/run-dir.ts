@@ -95,6 +95,7 @@ export const RUN_IDENTITY = [
   'per_turn',
   'seed',
   'temperature',
+  'eval_temperature',
   'top_k',
   'top_p',
   'max_new_tokens',

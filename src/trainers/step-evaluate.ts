@@ -17,7 +17,9 @@ export interface Evaluation {
 export async function evaluateHeldOut(ctx: RunContext, step: number): Promise<Evaluation> {
   const { c } = ctx;
   const te = performance.now();
-  const r = await rollout(ctx.env, ctx.policy.policy, ctx.held, { group: c.eval_samples, concurrency: c.concurrency, iteration: `eval.${step}` });
+  // eval_temperature: the same model, another sampling temperature (greedy for BFCL's protocol).
+  const policy = c.eval_temperature !== undefined && ctx.policy.withSampling ? ctx.policy.withSampling({ temperature: c.eval_temperature }) : ctx.policy.policy;
+  const r = await rollout(ctx.env, policy, ctx.held, { group: c.eval_samples, concurrency: c.concurrency, iteration: `eval.${step}` });
   // Every held-out episode failed (a server that cannot start, broken tasks): no figure to give.
   assertSomeEpisodeRan(r.trajectories, step === 0 ? 'the held-out evaluation before training' : `the held-out evaluation at step ${step}`);
   const figures = evalFigures(step, r.trajectories, c.eval_samples);

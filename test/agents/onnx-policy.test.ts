@@ -123,6 +123,37 @@ describe('OnnxPolicy in episodes', () => {
     expect(new Set(a.map((t) => JSON.stringify(t[0]![0]))).size).toBeGreaterThan(6);
   });
 
+  it('a view with other sampling settings (withSampling) samples as a policy loaded with them, beside the policy own rows', async () => {
+    const tasks = generateSuite('calculator')
+      .filter((x) => x.split === 'eval')
+      .slice(0, 4);
+    const tokens = async (p: Policy) => {
+      const env = new Environment();
+      const r = await rollout(env, p, tasks, { group: 2, concurrency: 8, iteration: 'eval.0' });
+      await env.close();
+      return r.trajectories.sort((a, b) => a.id.localeCompare(b.id)).map((t) => t.turns.map((x) => [x.tokens, x.logprobs]));
+    };
+    for (const batching of ['static', 'continuous'] as const) {
+      const greedy = await OnnxPolicy.load(BUNDLED_MODEL_DIR, { temperature: 0, maxNewTokens: 48, seed: 5, batching });
+      const expected = await tokens(greedy);
+      await greedy.close();
+      const sampled = await OnnxPolicy.load(BUNDLED_MODEL_DIR, { temperature: 1, maxNewTokens: 48, seed: 5, batching });
+      const view = sampled.withSampling({ temperature: 0 });
+      expect(view.id).toBe(sampled.id);
+      expect(view.version).toBe(sampled.version);
+      // both at once: the view's rows and the policy's own share batches, each with its settings
+      const [viewed, own] = await Promise.all([tokens(view), tokens(sampled)]);
+      await sampled.close();
+      expect(viewed, batching).toEqual(expected);
+      // greedy: a group's two samples are the same; at temperature 1 they differ
+      expect(
+        viewed.every((t, i) => i % 2 === 0 || JSON.stringify(t) === JSON.stringify(viewed[i - 1])),
+        batching,
+      ).toBe(true);
+      expect(own).not.toEqual(viewed);
+    }
+  });
+
   it("keeps an episode's keys and values between turns: the same turns for fewer prefilled tokens", async () => {
     const tasks = generateSuite('calculator')
       .filter((x) => x.split === 'eval')

@@ -42,11 +42,15 @@ describe('the job on BFCL', () => {
     expect(new Set(parallel.map((t) => t.id)).size * 4).toBe(parallel.length);
   });
 
-  it('the command line refuses another BFCL suite and a bad --sft-prompt-grad, naming them', async () => {
+  it('the command line refuses another BFCL suite and bad SFT and evaluation flags, naming them', async () => {
     await expect(modelJobCommand(['--model', 'smollm2-135m', '--suite', 'bfcl:live'])).rejects.toThrow(/--suite: the job on BFCL is --suite bfcl/);
     await expect(modelJobCommand(['--model', 'smollm2-135m', '--suite', 'bfcl', '--sft-prompt-grad', 'maybe'])).rejects.toThrow(
       /--sft-prompt-grad: on or off, got 'maybe'/,
     );
+    await expect(modelJobCommand(['--model', 'smollm2-135m', '--suite', 'bfcl', '--sft-train-layers', 'x'])).rejects.toThrow(/--sft-train-layers/);
+    await expect(modelJobCommand(['--model', 'smollm2-135m', '--suite', 'bfcl', '--eval-temperature', '-1'])).rejects.toThrow(/--eval-temperature/);
     expect(BFCL_JOB.sft.prompt_grad).toBe(true);
+    // BFCL generates at temperature 0.001: the job's evaluations are greedy
+    expect(BFCL_JOB.eval_temperature).toBe(0);
   });
 });

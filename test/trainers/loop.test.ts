@@ -216,6 +216,27 @@ describe('the training loop under faults', () => {
     }
   }, 240_000);
 
+  it("eval_temperature 0: the held-out evaluations are greedy (a task's samples the same) while the rollouts sample at temperature", async () => {
+    const runDir = tmp('eval-greedy');
+    await train({ config: small({ steps: 1, max_staleness: 0, eval_samples: 2, eval_temperature: 0 }), runDir });
+    const byTask = (file: string) => {
+      const m = new Map<string, string[]>();
+      for (const t of rows(file) as unknown as { task_id: string; turns: { tokens: number[] }[] }[])
+        m.set(t.task_id, [...(m.get(t.task_id) ?? []), JSON.stringify(t.turns.map((u) => u.tokens))]);
+      return [...m.values()];
+    };
+    for (const f of ['step-00000.jsonl', 'step-00001.jsonl']) {
+      const evals = byTask(join(runDir, 'evals', f));
+      expect(evals.length).toBe(8);
+      for (const samples of evals) expect(new Set(samples).size, f).toBe(1);
+    }
+    expect(byTask(join(runDir, 'trajectories.jsonl')).some((samples) => new Set(samples).size > 1)).toBe(true);
+    // a served policy samples its evaluations as its rollouts: the field is refused there
+    expect(() => small({ eval_temperature: 0, policy: 'openai:calc-tiny', base_url: 'http://127.0.0.1:9/v1' })).toThrow(
+      /eval_temperature: for the in-process onnx policy .* with policy 'openai:calc-tiny'/,
+    );
+  }, 240_000);
+
   it('max_staleness 1: the next batch is collected while the learner trains; turns at most one step stale, the metrics say so', async () => {
     const runDir = tmp('async');
     const r = await train({ config: small({ max_staleness: 1, steps: 4 }), runDir });

@@ -37,6 +37,7 @@ interface Pending {
   maxNewTokens: number;
   rng: RandomFn;
   cacheKey?: string;
+  sampling?: SamplingOptions;
   resolve: (g: Generation) => void;
   reject: (e: unknown) => void;
 }
@@ -103,7 +104,29 @@ export class OnnxPolicy implements Policy {
   }
 
   async act(obs: Observation): Promise<PolicyAction> {
-    if (this.hf) return this.actHf(obs, this.hf);
+    return this.actWith(obs);
+  }
+
+  /**
+   * The same policy (its model, its episodes' sequences, its batches) sampling with other settings:
+   * e.g. greedy held-out evaluations (temperature 0) beside rollouts at temperature 1. The view's
+   * rows are batched with the policy's own, each row with its settings.
+   */
+  withSampling(sampling: Partial<SamplingOptions>): Policy {
+    const s: SamplingOptions = { ...this.sampling, ...sampling };
+    const self = this;
+    return {
+      id: this.id,
+      get version() {
+        return self.version;
+      },
+      act: (obs) => self.actWith(obs, s),
+      endEpisode: (id) => self.endEpisode(id),
+    };
+  }
+
+  private async actWith(obs: Observation, sampling?: SamplingOptions): Promise<PolicyAction> {
+    if (this.hf) return this.actHf(obs, this.hf, sampling);
     const tpl = this.model.template;
     let seq = this.sequences.get(obs.episodeId);
     let env: number[];
@@ -130,7 +153,13 @@ export class OnnxPolicy implements Policy {
     // turn: what a turn samples does not depend on which other turns share its batch.
     const rng = seededRandom(fnv1a(`${this.options.seed ?? 1}:${obs.episodeKey ?? obs.episodeId}:${obs.turn}`));
     // keepRows: the episode's keys and values are kept between its turns, and the next turn prefills only what the environment added.
-    const g = await this.enqueue({ prompt, maxNewTokens: maxNew, rng, ...(this.options.keepRows === true ? { cacheKey: obs.episodeId } : {}) });
+    const g = await this.enqueue({
+      prompt,
+      maxNewTokens: maxNew,
+      rng,
+      ...(sampling ? { sampling } : {}),
+      ...(this.options.keepRows === true ? { cacheKey: obs.episodeId } : {}),
+    });
     this.sequences.set(obs.episodeId, prompt.concat(g.tokens));
     const names = this.toolNames.get(obs.episodeId);
     if (obs.turn === 0 || !names) this.toolNames.set(obs.episodeId, new Set(obs.tools.map((t) => t.name)));
@@ -148,7 +177,7 @@ export class OnnxPolicy implements Policy {
   }
 
   /** A Hugging Face model's turn: the template's tokens appended to the episode's sequence, the sampled turn kept as sampled. */
-  private async actHf(obs: Observation, hf: HfTurns): Promise<PolicyAction> {
+  private async actHf(obs: Observation, hf: HfTurns, sampling?: SamplingOptions): Promise<PolicyAction> {
     const p = hf.prompt(obs);
     const seq = !p.drift && obs.turn > 0 ? (this.sequences.get(obs.episodeId) ?? []) : [];
     const prompt = seq.concat(p.env);
@@ -157,7 +186,7 @@ export class OnnxPolicy implements Policy {
     if (maxNew < 8) return { content: 'The conversation no longer fits my context.', envTokens: [], tokens: [], logprobs: [], ...drift };
     const rng = seededRandom(fnv1a(`${this.options.seed ?? 1}:${obs.episodeKey ?? obs.episodeId}:${obs.turn}`));
     // The episode's keys and values are kept between its turns: the next turn prefills only what the environment added.
-    const g = await this.enqueue({ prompt, maxNewTokens: maxNew, rng, cacheKey: obs.episodeId });
+    const g = await this.enqueue({ prompt, maxNewTokens: maxNew, rng, cacheKey: obs.episodeId, ...(sampling ? { sampling } : {}) });
     this.sequences.set(obs.episodeId, prompt.concat(g.tokens));
     return { ...hf.sampled(obs, g.tokens), tokens: g.tokens, logprobs: g.logprobs, envTokens: p.env, ...drift };
   }
@@ -178,12 +207,13 @@ export class OnnxPolicy implements Policy {
     return { runs: this.batches.runs, rows: this.batches.rows, largestBatch: this.batches.largest };
   }
 
-  private enqueue(row: { prompt: number[]; maxNewTokens: number; rng: RandomFn; cacheKey?: string }): Promise<Generation> {
+  private enqueue(row: { prompt: number[]; maxNewTokens: number; rng: RandomFn; cacheKey?: string; sampling?: SamplingOptions }): Promise<Generation> {
     if (this.batcher) {
       return this.batcher.submit({
         prompt: row.prompt,
         maxNewTokens: row.maxNewTokens,
         rng: row.rng,
+        ...(row.sampling ? { sampling: row.sampling } : {}),
         ...(row.cacheKey !== undefined ? { cacheKey: row.cacheKey } : {}),
       });
     }
@@ -217,7 +247,12 @@ export class OnnxPolicy implements Policy {
               ...this.sampling,
               maxNewTokens: Math.max(...batch.map((p) => p.maxNewTokens)),
               rng: batch[0]!.rng,
-              rows: batch.map((p) => ({ maxNewTokens: p.maxNewTokens, rng: p.rng, ...(p.cacheKey !== undefined ? { cacheKey: p.cacheKey } : {}) })),
+              rows: batch.map((p) => ({
+                maxNewTokens: p.maxNewTokens,
+                rng: p.rng,
+                ...(p.sampling ? { sampling: p.sampling } : {}),
+                ...(p.cacheKey !== undefined ? { cacheKey: p.cacheKey } : {}),
+              })),
             },
           );
           batch.forEach((p, i) => p.resolve(gens[i]!));
