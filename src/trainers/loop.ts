@@ -33,7 +33,10 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
     const ctx = await openRun(o, run, c, closers, produceBatch);
     const log = ctx.log;
     if (!o.resume || run.state.evals.length === 0) {
-      const before = persistEval(ctx, await evaluateHeldOut(ctx, 0));
+      const evaluated = await evaluateHeldOut(ctx, 0);
+      // The evaluation before training is not training time (train_seconds, the time budget) nor step 1's.
+      ctx.clock.t0 += evaluated.seconds * 1000;
+      const before = persistEval(ctx, evaluated);
       log(
         `held-out success before: ${(100 * before.success).toFixed(1)}% [${(100 * before.ci95[0]).toFixed(1)}, ${(100 * before.ci95[1]).toFixed(1)}] over ${before.episodes} episodes`,
       );
@@ -46,6 +49,8 @@ export async function train(o: TrainOptions): Promise<TrainResult> {
         await checkpoint(ctx, 0);
       });
     }
+    ctx.clock.stepStart = performance.now();
+    ctx.clock.cpuStart = process.cpuUsage();
     const ran = await trainSteps(ctx, closers);
     return await finish(ctx, ran);
   } catch (err) {
