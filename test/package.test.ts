@@ -245,9 +245,10 @@ describe('the packed package', () => {
     );
   }, TIMEOUT);
 
+  // Removing the installed project (node_modules and the package) took over vitest's 60 s hook limit on a loaded machine.
   afterAll(() => {
     if (tmp) rmSync(tmp, { recursive: true, force: true });
-  });
+  }, TIMEOUT);
 
   it('holds the build, the learner and the model, and no tests, benchmarks or TypeScript sources', () => {
     const files = pack!.files.map((f) => f.path);
