@@ -114,14 +114,14 @@ export class OnnxPolicy implements Policy {
    */
   withSampling(sampling: Partial<SamplingOptions>): Policy {
     const s: SamplingOptions = { ...this.sampling, ...sampling };
-    const self = this;
+    const version = () => this.version;
     return {
       id: this.id,
       get version() {
-        return self.version;
+        return version();
       },
-      act: (obs) => self.actWith(obs, s),
-      endEpisode: (id) => self.endEpisode(id),
+      act: (obs) => this.actWith(obs, s),
+      endEpisode: (id) => this.endEpisode(id),
     };
   }
 
