@@ -137,10 +137,11 @@ export async function evaluateCheckpoint(
   model = c.model,
 ): Promise<Trajectory[]> {
   ensureHfOnnx(model, o.onLog);
+  const temperature = c.eval_temperature ?? c.rl.temperature;
   const policy = await OnnxPolicy.load(model, {
     seed: c.seed + 101,
     maxNewTokens: c.rl.max_new_tokens ?? 96,
-    ...(c.eval_temperature !== undefined ? { temperature: c.eval_temperature } : c.rl.temperature !== undefined ? { temperature: c.rl.temperature } : {}),
+    ...(temperature !== undefined ? { temperature } : {}),
     threads: 2,
     chatTemplate: { toolFormat: c.tool_format },
   });
