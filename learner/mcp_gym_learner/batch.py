@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, List, Optional, Sequence, Union
+from typing import Any, List, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -202,19 +202,55 @@ def micro_batches_by_prompt(shard: Sequence[int], batch: Batch, size: int, max_t
     prompt once (its budget counts the tokens after it); the sequences whose prompt no other one shares follow,
     as micro_batches cuts them (`shared`: the prefix the whole batch shares). Groups in order of first appearance,
     each longest first: deterministic for a given shard."""
+    out: List[List[int]] = []
+    singles: List[int] = []
+    for plen, members in _prompt_groups(shard, batch):
+        if len(members) == 1:
+            singles.extend(members)
+        else:
+            out.extend(micro_batches(members, batch, size, max_tokens, max(shared, plen)))
+    if singles:
+        out.extend(micro_batches(singles, batch, size, max_tokens, shared))
+    return out
+
+
+def _prompt_groups(shard: Sequence[int], batch: Batch) -> List[Tuple[int, List[int]]]:
+    """The sequences of `shard` grouped by their prompt (every token before the one that precedes their first
+    scored token: a GRPO group's samples of one task), in order of first appearance: (prompt length, members)."""
     groups: dict = {}
     for i in shard:
         n = int(batch.pos[i].min()) - 1 if batch.scored[i] else int(batch.lengths[i])
         groups.setdefault(tuple(batch.ids[i][: max(0, n)].tolist()), []).append(i)
+    return [(len(prompt), members) for prompt, members in groups.items()]
+
+
+def micro_batches_by_trie(shard: Sequence[int], batch: Batch, size: int, max_tokens: int,
+                          shared: int = 0) -> List[List[int]]:
+    """micro_batches for an adapter that lays a micro-batch out as a prefix tree (HFAdapter with `trie`): each
+    distinct run of tokens is computed once whichever sequences hold it, so a micro-batch's cost is its tree's
+    size, and whole groups (the sequences that share their prompt) are packed together while the tree beyond the
+    batch's `shared` prefix holds at most `max_tokens` tokens (and the micro-batch at most `size` sequences): the
+    system turn and tool list that every prompt opens with then run once per micro-batch, not once per group. A
+    group larger than that on its own is cut as micro_batches_by_prompt cuts it. Deterministic for a shard."""
+    from .trie_layout import build_trie
+
+    def cost(members: List[int]) -> int:
+        segs, _ = build_trie([batch.ids[i].tolist() for i in members], shared)
+        return sum(s.end - s.start for s in segs)
+
     out: List[List[int]] = []
-    singles: List[int] = []
-    for prompt, members in groups.items():
-        if len(members) == 1:
-            singles.extend(members)
-        else:
-            out.extend(micro_batches(members, batch, size, max_tokens, max(shared, len(prompt))))
-    if singles:
-        out.extend(micro_batches(singles, batch, size, max_tokens, shared))
+    cur: List[int] = []
+    for plen, members in _prompt_groups(shard, batch):
+        members = sorted(members, key=lambda i: -batch.lengths[i])
+        if len(members) > size or cost(members) > max_tokens:
+            out.extend(micro_batches(members, batch, size, max_tokens, max(shared, plen)))
+            continue
+        if cur and (len(cur) + len(members) > size or cost(cur + members) > max_tokens):
+            out.append(cur)
+            cur = []
+        cur = cur + members
+    if cur:
+        out.append(cur)
     return out
 
 

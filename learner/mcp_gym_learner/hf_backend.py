@@ -23,6 +23,7 @@ import torch
 import torch.nn as nn
 
 from .backend import Backend, check_sequences
+from .batch import rows_at
 from .config import ConfigError
 from .hf_layout_checks import check_packing, check_prefix_sharing
 from .hf_load import (disable_dropout, is_hf_dir, load_hf, peft_available, read_hf_config,  # noqa: F401
@@ -275,7 +276,7 @@ def score_sequences(model: nn.Module, adapter: HFAdapter, seqs: List[List[int]],
             for g in groups:
                 ts = [torch.tensor(seqs[b], dtype=torch.long) for b in g]
                 inputs, st = adapter.inputs(ts, device, need_from=[starts[b] - 1 for b in g])
-                sel = torch.cat([torch.arange(starts[b] - 1, len(seqs[b]) - 1) + st[j] for j, b in enumerate(g)])
+                sel = torch.cat([rows_at(st[j], torch.arange(starts[b] - 1, len(seqs[b]) - 1)) for j, b in enumerate(g)])
                 tgt = torch.cat([ts[j][starts[b]:] for j, b in enumerate(g)])
                 with (autocast() if autocast is not None else contextlib.nullcontext()):
                     lp, _, _ = module(inputs, sel.to(device), tgt.to(device), temperature, top_k, top_p, None, False)

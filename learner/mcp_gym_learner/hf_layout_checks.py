@@ -11,6 +11,7 @@ from typing import List, Optional
 import torch
 import torch.nn as nn
 
+from .batch import rows_at
 from .policy import HFAdapter
 
 
@@ -37,7 +38,7 @@ def _same_as_alone(model: nn.Module, adapter: HFAdapter, autocast: Optional[torc
     scale = float(torch.cat(alone).abs().max()) + 1e-6
     low = next(model.parameters()).dtype != torch.float32 or (autocast is not None and dev.type == "cuda")
     tol = 5e-2 if low else 1e-4
-    err = max(float((together[st + skip: st + len(s)] - h[skip:]).abs().max()) for s, st, h in zip(seqs, starts, alone))
+    err = max(float((together[rows_at(st, torch.arange(skip, len(s)))] - h[skip:]).abs().max()) for s, st, h in zip(seqs, starts, alone))
     return err / scale < tol
 
 
@@ -52,10 +53,12 @@ def check_packing(model: nn.Module, adapter: HFAdapter, autocast: Optional[torch
 
 
 def check_prefix_sharing(model: nn.Module, adapter: HFAdapter, autocast: Optional[torch.dtype] = None) -> bool:
-    """Whether the shared-prefix layout (policy.py) gives this model's hidden states: two sequences with a common
-    prefix, computed with it once, must equal each sequence on its own."""
+    """Whether the shared-prefix layout (policy.py) gives this model's hidden states: three sequences with a common
+    prefix, two of them sharing a run after it, computed with it once, must equal each sequence on its own."""
     g = torch.Generator().manual_seed(1)
     top = min(adapter.vocab_size, 1000)
     prefix = torch.randint(0, top, (40,), generator=g)
-    seqs = [torch.cat([prefix, torch.randint(0, top, (5,), generator=g)]), torch.cat([prefix, torch.randint(0, top, (3,), generator=g)])]
+    branch = torch.randint(0, top, (4,), generator=g)  # a run two of the rests share (a branch of the prefix tree)
+    seqs = [torch.cat([prefix, branch, torch.randint(0, top, (5,), generator=g)]), torch.cat([prefix, torch.randint(0, top, (3,), generator=g)]),
+            torch.cat([prefix, branch, torch.randint(0, top, (2,), generator=g)])]
     return _same_as_alone(model, adapter, autocast, seqs, lambda xs, dev: adapter.prefix_inputs(xs, 38, dev), 38)

@@ -19,6 +19,7 @@ DistributedDataParallel sees every use of the parameters inside its forward.
 
 from __future__ import annotations
 
+import os
 import weakref
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -200,7 +201,12 @@ class HFAdapter(Adapter):
         self.pack = (attn == "flash_attention_2") if pack is None else bool(pack)
         self.pack_tokens = int(pack_tokens) if pack_tokens else DEFAULT_PACK_TOKENS
         self.share_prefix = False  # hf_backend.load turns it on when the model passes check_prefix_sharing
-        self.rest_row_tokens = DEFAULT_REST_ROW_TOKENS  # shared prefix: the rests' tokens per row
+        self.rest_row_tokens = DEFAULT_REST_ROW_TOKENS  # shared prefix: the rests' tokens per row (trie off)
+        # shared prefix: the rests as a prefix tree (MCP_GYM_HF_TRIE=0: side by side, the baseline of
+        # bench/hf_trie.py), its units and rows as wide as the side-by-side rows
+        self.trie = os.environ.get("MCP_GYM_HF_TRIE", "1") != "0"
+        self.trie_max_unit = DEFAULT_REST_ROW_TOKENS
+        self.trie_min_row = DEFAULT_REST_ROW_TOKENS
         self.model_ref = weakref.ref(model)  # its dtype, read when a mask is made (the model may be converted after)
         self.micro_tokens: Optional[int] = None  # hf_backend.load: tokens per micro-batch with a gradient
 
@@ -240,6 +246,30 @@ class HFAdapter(Adapter):
         return {"input_ids": ids.to(device), "position_ids": pos.to(device)}, starts
 
     def prefix_inputs(self, seqs, P: int, device):
+        """The shared-prefix layout: the first P tokens (common to all `seqs`) computed once, and the rests as a
+        prefix tree (`trie`, the default: trie_layout.py, as the embedded GPT lays them out) or side by side
+        (rest_inputs). Both give each sequence's hidden states as when it runs alone."""
+        if not self.trie:
+            return self.rest_inputs(seqs, P, device)
+        t = trie_layout.layout(seqs, P, self.pad_id, self.trie_max_unit, self.trie_min_row)
+        inputs = {"prefix_ids": seqs[0][:P].unsqueeze(0), "input_ids": t.ids, "position_ids": t.pos}
+        return self._with_mask(inputs, t.allowed, device), t.rows
+
+    def _with_mask(self, inputs, allowed, device):
+        """`inputs` on the device with `allowed` ([R, 1, M, P + M] booleans) as the decoder's attention mask: boolean
+        on CUDA (its dtype need not match the autocast dtype of the queries), else additive in the model's dtype
+        (SDPA on the CPU misreads another, and converts a boolean one in every layer)."""
+        dev = torch.device(device)
+        if dev.type == "cuda":
+            mask = allowed
+        else:
+            dtype = next(iter(hf_base(self.model_ref()).parameters())).dtype if self.model_ref() is not None else torch.float32
+            mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill_(~allowed, float("-inf"))
+        out = {k: v.to(dev) for k, v in inputs.items()}
+        out["attention_mask"] = mask.to(dev)
+        return out
+
+    def rest_inputs(self, seqs, P: int, device):
         """The layout with the first P tokens (common to all `seqs`) computed once: `prefix_ids` [1, P]; the
         sequences' rests laid end to end in R rows of at most `rest_row_tokens` (or the longest rest) each
         (`input_ids` [R, M], right-padded), their positions (P, P+1, ... each) and an [R, 1, M, P + M] attention mask:
@@ -267,15 +297,8 @@ class HFAdapter(Adapter):
                 starts[i] = r * M + o - P
                 o += n
             allowed[r, o:, P + o:] = causal[: M - o, : M - o]  # the padding: a pseudo-sequence whose outputs are not read
-        dev = torch.device(device)
-        if dev.type == "cuda":  # a boolean mask: its dtype need not match the autocast dtype of the queries
-            mask = allowed
-        else:  # additive, in the model's dtype (SDPA misreads another): a boolean one is converted in every layer
-            dtype = next(iter(hf_base(self.model_ref()).parameters())).dtype if self.model_ref() is not None else torch.float32
-            mask = torch.zeros((R, M, P + M), dtype=dtype).masked_fill_(~allowed, float("-inf"))
-        inputs = {"prefix_ids": seqs[0][:P].unsqueeze(0).to(dev), "input_ids": ids.to(dev),
-                  "position_ids": pos.to(dev), "attention_mask": mask.unsqueeze(1).to(dev)}
-        return inputs, starts
+        inputs = {"prefix_ids": seqs[0][:P].unsqueeze(0), "input_ids": ids, "position_ids": pos}
+        return self._with_mask(inputs, allowed.unsqueeze(1), device), starts
 
     def _hidden_shared(self, dec, inputs):
         from transformers.cache_utils import DynamicCache

@@ -13,7 +13,7 @@ from typing import Callable, List, Optional, Sequence
 
 import torch
 
-from .batch import Batch, micro_batches, micro_batches_by_prompt, micro_inputs, minibatches
+from .batch import Batch, micro_batches, micro_batches_by_prompt, micro_batches_by_trie, micro_inputs, minibatches
 from .gae import value_targets
 from .policy import common_prefix_len
 from .rl_config import RLConfig
@@ -27,11 +27,16 @@ class PrePasses:
         """micro_batch_size sequences at most; for an adapter with a token budget (a Hugging Face model), at most
         that many tokens beyond the shared prefix too. An adapter that computes a micro-batch's common prefix
         once gets the sequences of one prompt (a group) together (batch.micro_batches_by_prompt): the prompt
-        runs once per group instead of once per sequence, with the same logprobs and gradients."""
+        runs once per group instead of once per sequence, with the same logprobs and gradients; one that lays
+        the rests out as a prefix tree gets whole groups packed by the tree's size (batch.micro_batches_by_trie):
+        what all prompts open with runs once per micro-batch."""
         budget = getattr(self.adapter, "micro_tokens", None)
         shared = 0
         if budget and getattr(self.adapter, "share_prefix", False) and len(batch) > 1:
             shared = common_prefix_len(batch.ids)
+            # a prefix tree (HFAdapter.trie): whole groups together, as many as its budget of distinct tokens holds
+            if getattr(self.adapter, "trie", False):
+                return micro_batches_by_trie(shard, batch, cfg.micro_batch_size, budget, shared)
             # MCP_GYM_HF_GROUP_PROMPTS=0: length order only (the baseline of bench/rl_group_prompts.py)
             if os.environ.get("MCP_GYM_HF_GROUP_PROMPTS", "1") != "0":
                 return micro_batches_by_prompt(shard, batch, cfg.micro_batch_size, budget, shared)

@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.nn.functional as F
 
+from .batch import rows_at
 from .config import PAD_ID, ConfigError
 from .runtime import adamw
 
@@ -162,7 +163,7 @@ def adapter_sft_step(module, adapter, examples: Sequence[Example], device, micro
     for mb in micro:
         seqs = [torch.tensor(examples[j].ids, dtype=torch.long) for j in mb]
         inputs, starts = adapter.inputs(seqs, device, need_from=[scored[j][0] - 1 for j in mb])
-        sel = torch.cat([torch.tensor(scored[j], dtype=torch.long) - 1 + starts[k] for k, j in enumerate(mb)])
+        sel = torch.cat([rows_at(starts[k], torch.tensor(scored[j], dtype=torch.long) - 1) for k, j in enumerate(mb)])
         tgt = torch.cat([seqs[k][torch.tensor(scored[j], dtype=torch.long)] for k, j in enumerate(mb)])
         with (autocast() if autocast is not None else contextlib.nullcontext()):
             lp, _, _ = module(inputs, sel.to(device), tgt.to(device), 1.0, 0, 1.0, None, False)

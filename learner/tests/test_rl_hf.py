@@ -234,7 +234,7 @@ def test_hf_groups_share_their_prompt_and_the_gradient_stays_exact():
         assert len({raw["group_ids"][i] for i in mb}) == 1
     policy = copy.deepcopy(base)
     adapter = HFAdapter(policy)
-    adapter.share_prefix, adapter.micro_tokens = True, 4096
+    adapter.share_prefix, adapter.micro_tokens, adapter.trie = True, 4096, False
     tr = RLTrainer(policy, adapter)
     with torch.no_grad():
         for p in policy.parameters():
@@ -246,3 +246,64 @@ def test_hf_groups_share_their_prompt_and_the_gradient_stays_exact():
     tr.gradients(batch, cfg)
     assert 3 in seen  # a group's three samples in one micro-batch (the prefix layout)
     _assert_reference_gradient(policy, base, raw)
+
+
+def _system_raw(seed=4):
+    """Three GRPO groups whose prompts open alike (a system turn of 40 tokens, then each group's own question),
+    and whose samples repeat each other's first tokens (a first turn several of them wrote alike)."""
+    g = torch.Generator().manual_seed(seed)
+    r = lambda n: torch.randint(3, VOCAB, (n,), generator=g).tolist()  # noqa: E731
+    system = r(40)
+    ids, mask, gids = [], [], []
+    for name, q in (("a", 6), ("b", 9), ("c", 4)):
+        prompt = system + r(q)
+        first = r(5)
+        for j in range(4):
+            rest = (first if j < 3 else r(5)) + r(3 + j)
+            ids.append(prompt + rest)
+            mask.append([0] * len(prompt) + [1] * len(rest))
+            gids.append(name)
+    old = [[0.0 if m == 0 else -float(torch.rand(1, generator=g)) * 3 for m in row] for row in mask]
+    adv = [float(x) for x in torch.randn(len(ids), generator=g)]
+    return {"ids": ids, "mask": mask, "old_logprobs": old, "advantages": adv, "group_ids": gids}
+
+
+def test_hf_prefix_tree_packs_groups_and_the_gradient_stays_exact():
+    """Rests as a prefix tree (HFAdapter.trie, the default): whole groups packed by the tree's size
+    (batch.micro_batches_by_trie), so the system turn all prompts open with runs once per micro-batch and a run
+    that several samples wrote alike once; the gradient is the float64 reference's, in one micro-batch and cut
+    into several."""
+    from mcp_gym_learner.batch import micro_batches_by_trie
+
+    base = _model(0).double()
+    raw = _system_raw()
+    batch = parse_batch(raw, VOCAB, 128)
+    every = list(range(12))
+    assert [sorted(mb) for mb in micro_batches_by_trie(every, batch, 64, 4096, 40)] == [every]
+    # a group's tree beyond the system turn: its question, the shared first turn once, the rests
+    per_group = [6 + 5 + 3 + 4 + 5 + (5 + 6), 9 + 5 + 3 + 4 + 5 + (5 + 6), 4 + 5 + 3 + 4 + 5 + (5 + 6)]
+    cut = micro_batches_by_trie(every, batch, 64, per_group[0] + per_group[1], 40)
+    assert [sorted(mb) for mb in cut] == [[0, 1, 2, 3, 4, 5, 6, 7], [8, 9, 10, 11]]
+    assert [sorted(mb) for mb in micro_batches_by_trie(every, batch, 5, 4096, 40)] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
+    # a group larger than the budget on its own is cut as micro_batches_by_prompt cuts it
+    assert all(len(mb) <= 2 for mb in micro_batches_by_trie(every, batch, 64, 12, 40))
+    for micro, budget in ((64, 4096), (64, per_group[0] + per_group[1]), (2, 12)):
+        policy = copy.deepcopy(base)
+        adapter = HFAdapter(policy)
+        adapter.share_prefix, adapter.micro_tokens = True, budget
+        assert adapter.trie
+        tr = RLTrainer(policy, adapter)
+        with torch.no_grad():
+            for p in policy.parameters():
+                p.add_(torch.randn_like(p) * 0.02)
+        seen = []
+        real_inputs = adapter.inputs
+        adapter.inputs = lambda seqs, device, need_from=None: (seen.append(real_inputs(seqs, device, need_from)), seen[-1])[1]
+        cfg = parse_config({"loss": "grpo", "beta": 0.1, "entropy_coef": 0.0, "micro_batch_size": micro})
+        tr.gradients(batch, cfg)
+        if budget == 4096:
+            inputs = seen[0][0]
+            assert inputs["prefix_ids"].shape[1] == 40  # the system turn, once
+            laid = int((inputs["input_ids"] != adapter.pad_id).sum())
+            assert laid < sum(len(x) - 40 for x in raw["ids"])  # the shared first turns once
+        _assert_reference_gradient(policy, base, raw)
