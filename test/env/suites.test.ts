@@ -5,6 +5,7 @@ import type { ToolResult } from '../../src/tools/index.ts';
 import { runChecks } from '../../src/env/checks.ts';
 import type { Task, TaskCall } from '../../src/env/task.ts';
 import { describeSuites, generateSuite, paramsKey, SUITE_NAMES } from '../../src/env/suites/index.ts';
+import { rephraseSqlTask, SQL_HELDOUT_PHRASING, SQL_PHRASINGS, SQL_TRAIN_PHRASINGS, sqlPool } from '../../src/env/suites/sql.ts';
 
 const SERVERS = ['calculator', 'kv', 'files', 'search', 'sql'];
 const clients = new Map<string, ToolClient>();
@@ -192,5 +193,57 @@ describe('task suites', () => {
       if (await idle(t)) solved.push(t.id);
     });
     expect(solved).toEqual([]);
+  });
+});
+
+describe('sql wordings', () => {
+  const question = (t: Task) => paramsKey({ family: t.family, params: { ...t.params, phrasing: null } });
+
+  it('asks each question in four wordings: tasks in the first three, the fourth in none', () => {
+    for (const d of [1, 2, 3, 4, 5])
+      for (const split of ['train', 'eval'] as const)
+        for (const q of sqlPool(d, split)) {
+          expect(q.phrasings.length, q.question).toBe(SQL_PHRASINGS);
+          expect(q.phrasings[0]).toBe(q.question);
+          expect(new Set(q.phrasings).size, q.question).toBe(SQL_PHRASINGS);
+        }
+    const tasks = generateSuite('sql', { seed: 3, train: 300, eval: 100 });
+    expect(new Set(tasks.map((t) => Number(t.params!.phrasing)))).toEqual(new Set([0, 1, 2]));
+    expect(SQL_HELDOUT_PHRASING).toBe(SQL_TRAIN_PHRASINGS);
+    const pool = new Map(
+      [1, 2, 3, 4, 5].flatMap((d) =>
+        (['train', 'eval'] as const).flatMap((s) =>
+          sqlPool(d, s).map((q) => [paramsKey({ family: q.family, params: { ...q.params, phrasing: null } }), q] as const),
+        ),
+      ),
+    );
+    for (const t of tasks) {
+      const q = pool.get(question(t))!;
+      expect(t.prompt, t.id).toContain(q.phrasings[Number(t.params!.phrasing)]!);
+      expect(t.prompt, t.id).not.toContain(q.phrasings[SQL_HELDOUT_PHRASING]!);
+    }
+  });
+
+  it('draws every held-out question once before it asks one again in another wording', () => {
+    const evalTasks = generateSuite('sql', { seed: 0, eval: 200, train: 0 }).filter((t) => t.difficulty === 2);
+    const n = sqlPool(2, 'eval').length;
+    expect(evalTasks.length).toBeGreaterThan(n);
+    expect(new Set(evalTasks.slice(0, n).map(question)).size).toBe(n);
+    expect(new Set(evalTasks.map((t) => t.prompt)).size).toBe(Math.min(evalTasks.length, 3 * n));
+  });
+
+  it('rephrases a held-out task into the held-out wording: the same question, checks and solution', () => {
+    const t = generateSuite('sql', { seed: 0, eval: 10, train: 0 }).find((x) => x.difficulty === 3)!;
+    const r = rephraseSqlTask(t);
+    expect(r.id).toBe(`${t.id}-w${SQL_HELDOUT_PHRASING}`);
+    expect(r.params!.phrasing).toBe(SQL_HELDOUT_PHRASING);
+    expect(question(r)).toBe(question(t));
+    expect(r.prompt).not.toBe(t.prompt);
+    expect(r.checks).toEqual(t.checks);
+    expect(r.solution).toEqual(t.solution);
+    const q = sqlPool(3, 'eval').find((c) => paramsKey({ family: c.family, params: { ...c.params, phrasing: null } }) === question(t))!;
+    expect(r.prompt).toContain(q.phrasings[SQL_HELDOUT_PHRASING]!);
+    expect(() => rephraseSqlTask({ ...t, params: { q: 'nope' } })).toThrow(/not a question of the sql suite/);
+    expect(() => rephraseSqlTask(t, 4)).toThrow(/wordings 0-3/);
   });
 });

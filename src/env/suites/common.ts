@@ -50,12 +50,18 @@ export interface Candidate {
   solution: { calls: TaskCall[]; answer: string };
   /** Default: solution calls + 2. */
   max_turns?: number;
+  /**
+   * The question itself, where params also name a variant of it (the sql suite's wording): a split's
+   * draw asks every question once before it asks one again in another variant. Default: the params key.
+   */
+  question?: string;
 }
 
 /** Proposes a task of a difficulty (1-5) for a split; undefined when it could not. */
 export type Sampler = (rng: SeededRandom, difficulty: number, split: Split) => Candidate | undefined;
 
 const MAX_ATTEMPTS = 3000;
+const SPENT_ATTEMPTS = 64;
 
 /** The seed of one suite's split, mixed from the user's seed. */
 function splitSeed(seed: number, suite: string, split: Split): number {
@@ -64,28 +70,37 @@ function splitSeed(seed: number, suite: string, split: Split): number {
 
 /**
  * Draws `count` tasks of a split: difficulties 1..5 in turn, candidates in the other split
- * dropped, and a params key used twice only once the sampler cannot find a new one.
+ * dropped; a question asked again (another variant of it) only once the sampler cannot find a new
+ * one, and a params key used twice only once it cannot find a new variant either.
  */
 export function drawTasks(suite: string, split: Split, count: number, seed: number, sampler: Sampler): Task[] {
   const rng = new SeededRandom(splitSeed(seed, suite, split));
   const seen = new Set<string>();
+  const asked = new Set<string>();
+  // Difficulties whose questions have all been asked: a few attempts for a new one, not MAX_ATTEMPTS each time.
+  const spent = new Set<number>();
   const tasks: Task[] = [];
   for (let i = 0; i < count; i++) {
     const difficulty = 1 + (i % 5);
     let chosen: Candidate | undefined;
+    let variant: Candidate | undefined;
     let fallback: Candidate | undefined;
-    for (let attempt = 0; attempt < MAX_ATTEMPTS && !chosen; attempt++) {
+    const attempts = spent.has(difficulty) ? SPENT_ATTEMPTS : MAX_ATTEMPTS;
+    for (let attempt = 0; attempt < attempts && !chosen; attempt++) {
       const c = sampler(rng, difficulty, split);
       if (!c) continue;
       const keys = c.splitKeys ?? [stableJson({ family: c.family, params: c.params })];
       if (splitOf(keys) !== split) continue;
       const key = paramsKey(c);
       if (seen.has(key)) fallback ??= c;
+      else if (asked.has(c.question ?? key)) variant ??= c;
       else chosen = c;
     }
-    chosen ??= fallback;
+    if (!chosen && (variant ?? fallback)) spent.add(difficulty);
+    chosen ??= variant ?? fallback;
     if (!chosen) throw new Error(`suite '${suite}': found no ${split} task of difficulty ${difficulty}`);
     seen.add(paramsKey(chosen));
+    asked.add(chosen.question ?? paramsKey(chosen));
     tasks.push(
       defineTask({
         id: `${suite}-${split}-${String(i + 1).padStart(4, '0')}`,

@@ -15,6 +15,7 @@ import { searchSuite } from './search.ts';
 import { sqlSuite } from './sql.ts';
 
 export { paramsKey, splitOfKey, EVAL_PERCENT } from './common.ts';
+export { rephraseSqlTask, SQL_HELDOUT_PHRASING } from './sql.ts';
 
 export interface SuiteOptions {
   /** Seed of the draw (default 1234); the same options always give the same tasks. */
