@@ -9,9 +9,11 @@ and names the LM head's weight and bias.
 Shared prefix (HFAdapter, `share_prefix`): when the caller says from which token on each sequence's hidden
 states are needed (`need_from`: the position before its first scored token), the sequences' longest common
 prefix up to there (the chat template's system turn and tool list, a group's prompt) runs through the decoder
-once (with its keys and values kept), and the rests of the sequences follow in rows whose mask lets each
-token see the prefix and its own sequence: the same logprobs and the same gradients as each sequence on its own (autograd sums the prefix's gradient
-over the rows), at the cost of the prefix once per micro-batch instead of once per sequence. Rows before
+once (with its keys and values kept), and the rests of the sequences follow as a prefix tree (`trie`, as the
+embedded GPT lays them out; or side by side) in rows whose mask lets each token see the prefix, the runs above
+its own and its own run: the same logprobs and the same gradients as each sequence on its own (autograd sums a
+shared run's gradient over its readers), at the cost of each distinct run once per micro-batch instead of once
+per sequence. Rows before
 `need_from` do not exist in the output (their `starts` offsets point before the row block of the sequence).
 `LogprobModule` puts the forward and the chunked head (head.py) in one nn.Module, so that
 DistributedDataParallel sees every use of the parameters inside its forward.
