@@ -40,11 +40,9 @@ import { createInterface } from 'node:readline';
 import { existsSync, mkdirSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
-import { OnnxModel, sampleToken } from '../src/agents/index.ts';
-import { ChatTemplateRenderer, HfTokenizer, type ChatMessage, type ToolSpec } from '../src/agents/hf/index.ts';
-import { resolveToolFormat } from '../src/agents/hf/tool-format.ts';
-import { seededRandom } from '../lib/index.ts';
+import { OnnxModel } from '../src/agents/index.ts';
 import { ensureHfOnnx, LEARNER_DIR, learnerPython, resolveModel } from '../src/trainers/index.ts';
+import { benchPrompt, median, onnxDecodeRun, onnxStepParts, onnxWarmUp } from './lib/onnx-decode.ts';
 
 const { values } = parseArgs({
   options: {
@@ -71,7 +69,6 @@ const dir = REAL ? resolve(await resolveModel(values.model!, (l) => console.log(
 if (REAL) ensureHfOnnx(dir, (l) => console.log(l));
 const PY = learnerPython({ hf: true });
 const pyEnv = { ...process.env, PYTHONPATH: LEARNER_DIR };
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[xs.length >> 1]!;
 const mib = (kib: number) => Math.round(kib / 1024);
 
 // ---------------------------------------------------------------------------------------------
@@ -106,24 +103,7 @@ if (!existsSync(join(dir, 'onnx', 'config.json'))) {
 // ---------------------------------------------------------------------------------------------
 // The prompt: a real conversation through the checkpoint's chat template.
 
-const tokenizer = HfTokenizer.load(dir);
-const format = resolveToolFormat(tokenizer.chatTemplate!, 'auto');
-const renderer = new ChatTemplateRenderer(format.template, { bosToken: tokenizer.bosToken, eosToken: tokenizer.eosToken, now: new Date(2026, 0, 15) });
-const tools: ToolSpec[] = [
-  {
-    type: 'function',
-    function: {
-      name: 'query',
-      description: 'Run a read-only SQL query on the shop database.',
-      parameters: { type: 'object', properties: { sql: { type: 'string' } }, required: ['sql'] },
-    },
-  },
-];
-const messages: ChatMessage[] = [
-  { role: 'system', content: 'You are a careful data analyst. Use the tools to look things up; answer with the exact value.' },
-  { role: 'user', content: 'How many orders placed in March 2025 were shipped to customers in Lyon, and what was their total value in euros?' },
-];
-const prompt = tokenizer.encode(renderer.render(messages, { tools, addGenerationPrompt: true }));
+const { prompt, format: toolFormat } = benchPrompt(dir);
 const P = prompt.length;
 
 // ---------------------------------------------------------------------------------------------
@@ -151,30 +131,8 @@ interface Run {
   prefill_s: number;
 }
 
-async function onnxRun(B: number, seed: number): Promise<Run> {
-  const prompts = Array.from({ length: B }, () => prompt);
-  let first = 0;
-  const t0 = performance.now();
-  const g = await model.generate(prompts, {
-    temperature: 1,
-    topK: 0,
-    topP: 1,
-    maxNewTokens: NEW,
-    rng: seededRandom(seed),
-    stop: -1,
-    onStep: () => void (first ||= performance.now()),
-  });
-  const t1 = performance.now();
-  for (const x of g) if (x.tokens.length !== NEW) throw new Error(`onnx: a row sampled ${x.tokens.length} tokens, not ${NEW}`);
-  return { tok_s: (B * (NEW - 1)) / ((t1 - first) / 1000), total_tok_s: (B * NEW) / ((t1 - t0) / 1000), prefill_s: (first - t0) / 1000 };
-}
-
 // Warm-up (session and allocations at each batch size), then the timed rounds.
-for (const B of BATCHES)
-  await model.generate(
-    Array.from({ length: B }, () => prompt),
-    { temperature: 1, topK: 0, topP: 1, maxNewTokens: 4, rng: seededRandom(0), stop: -1 },
-  );
+await onnxWarmUp(model, prompt, BATCHES);
 const SUBJECTS = ['onnx', 'eager', 'sdpa'] as const;
 type Subject = (typeof SUBJECTS)[number];
 const runs: Record<string, Run[]> = {};
@@ -183,7 +141,7 @@ for (let k = 0; k < REPS; k++) {
   for (const B of BATCHES) {
     const order = k % 2 === 0 ? SUBJECTS : [...SUBJECTS].reverse();
     for (const s of order) {
-      const r = s === 'onnx' ? await onnxRun(B, 1 + k) : await ask<Run>({ batch: B, new_tokens: NEW, attn: s, prompt });
+      const r = s === 'onnx' ? await onnxDecodeRun(model, prompt, B, NEW, 1 + k) : await ask<Run>({ batch: B, new_tokens: NEW, attn: s, prompt });
       (runs[`${s}${B}`] ??= []).push(r);
       console.log(`round ${k + 1}/${REPS} batch ${B} ${s}: decode ${r.tok_s.toFixed(1)} tok/s, prefill ${(r.prefill_s * 1000).toFixed(0)} ms`);
     }
@@ -202,34 +160,9 @@ const torchRss = await ask<{ rss_mb: number; peak_rss_mb: number }>({ rss: true 
 const nodePeakRss = process.resourceUsage().maxRSS; // KiB
 
 const PARTS_REPS = 10;
-async function onnxParts(B: number) {
-  const { L, H, Dh, V } = model;
-  const C = P;
-  const keys = Array.from({ length: L }, () => new Float32Array(B * H * Dh * C));
-  const vals = Array.from({ length: L }, () => new Float32Array(B * H * C * Dh));
-  const ids = BigInt64Array.from({ length: B }, () => BigInt(prompt[P - 1]!));
-  const pos = BigInt64Array.from({ length: B }, () => BigInt(P));
-  const mask = new Float32Array(B * (C + 1)).fill(1);
-  let logits: Float32Array = new Float32Array(0);
-  const graph: number[] = [];
-  for (let i = 0; i <= PARTS_REPS; i++) {
-    const t = performance.now();
-    logits = (await model.forward(ids, pos, mask, B, 1, C, keys, vals)).logits;
-    if (i > 0) graph.push(performance.now() - t);
-  }
-  const scratch = new Float64Array(2 * V);
-  const rng = seededRandom(7);
-  const sample: number[] = [];
-  for (let i = 0; i <= PARTS_REPS; i++) {
-    const t = performance.now();
-    for (let b = 0; b < B; b++) sampleToken(logits, b * V, V, { temperature: 1, topK: 0, topP: 1 }, rng, scratch);
-    if (i > 0) sample.push(performance.now() - t);
-  }
-  return { graph_ms: median(graph), sample_ms: median(sample) };
-}
 const parts: Record<string, Record<string, number>> = {};
 for (const B of BATCHES) {
-  parts[`onnx${B}`] = await onnxParts(B);
+  parts[`onnx${B}`] = await onnxStepParts(model, prompt, B, PARTS_REPS);
   parts[`eager${B}`] = await ask<Record<string, number>>({ parts: true, batch: B, prompt, attn: 'eager', reps: PARTS_REPS });
   parts[`sdpa${B}`] = await ask<Record<string, number>>({ parts: true, batch: B, prompt, attn: 'sdpa', reps: PARTS_REPS });
 }
@@ -299,7 +232,7 @@ console.log(
     : `model ${dir}: Qwen3, ${params.toLocaleString('en-US')} parameters (hidden ${SHAPE.hidden}, ${SHAPE.layers} layers, ${SHAPE.heads} heads / ${SHAPE['kv-heads']} kv heads, head_dim ${SHAPE['head-dim']}, intermediate ${SHAPE.intermediate}, vocab ${model.V}, tied)`,
 );
 console.log(
-  `prompt ${P} tokens (the model's chat template with a tool, tool format ${format.format}), ${NEW} new tokens per row, temperature 1, full vocabulary; ${THREADS} thread(s) each side; medians of ${REPS} rounds (${decodeWall.toFixed(0)} s)`,
+  `prompt ${P} tokens (the model's chat template with a tool, tool format ${toolFormat}), ${NEW} new tokens per row, temperature 1, full vocabulary; ${THREADS} thread(s) each side; medians of ${REPS} rounds (${decodeWall.toFixed(0)} s)`,
 );
 console.log(
   `torch ${loaded.torch}, transformers ${loaded.transformers} (torch threads ${loaded.torch_threads}); onnxruntime-node intraOpNumThreads ${THREADS}`,

@@ -29,6 +29,12 @@ export interface OnnxModelOptions {
   cacheBudgetBytes?: number;
   /** Compute the prompts' common prefix once per batch (default true). */
   sharePrefix?: boolean;
+  /**
+   * Whether onnxruntime's operator threads spin while they wait for work (default true,
+   * onnxruntime's own default). false yields the core instead: slower alone, but with more threads
+   * than free cores (a machine other work shares) spinning threads take the cores the working ones need.
+   */
+  spinning?: boolean;
 }
 
 /**

@@ -9,8 +9,12 @@ import { StartFailure } from '../../../lib/index.ts';
 import type { ModelConfig } from '../model-config.ts';
 import { isHfConfig, type HfOnnxConfig } from './config.ts';
 
-/** Loads a model directory's graph into a session (`threads`: OnnxModelOptions.threads). */
-export async function createSession(dir: string, config: ModelConfig | HfOnnxConfig, options: { threads?: number }): Promise<ort.InferenceSession> {
+/** Loads a model directory's graph into a session (`threads`, `spinning`: OnnxModelOptions'). */
+export async function createSession(
+  dir: string,
+  config: ModelConfig | HfOnnxConfig,
+  options: { threads?: number; spinning?: boolean },
+): Promise<ort.InferenceSession> {
   const graph = isHfConfig(config) ? join(dir, 'onnx', config.graph) : join(dir, config.onnx!.graph);
   if (!existsSync(graph)) throw new Error(`The ONNX graph ${graph} is missing`);
   try {
@@ -19,6 +23,7 @@ export async function createSession(dir: string, config: ModelConfig | HfOnnxCon
       interOpNumThreads: 1,
       executionMode: 'sequential',
       graphOptimizationLevel: 'all',
+      ...(options.spinning === false ? { extra: { session: { 'intra_op.allow_spinning': '0' } } } : {}),
     });
   } catch (err) {
     // The files are there and named right: the model itself cannot start (a damaged or foreign graph).
