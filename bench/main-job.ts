@@ -32,6 +32,7 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { MAIN_JOB } from '../src/cli/train.ts';
 import { finalEval, train, type TrainConfigInput } from '../src/trainers/index.ts';
+import { takeTurn } from './lib/turns.ts';
 
 const { values } = parseArgs({
   options: {
@@ -83,20 +84,11 @@ interface Outcome {
 }
 
 /**
- * One step at a time for the two runs: a run holds the turn from the start of a step's rollouts to the end
- * of its writes (and from its start to its first step, and through its final evaluation), so that both
- * recipes meet the machine as it is at the same minutes (this VM's speed drifts within an hour: the same
- * rollouts took 0.74 s a step in one run and 0.96 s in the next).
+ * One recipe's run, one step at a time with the other (lib/turns.ts): it holds the turn from the start of a
+ * step's rollouts to the end of its writes (and from its start to its first step, and through its final
+ * evaluation), so that both recipes meet the machine as it is at the same minutes (this VM's speed drifts
+ * within an hour: the same rollouts took 0.74 s a step in one run and 0.96 s in the next).
  */
-let turn: Promise<void> = Promise.resolve();
-function takeTurn(): Promise<() => void> {
-  let release!: () => void;
-  const mine = new Promise<void>((r) => (release = r));
-  const before = turn;
-  turn = before.then(() => mine);
-  return before.then(() => release);
-}
-
 async function runRecipe(name: 'old' | 'new', config: Partial<TrainConfigInput>, env: Record<string, string>): Promise<Outcome> {
   const dir = mkdtempSync(join(tmpdir(), `mcp-gym-bench-main-job-${name}-`));
   const rows: Record<string, unknown>[] = [];

@@ -7,7 +7,18 @@
 import { stopOnSignals } from './signals.ts';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { runModelJob, resolveModel, type ModelJobConfig, type ModelJobProgress, type StageEval } from '../trainers/index.ts';
+import {
+  JOB_STAGES,
+  JobEta,
+  jobPlan,
+  jobTasks,
+  runModelJob,
+  resolveModel,
+  type JobStage,
+  type ModelJobConfig,
+  type ModelJobProgress,
+  type StageEval,
+} from '../trainers/index.ts';
 import { intFlag, numFlag, UsageError } from './args.ts';
 import { isBfclSuite } from '../env/index.ts';
 import { toolFormatFlag } from './rollout.ts';
@@ -24,7 +35,7 @@ const BFCL_JOB_EVAL_TASKS = 150;
  */
 export const BFCL_JOB = {
   sft: { demos: 448, epochs: 1, batch: 8, lr: 1e-4, lora_rank: 0, warmup: 2, min_lr_ratio: 0.1, prompt_grad: true, train_layers: 10 },
-  rl: { steps: 5, group: 4, max_new_tokens: 192 },
+  rl: { steps: 5, group: 4, max_new_tokens: 192, lr: 2e-5 },
   /** BFCL generates at temperature 0.001 (bfcl-eval's default): the held-out evaluations are greedy. */
   eval_temperature: 0,
 } as const;
@@ -34,15 +45,17 @@ export const MODEL_JOB = {
   suite: 'sql',
   min_difficulty: 1,
   max_difficulty: 3,
-  eval_tasks: 64,
+  eval_tasks: 128,
   k: 2,
-  sft: { demos: 64, epochs: 5, batch: 16, lr: 1e-4, lora_rank: 0, warmup: 2, min_lr_ratio: 1 },
+  sft: { demos: 64, epochs: 3, batch: 16, lr: 1e-4, lora_rank: 0, warmup: 2, min_lr_ratio: 1 },
   rl: {
     preset: 'art',
-    steps: 18,
+    steps: 12,
     tasks_per_step: 8,
     group: 8,
-    lr: 2e-5,
+    lr: 3e-5,
+    // whole groups per micro-batch, packed by their prefix tree's size (the learner's budget of 4096 tokens)
+    micro_batch_size: 64,
     beta: 0,
     epochs: 1,
     minibatch_size: 0,
@@ -74,37 +87,39 @@ export const MODEL_JOB_HELP = `mcp-gym start --model M: a pretrained Hugging Fac
                         the top ${BFCL_JOB.sft.train_layers} layers; GRPO ${BFCL_JOB.rl.steps} steps, group ${BFCL_JOB.rl.group}, ${BFCL_JOB.rl.max_new_tokens} tokens a turn;
                         one greedy sample of each of 150 held-out entries
 
-Prints the stage, step and ETA as it goes, then one JSON line:
-{"model", "suite", "base", "sft", "rl", "rl_minus_sft": {"points", "ci95"}, "seconds": {"sft", "rl", "eval", "total"}, "checkpoints"}
+On sql, the SFT and RL checkpoints are also evaluated on the held-out questions in the wording no training
+task uses ("reworded": each question once, k samples; docs/models.md, "Wordings").
+
+Prints the stage, step and the whole job's ETA as it goes, then one JSON line:
+{"model", "suite", "base", "sft", "rl", "rl_minus_sft": {"points", "ci95"}, "reworded": {"sft", "rl", "rl_minus_sft"},
+ "seconds": {"sft", "rl", "eval", "total"}, "checkpoints"}
 `;
 
-const STAGES: ModelJobProgress['stage'][] = ['base', 'sft', 'rl'];
-
-/** One line of progress: the stage, its step, the stage's ETA and the job's elapsed time. */
-function progressLine(t0: number) {
+/** One line of progress: the stage, its step, the whole job's ETA (JobEta) and its elapsed time. */
+function progressLine(t0: number, plan: Record<JobStage, number>) {
   const tty = process.stderr.isTTY === true;
-  let stageStart = performance.now();
+  const eta = new JobEta(plan);
   let stage = '';
   let last = 0;
   return (p: ModelJobProgress) => {
     const now = performance.now();
+    const left = eta.update(p, now / 1000);
     if (p.stage !== stage) {
       if (tty && stage) process.stderr.write('\n');
       stage = p.stage;
-      stageStart = now;
+    } else {
+      if (tty && now - last < 200 && p.done < p.total) return;
+      if (!tty && p.done < p.total && p.stage !== 'rl' && p.stage !== 'sft' && p.done % Math.max(1, Math.floor(p.total / 10)) !== 0) return;
     }
-    if (tty && now - last < 200 && p.done < p.total) return;
-    if (!tty && p.done < p.total && p.stage !== 'rl' && p.stage !== 'sft' && p.done % Math.max(1, Math.floor(p.total / 10)) !== 0) return;
     last = now;
-    const el = (now - stageStart) / 1000;
-    const eta = p.done > 0 ? (el * (p.total - p.done)) / p.done : NaN;
-    const n = STAGES.indexOf(p.stage) + 1;
-    const line = `[${n}/3 ${p.stage}] ${p.done}/${p.total}${p.detail ? ` ${p.detail}` : ''}  ETA ${minutes(eta)}  (job ${minutes((now - t0) / 1000)})`;
+    const n = JOB_STAGES.indexOf(p.stage as JobStage) + 1;
+    const line = `[${n}/${JOB_STAGES.length} ${p.stage}] ${p.done}/${p.total}${p.detail ? ` ${p.detail}` : ''}  job ${minutes((now - t0) / 1000)}, ETA ${minutes(left)}`;
     process.stderr.write(tty ? `\r${line.padEnd(100)}` : `${line}\n`);
   };
 }
 
 const pct = (x: number) => `${(100 * x).toFixed(1)}%`;
+const c2 = (e: StageEval) => Math.round(e.episodes / Math.max(1, e.tasks));
 const line = (name: string, e: StageEval) =>
   `${name.padEnd(5)} held-out success ${pct(e.success)} [${pct(e.ci95[0])}, ${pct(e.ci95[1])}] over ${e.tasks} tasks x ${Math.round(e.episodes / Math.max(1, e.tasks))}; pass^k ${Object.entries(
     e.pass_hat_k,
@@ -208,10 +223,12 @@ export async function modelJobCommand(argv: string[]): Promise<void> {
       steps: int('steps', bfcl ? BFCL_JOB.rl.steps : MODEL_JOB.rl.steps, 0),
       tasks_per_step: int('tasks-per-step', MODEL_JOB.rl.tasks_per_step),
       group: int('group', bfcl ? BFCL_JOB.rl.group : MODEL_JOB.rl.group, 2),
-      lr: numFlag(s('lr'), '--lr', { min: 0 }) ?? MODEL_JOB.rl.lr,
+      lr: numFlag(s('lr'), '--lr', { min: 0 }) ?? (bfcl ? BFCL_JOB.rl.lr : MODEL_JOB.rl.lr),
       ...(bfcl ? { max_new_tokens: BFCL_JOB.rl.max_new_tokens } : {}),
     },
     ...(evalTemperature !== undefined ? { eval_temperature: evalTemperature } : {}),
+    // sql: the SFT and RL checkpoints also on the held-out questions in the wording no training task uses
+    ...(suite === 'sql' ? { reworded: true } : {}),
   };
   const dir = s('run') ?? join('runs', `model-${new Date().toISOString().replace(/[:.]/g, '-')}`);
   console.log(
@@ -219,7 +236,8 @@ export async function modelJobCommand(argv: string[]): Promise<void> {
   );
   const stop = stopOnSignals((name) => `${name}: stopping after the step in flight; run the same command to resume`);
   const ac = stop.ac;
-  const progress = progressLine(t0);
+  const { held, reworded } = jobTasks(config);
+  const progress = progressLine(t0, jobPlan(config, held.length, reworded?.length ?? 0));
   try {
     const r = await runModelJob({
       config,
@@ -235,6 +253,10 @@ export async function modelJobCommand(argv: string[]): Promise<void> {
     console.log(
       `rl - sft: ${r.rl_minus_sft.points.toFixed(1)} points [${r.rl_minus_sft.ci95[0].toFixed(1)}, ${r.rl_minus_sft.ci95[1].toFixed(1)}] (paired over ${r.rl_minus_sft.tasks} tasks); minutes: sft ${(r.seconds.sft / 60).toFixed(1)}, rl ${(r.seconds.rl / 60).toFixed(1)}, eval ${(r.seconds.eval / 60).toFixed(1)}, total ${(r.seconds.total / 60).toFixed(1)}`,
     );
+    if (r.reworded)
+      console.log(
+        `held-out wording (${r.reworded.sft.tasks} questions x ${c2(r.reworded.sft)}): sft ${pct(r.reworded.sft.success)}, rl ${pct(r.reworded.rl.success)}, rl - sft ${r.reworded.rl_minus_sft.points.toFixed(1)} points [${r.reworded.rl_minus_sft.ci95[0].toFixed(1)}, ${r.reworded.rl_minus_sft.ci95[1].toFixed(1)}]`,
+      );
     const { tasks: _t, ...diff } = r.rl_minus_sft;
     console.log(JSON.stringify({ ...r, rl_minus_sft: diff }));
   } finally {

@@ -21,8 +21,8 @@ export { LearnerClient, HttpLearnerClient, LearnerError, learnerPython, isHfMode
 export { ensureHfOnnx, hfOnnxStale } from './hf-onnx.ts';
 export { resolveModel, getModel, convertGguf, registeredModels, modelsRoot, isModelName } from './models.ts';
 export type { RegisteredModel } from './models.ts';
-export { runModelJob, stageEval, jobTasks, evaluateCheckpoint } from './model-job.ts';
-export type { ModelJobConfig, ModelJobResult, ModelJobProgress, ModelJobOptions, StageEval } from './model-job.ts';
+export { runModelJob, stageEval, jobTasks, evaluateCheckpoint, JOB_STAGES, JOB_UNIT_SECONDS, JobEta, jobPlan } from './model-job.ts';
+export type { JobStage, ModelJobConfig, ModelJobResult, ModelJobProgress, ModelJobOptions, StageEval } from './model-job.ts';
 export type { LearnerOptions, LearnerConnection } from './learner-client.ts';
 export { LearnerSession } from './session.ts';
 export type { LearnerSessionOptions } from './session.ts';

@@ -25,6 +25,7 @@ import { finalEval, train } from './loop.ts';
 import { trainingTasks } from './run-context.ts';
 import { runSft } from './sft.ts';
 import { bfclJobTasks, bfclStage, isBfclJob, type BfclStage } from './bfcl-job.ts';
+import { paramsKey, rephraseSqlTask } from '../env/suites/index.ts';
 
 export interface ModelJobConfig {
   /** The base checkpoint's directory (resolved: models.ts resolveModel). */
@@ -42,6 +43,11 @@ export interface ModelJobConfig {
   tool_format: 'auto' | 'native' | 'hermes';
   /** The held-out evaluations' sampling temperature (0: greedy, BFCL's protocol); default: the rollouts' (rl.temperature, 1). */
   eval_temperature?: number;
+  /**
+   * sql: the SFT and RL checkpoints are also evaluated on the held-out questions asked in the wording no
+   * training task or demonstration uses (rephraseSqlTask; each question once), beside the usual held-out tasks.
+   */
+  reworded?: boolean;
   /**
    * warmup: steps (default 5% of them); min_lr_ratio: where the cosine ends (default 0.1; 1: constant lr);
    * prompt_grad: false trains without the gradient through the prompts' keys and values (runSft's promptGrad);
@@ -83,13 +89,15 @@ export interface ModelJobResult {
   sft: StageEval;
   rl: StageEval;
   rl_minus_sft: { points: number; ci95: [number, number]; tasks: number };
+  /** `reworded`: the SFT and RL checkpoints on the held-out questions in the held-out wording. */
+  reworded?: { sft: StageEval; rl: StageEval; rl_minus_sft: { points: number; ci95: [number, number]; tasks: number } };
   seconds: { sft: number; rl: number; eval: number; total: number };
   checkpoints: { sft: string; rl: string };
   tool_format: string;
 }
 
 export interface ModelJobProgress {
-  stage: 'base' | 'sft' | 'sft-eval' | 'rl' | 'rl-eval' | 'done';
+  stage: JobStage | 'done';
   /** Stage-local progress: done / total (episodes, SFT steps or RL steps). */
   done: number;
   total: number;
@@ -100,8 +108,78 @@ export interface ModelJobOptions {
   config: ModelJobConfig;
   dir: string;
   signal?: AbortSignal;
+  /**
+   * Taking turns with other work in the process (bench/model-job.ts): awaited before each unit of the job's
+   * work (an evaluation, the SFT, an RL step), which then runs until it calls the function returned.
+   */
+  turn?: () => Promise<() => void>;
   onLog?: (line: string) => void;
   onProgress?: (p: ModelJobProgress) => void;
+}
+
+/** The job's stages in order: the base's evaluation, SFT, the SFT checkpoint's evaluation, the RL steps, the RL checkpoint's evaluation. */
+export const JOB_STAGES = ['base', 'sft', 'sft-eval', 'rl', 'rl-eval'] as const;
+export type JobStage = (typeof JOB_STAGES)[number];
+
+/**
+ * Seconds per unit of the job's work alone on this machine's 2 cores (the sql recipe, bench/RESULTS.md "A real
+ * model"): an episode of the base model's evaluation (it writes prose to the token limit), an episode of a
+ * trained checkpoint's evaluation, a demonstration of an SFT epoch, an episode of an RL step (its rollout and
+ * its share of the learner). The whole job's ETA starts from them and follows the machine's pace as it goes.
+ */
+export const JOB_UNIT_SECONDS = { base_episode: 0.8, eval_episode: 1.2, sft_demo: 1.1, rl_episode: 2.1 };
+
+/** The seconds each stage is expected to take (JOB_UNIT_SECONDS; evaluations of `held` tasks and `reworded` ones). */
+export function jobPlan(c: ModelJobConfig, held: number, reworded = 0): Record<JobStage, number> {
+  const u = JOB_UNIT_SECONDS;
+  const evalEpisodes = (held + reworded) * c.k;
+  return {
+    base: held * c.k * u.base_episode,
+    sft: c.sft.demos * c.sft.epochs * u.sft_demo,
+    'sft-eval': evalEpisodes * u.eval_episode,
+    rl: Number(c.rl.steps ?? 0) * Number(c.rl.tasks_per_step ?? 0) * Number(c.rl.group ?? 0) * u.rl_episode,
+    'rl-eval': evalEpisodes * u.eval_episode,
+  };
+}
+
+/**
+ * The whole job's ETA from its progress (`mcp-gym start --model` prints it from the first minute): the plan's
+ * remaining seconds times the pace so far (seconds taken over seconds planned for the work done, with a
+ * minute's worth of the plan as its prior, so the first figures are the plan's). Stages finished before this
+ * process started (a resumed job) count neither way.
+ */
+export class JobEta {
+  private first: number | undefined;
+  private stage = -1;
+  private stageStart = 0;
+  private start = 0;
+
+  constructor(private readonly plan: Record<JobStage, number>) {}
+
+  /** Seconds left after progress `p` at `now` (seconds, any clock). */
+  update(p: ModelJobProgress, now: number): number {
+    if (p.stage === 'done') return 0;
+    const i = JOB_STAGES.indexOf(p.stage);
+    if (this.first === undefined) {
+      this.first = i;
+      this.start = now;
+    }
+    if (i !== this.stage) {
+      this.stage = i;
+      this.stageStart = now;
+    }
+    const plan = JOB_STAGES.map((s) => this.plan[s]);
+    const f = p.total > 0 ? Math.min(1, p.done / p.total) : 0;
+    const before = plan.slice(this.first, i).reduce((a, b) => a + b, 0);
+    const after = plan.slice(i + 1).reduce((a, b) => a + b, 0);
+    const here = plan[i]!;
+    // Within a stage with no progress yet (an evaluation inside training), its elapsed time counts as done.
+    const doneHere = f > 0 ? f * here : Math.min(here, now - this.stageStart);
+    const prior = 60;
+    const pace = (now - this.start + prior) / (before + doneHere + prior);
+    const leftHere = f > 0 ? (1 - f) * here * pace : Math.max(0, here * pace - (now - this.stageStart));
+    return leftHere + after * pace;
+  }
 }
 
 /** An evaluation's figures from its episodes. */
@@ -120,12 +198,23 @@ export function stageEval(trajectories: Trajectory[], k: number, file: string): 
   };
 }
 
-/** The suite's held-out tasks for the job (the first N at its difficulties) and its training tasks. */
-export function jobTasks(c: ModelJobConfig): { train: Task[]; held: Task[]; multiTurn?: Task[] } {
+/**
+ * The suite's held-out tasks for the job (the first N at its difficulties), its training tasks and, with
+ * `reworded`, the held-out questions in the held-out wording (each question once).
+ */
+export function jobTasks(c: ModelJobConfig): { train: Task[]; held: Task[]; multiTurn?: Task[]; reworded?: Task[] } {
   if (isBfclJob(c.suite)) return bfclJobTasks(c.eval_tasks);
   const rc = resolveConfig({ ...c.rl, suite: c.suite, min_difficulty: c.min_difficulty, max_difficulty: c.max_difficulty, seed: c.seed, model: c.model });
-  const { train: t, held } = trainingTasks(rc);
-  return { train: t, held: held.slice(0, c.eval_tasks) };
+  const { train: t, held: all } = trainingTasks(rc);
+  const held = all.slice(0, c.eval_tasks);
+  if (!c.reworded) return { train: t, held };
+  if (c.suite !== 'sql') throw new Error(`reworded: the held-out wording is the sql suite's, not ${c.suite}'s`);
+  const reworded = new Map<string, Task>();
+  for (const task of held) {
+    const r = rephraseSqlTask(task);
+    reworded.set(paramsKey(r), r);
+  }
+  return { train: t, held, reworded: [...reworded.values()] };
 }
 
 /** A checkpoint's held-out evaluation as the job runs it (k samples per task, the job's sampling settings); `model` defaults to the job's base. */
@@ -135,6 +224,7 @@ export async function evaluateCheckpoint(
   file: string,
   o: Pick<ModelJobOptions, 'onLog' | 'onProgress' | 'signal'>,
   model = c.model,
+  stage: JobStage = 'base',
 ): Promise<Trajectory[]> {
   ensureHfOnnx(model, o.onLog);
   const temperature = c.eval_temperature ?? c.rl.temperature;
@@ -154,7 +244,7 @@ export async function evaluateCheckpoint(
       iteration: 'eval.base',
       out: file,
       ...(o.signal ? { signal: o.signal } : {}),
-      onEpisode: () => o.onProgress?.({ stage: 'base', done: ++done, total: held.length * c.k }),
+      onEpisode: () => o.onProgress?.({ stage, done: ++done, total: held.length * c.k }),
     });
     if (o.signal?.aborted) throw new Interrupted(`stopped during the evaluation of ${model}; run the same command again to resume`);
     assertSomeEpisodeRan(r.trajectories, `the evaluation of ${model}`);
@@ -184,10 +274,14 @@ export async function runModelJob(o: ModelJobOptions): Promise<ModelJobResult> {
     writeFileSync(jobFile, JSON.stringify({ config: c, seconds, ...extra }, null, 2) + '\n');
   };
   save();
-  const { train: trainTasks, held, multiTurn } = jobTasks(c);
+  const { train: trainTasks, held, multiTurn, reworded } = jobTasks(c);
+  // One unit of work at a time when the caller takes turns (bench/model-job.ts); a no-op otherwise.
+  const take = async () => (o.turn ? await o.turn() : () => {});
   // The held-out tasks as a task file: `mcp-gym eval --tasks <dir>/heldout-tasks.jsonl --model <checkpoint> -k K` evaluates any checkpoint on them.
   writeFileSync(join(dir, 'heldout-tasks.jsonl'), held.map((t) => JSON.stringify(t)).join('\n') + '\n');
-  log(`${held.length} held-out tasks x ${c.k} samples, ${trainTasks.length} training tasks (${c.suite}, difficulty ${c.min_difficulty}-${c.max_difficulty})`);
+  log(
+    `${held.length} held-out tasks x ${c.k} samples${reworded ? ` (and ${reworded.length} questions in the held-out wording for SFT and RL)` : ''}, ${trainTasks.length} training tasks (${c.suite}, difficulty ${c.min_difficulty}-${c.max_difficulty})`,
+  );
 
   // 1. the base model
   const baseDir = join(dir, 'base');
@@ -195,6 +289,7 @@ export async function runModelJob(o: ModelJobOptions): Promise<ModelJobResult> {
   let base = readJson<StageEval>(join(baseDir, 'eval.json'));
   if (!base) {
     mkdirSync(baseDir, { recursive: true });
+    const release = await take();
     const te = performance.now();
     const trajectories = await evaluateCheckpoint(c, held, baseFile, o);
     base = stageEval(trajectories, c.k, 'base/trajectories.jsonl');
@@ -202,12 +297,14 @@ export async function runModelJob(o: ModelJobOptions): Promise<ModelJobResult> {
     writeFileSync(join(baseDir, 'eval.json'), JSON.stringify(base, null, 2) + '\n');
     seconds.eval += (performance.now() - te) / 1000;
     save();
+    release();
   }
   log(`base: held-out success ${(100 * base.success).toFixed(1)}% [${(100 * base.ci95[0]).toFixed(1)}, ${(100 * base.ci95[1]).toFixed(1)}]`);
 
   // 2. SFT on expert demonstrations of the training tasks
   const sftDir = join(dir, 'sft');
   if (!existsSync(join(sftDir, 'sft.json'))) {
+    const release = await take();
     const ts = performance.now();
     const steps = Math.max(1, Math.round((c.sft.epochs * c.sft.demos) / c.sft.batch));
     o.onProgress?.({ stage: 'sft', done: 0, total: steps });
@@ -235,6 +332,7 @@ export async function runModelJob(o: ModelJobOptions): Promise<ModelJobResult> {
     seconds.sft += (performance.now() - ts) / 1000;
     writeFileSync(join(sftDir, 'sft.json'), JSON.stringify(r, null, 2) + '\n');
     save();
+    release();
   }
 
   // 3-5. GRPO from the SFT checkpoint; its evaluations before and after are the SFT's and the RL's
@@ -252,42 +350,71 @@ export async function runModelJob(o: ModelJobOptions): Promise<ModelJobResult> {
     tool_format: c.tool_format,
   };
   let evalSeconds = 0;
-  o.onProgress?.({ stage: 'rl', done: 0, total: Number(config.steps ?? 0), detail: 'evaluating the SFT checkpoint' });
+  const steps = Number(config.steps ?? 0);
+  o.onProgress?.({ stage: 'sft-eval', done: 0, total: 1, detail: 'evaluating the SFT checkpoint' });
+  // The turn: held from the SFT checkpoint's evaluation through step 1, then one step at a time, then through the last evaluation.
+  let release: (() => void) | undefined = await take();
   const result = await train({
     config,
     runDir: rlDir,
     resume,
-    evalTasks: held,
+    // The reworded questions are evaluated with the usual ones (one batch), and told apart by their ids below.
+    evalTasks: reworded ? [...held, ...reworded] : held,
     // BFCL: the job's own training pool (the live categories), not the suite's.
     ...(multiTurn ? { trainTasks } : {}),
     ...(o.signal ? { signal: o.signal } : {}),
     onLog: log,
-    onStep: (m) =>
+    beforeRollout: async () => {
+      release ??= await take();
+    },
+    onStep: (m) => {
       o.onProgress?.({
         stage: 'rl',
         done: Number(m.step),
-        total: Number(config.steps ?? 0),
+        total: steps,
         detail: `success ${(100 * Number(m.success_rate)).toFixed(0)}%${m.eval_success !== undefined ? `, held-out ${(100 * Number(m.eval_success)).toFixed(0)}%` : ''}`,
-      }),
-    onEval: (s) => (evalSeconds += s),
+      });
+      if (Number(m.step) < steps) {
+        release?.();
+        release = undefined;
+      } else o.onProgress?.({ stage: 'rl-eval', done: 0, total: 1, detail: 'evaluating the RL checkpoint' });
+    },
+    onEval: (s) => {
+      if (evalSeconds === 0) o.onProgress?.({ stage: 'rl', done: 0, total: steps });
+      evalSeconds += s;
+    },
   });
   seconds.eval += evalSeconds;
   if (result.stopped) throw new Interrupted(`the RL stage stopped at step ${result.steps}; run the same command again to resume`);
   // train_seconds: the steps (evaluations between them included: eval_every 0 keeps them out)
   seconds.rl = result.train_seconds;
   const read = (file: string) => readTrajectories(join(rlDir, file));
-  const sftTraj = read(result.before.trajectories!);
-  const rlTraj = read(finalEval(result).trajectories!);
+  const rewordedIds = new Set((reworded ?? []).map((t) => t.id));
+  const isReworded = (t: Trajectory) => rewordedIds.has(t.task_id);
+  const sftAll = read(result.before.trajectories!);
+  const rlAll = read(finalEval(result).trajectories!);
+  const sftTraj = sftAll.filter((t) => !isReworded(t));
+  const rlTraj = rlAll.filter((t) => !isReworded(t));
   const sft = stageEval(sftTraj, c.k, join('rl', result.before.trajectories!));
   const rl = stageEval(rlTraj, c.k, join('rl', finalEval(result).trajectories!));
   if (multiTurn) {
     // Every multi-turn category at each checkpoint, whatever it scores.
     const te = performance.now();
-    sft.bfcl = bfclStage(held, sftTraj, c.k, await evaluateCheckpoint({ ...c, k: 1 }, multiTurn, join(sftDir, 'multi-turn.jsonl'), o, sftDir));
-    rl.bfcl = bfclStage(held, rlTraj, c.k, await evaluateCheckpoint({ ...c, k: 1 }, multiTurn, join(rlDir, 'multi-turn.jsonl'), o, join(rlDir, 'model')));
+    sft.bfcl = bfclStage(held, sftTraj, c.k, await evaluateCheckpoint({ ...c, k: 1 }, multiTurn, join(sftDir, 'multi-turn.jsonl'), o, sftDir, 'rl-eval'));
+    rl.bfcl = bfclStage(
+      held,
+      rlTraj,
+      c.k,
+      await evaluateCheckpoint({ ...c, k: 1 }, multiTurn, join(rlDir, 'multi-turn.jsonl'), o, join(rlDir, 'model'), 'rl-eval'),
+    );
     seconds.eval += (performance.now() - te) / 1000;
   }
-  const diff = pairedDifference(taskRates(sftTraj), taskRates(rlTraj), { a: sftTraj.length, b: rlTraj.length });
+  release?.();
+  const gain = (a: Trajectory[], b: Trajectory[]) => {
+    const d = pairedDifference(taskRates(a), taskRates(b), { a: a.length, b: b.length });
+    return { points: 100 * d.mean, ci95: [100 * d.ci95[0], 100 * d.ci95[1]] as [number, number], tasks: d.tasks };
+  };
+  const rw = reworded ? { sft: sftAll.filter(isReworded), rl: rlAll.filter(isReworded) } : undefined;
   seconds.total = (performance.now() - t0) / 1000;
   const out: ModelJobResult = {
     model: c.model_name,
@@ -295,7 +422,16 @@ export async function runModelJob(o: ModelJobOptions): Promise<ModelJobResult> {
     base,
     sft,
     rl,
-    rl_minus_sft: { points: 100 * diff.mean, ci95: [100 * diff.ci95[0], 100 * diff.ci95[1]], tasks: diff.tasks },
+    rl_minus_sft: gain(sftTraj, rlTraj),
+    ...(rw
+      ? {
+          reworded: {
+            sft: stageEval(rw.sft, c.k, join('rl', result.before.trajectories!)),
+            rl: stageEval(rw.rl, c.k, join('rl', finalEval(result).trajectories!)),
+            rl_minus_sft: gain(rw.sft, rw.rl),
+          },
+        }
+      : {}),
     seconds: { sft: round(seconds.sft), rl: round(seconds.rl), eval: round(seconds.eval), total: round(seconds.total) },
     checkpoints: { sft: sftDir, rl: join(rlDir, 'model') },
     tool_format: c.tool_format,
