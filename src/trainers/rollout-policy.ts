@@ -10,6 +10,15 @@ import { samplerThreads } from './resolve-config.ts';
 import { servedRolloutPolicy } from './served-policy.ts';
 
 /** What samples a run's rollouts: the model in-process, or a server that loads the run's weights. */
+/** The in-process sampler's totals: seconds of its prefill and decode graph runs, their calls, and the rows the decode steps ran. */
+export interface SamplerTotals {
+  prefill: number;
+  decode: number;
+  prefill_calls: number;
+  decode_calls: number;
+  decode_rows: number;
+}
+
 export interface RolloutPolicy {
   policy: Policy;
   /** The same model sampling with other settings (eval_temperature); the in-process policy only. */
@@ -23,8 +32,8 @@ export interface RolloutPolicy {
    */
   reload: (step: number, changed: boolean) => Promise<unknown>;
   close: () => Promise<void>;
-  /** The in-process model's sampling seconds so far (graph runs that prefill, and decode steps); absent for a served policy. */
-  samplerSeconds?: () => { prefill: number; decode: number };
+  /** The in-process model's sampling so far (graph runs that prefill, and decode steps: their seconds, calls and rows); absent for a served policy. */
+  samplerSeconds?: () => SamplerTotals;
   /** A served policy: each server's state and counts (src/agents/fleet.ts); absent in-process. */
   servers?: () => FleetServerStats[];
 }
@@ -75,7 +84,13 @@ export async function rolloutPolicy(
       version: () => p.version,
       reload: () => p.reload(),
       close: () => p.close(),
-      samplerSeconds: () => ({ prefill: t.prefill.seconds, decode: t.decode.seconds }),
+      samplerSeconds: () => ({
+        prefill: t.prefill.seconds,
+        decode: t.decode.seconds,
+        prefill_calls: t.prefill.calls,
+        decode_calls: t.decode.calls,
+        decode_rows: t.decode.rows,
+      }),
     };
   }
   return servedRolloutPolicy(c, modelDir, o);

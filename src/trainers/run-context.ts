@@ -16,7 +16,7 @@ import { parseReportTo } from './options.ts';
 import { StepPipeline, VersionSteps } from './pipeline.ts';
 import type { LearnerConfigInput } from './protocol.ts';
 import { ReplayBuffer, type ReplayDraw, type ReplaySnapshot } from './replay.ts';
-import { rolloutPolicy, type RolloutPolicy } from './rollout-policy.ts';
+import { rolloutPolicy, type RolloutPolicy, type SamplerTotals } from './rollout-policy.ts';
 import { RunDir, type EvalResult } from './run-dir.ts';
 import { TaskSampler } from './sampler.ts';
 import { LearnerSession } from './session.ts';
@@ -79,7 +79,7 @@ export interface Produced {
   replayAdded: number;
   replayAfter?: ReplaySnapshot;
   /** The in-process sampler's seconds while the batch was collected (prefill and decode graph runs); absent for a served policy. */
-  samplerSeconds?: { prefill: number; decode: number };
+  samplerSeconds?: SamplerTotals;
 }
 
 export interface RunContext {

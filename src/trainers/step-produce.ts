@@ -26,7 +26,16 @@ export async function produceBatch(ctx: RunContext, step: number, signal: AbortS
     signal,
   });
   const s1 = ctx.policy.samplerSeconds?.();
-  const sampled = s0 && s1 ? { prefill: s1.prefill - s0.prefill, decode: s1.decode - s0.decode } : undefined;
+  const sampled =
+    s0 && s1
+      ? {
+          prefill: s1.prefill - s0.prefill,
+          decode: s1.decode - s0.decode,
+          prefill_calls: s1.prefill_calls - s0.prefill_calls,
+          decode_calls: s1.decode_calls - s0.decode_calls,
+          decode_rows: s1.decode_rows - s0.decode_rows,
+        }
+      : undefined;
   // In batch order, from the fresh rollouts (never from training): the same whatever the timing.
   const moves = curriculum?.update(step, got.trajectories) ?? [];
   const replayAdded = replay?.add(step, got.kept) ?? 0;

@@ -42,7 +42,16 @@ export function stepProfile(item: Produced, learned: Learned, t: StepTimes): Rec
   const eps = item.got.trajectories;
   const sum = (f: (x: Trajectory) => number) => eps.reduce((s, x) => s + f(x), 0) / 1000;
   return {
-    ...(item.samplerSeconds ? { prefill_seconds: item.samplerSeconds.prefill, decode_seconds: item.samplerSeconds.decode } : {}),
+    ...(item.samplerSeconds
+      ? {
+          prefill_seconds: item.samplerSeconds.prefill,
+          decode_seconds: item.samplerSeconds.decode,
+          prefill_calls: item.samplerSeconds.prefill_calls,
+          decode_steps: item.samplerSeconds.decode_calls,
+          // rows a decode step ran on average (continuous batching: rows join and leave between steps)
+          decode_rows_mean: item.samplerSeconds.decode_calls ? item.samplerSeconds.decode_rows / item.samplerSeconds.decode_calls : 0,
+        }
+      : {}),
     tool_seconds: sum((x) => x.timings.tool_ms),
     score_seconds: sum((x) => x.timings.score_ms ?? 0),
     batch_seconds: t.batch,

@@ -112,5 +112,18 @@ describe.runIf(HAVE_HF_PY)('the real-model job on a tiny model', () => {
     const job = JSON.parse(readFileSync(join(dir, 'job.json'), 'utf8')) as { result: { reworded: unknown } };
     expect(job.result.reworded).toBeDefined();
     expect(existsSync(join(dir, 'rl', 'model', 'config.json'))).toBe(true);
+    // Each step's sampler profile: graph seconds, prefill calls, decode steps and the rows they ran
+    const steps = readFileSync(join(dir, 'rl', 'metrics.jsonl'), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as Record<string, number>);
+    expect(steps.length).toBe(2);
+    for (const m of steps) {
+      expect(m.prefill_calls).toBeGreaterThan(0);
+      expect(m.decode_steps).toBeGreaterThan(0);
+      expect(m.decode_rows_mean).toBeGreaterThanOrEqual(1);
+      expect(m.decode_rows_mean).toBeLessThanOrEqual(4); // 2 tasks x 2 samples
+      expect(m.decode_seconds).toBeGreaterThan(0);
+    }
   });
 });
