@@ -220,6 +220,27 @@ def _grouped_raw(seed=3):
             "group_ids": ["a", "a", "a", "b", "b", "b", "c"]}
 
 
+def _shared_prefix_trainer(base, micro_tokens, trie):
+    """A perturbed copy of `base` behind an HFAdapter with the shared prefix on (`trie`: rests as a prefix tree),
+    its RLTrainer, and the list of (sequences, layout) of every micro-batch the adapter lays out."""
+    policy = copy.deepcopy(base)
+    adapter = HFAdapter(policy)
+    adapter.share_prefix, adapter.micro_tokens, adapter.trie = True, micro_tokens, trie
+    tr = RLTrainer(policy, adapter)
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.add_(torch.randn_like(p) * 0.02)
+    seen = []
+    real_inputs = adapter.inputs
+
+    def inputs(seqs, device, need_from=None):
+        seen.append((seqs, real_inputs(seqs, device, need_from)))
+        return seen[-1][1]
+
+    adapter.inputs = inputs
+    return policy, tr, seen
+
+
 def test_hf_groups_share_their_prompt_and_the_gradient_stays_exact():
     """A micro-batch per prompt (batch.micro_batches_by_prompt, when the adapter computes a common prefix once):
     each group's prompt runs once, and the gradient is the float64 reference's."""
@@ -232,19 +253,10 @@ def test_hf_groups_share_their_prompt_and_the_gradient_stays_exact():
     # at most two per micro-batch: a group is cut, never mixed with another
     for mb in micro_batches_by_prompt(range(7), batch, 2, 4096):
         assert len({raw["group_ids"][i] for i in mb}) == 1
-    policy = copy.deepcopy(base)
-    adapter = HFAdapter(policy)
-    adapter.share_prefix, adapter.micro_tokens, adapter.trie = True, 4096, False
-    tr = RLTrainer(policy, adapter)
-    with torch.no_grad():
-        for p in policy.parameters():
-            p.add_(torch.randn_like(p) * 0.02)
-    seen = []
-    real_inputs = adapter.inputs
-    adapter.inputs = lambda seqs, device, need_from=None: (seen.append(len(seqs)), real_inputs(seqs, device, need_from))[1]
+    policy, tr, seen = _shared_prefix_trainer(base, 4096, trie=False)
     cfg = parse_config({"loss": "grpo", "beta": 0.1, "entropy_coef": 0.0, "micro_batch_size": 8})
     tr.gradients(batch, cfg)
-    assert 3 in seen  # a group's three samples in one micro-batch (the prefix layout)
+    assert 3 in [len(seqs) for seqs, _ in seen]  # a group's three samples in one micro-batch (the prefix layout)
     _assert_reference_gradient(policy, base, raw)
 
 
@@ -288,22 +300,12 @@ def test_hf_prefix_tree_packs_groups_and_the_gradient_stays_exact():
     # a group larger than the budget on its own is cut as micro_batches_by_prompt cuts it
     assert all(len(mb) <= 2 for mb in micro_batches_by_trie(every, batch, 64, 12, 40))
     for micro, budget in ((64, 4096), (64, per_group[0] + per_group[1]), (2, 12)):
-        policy = copy.deepcopy(base)
-        adapter = HFAdapter(policy)
-        adapter.share_prefix, adapter.micro_tokens = True, budget
-        assert adapter.trie
-        tr = RLTrainer(policy, adapter)
-        with torch.no_grad():
-            for p in policy.parameters():
-                p.add_(torch.randn_like(p) * 0.02)
-        seen = []
-        real_inputs = adapter.inputs
-        adapter.inputs = lambda seqs, device, need_from=None: (seen.append(real_inputs(seqs, device, need_from)), seen[-1])[1]
+        policy, tr, seen = _shared_prefix_trainer(base, budget, trie=True)
         cfg = parse_config({"loss": "grpo", "beta": 0.1, "entropy_coef": 0.0, "micro_batch_size": micro})
         tr.gradients(batch, cfg)
         if budget == 4096:
-            inputs = seen[0][0]
+            inputs = seen[0][1][0]
             assert inputs["prefix_ids"].shape[1] == 40  # the system turn, once
-            laid = int((inputs["input_ids"] != adapter.pad_id).sum())
+            laid = int((inputs["input_ids"] != tr.adapter.pad_id).sum())
             assert laid < sum(len(x) - 40 for x in raw["ids"])  # the shared first turns once
         _assert_reference_gradient(policy, base, raw)
