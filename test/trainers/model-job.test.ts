@@ -52,6 +52,10 @@ describe('the job ETA', () => {
     expect(eta.update({ stage: 'rl', done: 2, total: 4 }, 200)).toBeCloseTo((100 + 50) * (260 / 160), 6);
   });
 
+  it('refuses the held-out wording on a suite that has none, naming it', () => {
+    expect(() => jobTasks({ ...config('m'), suite: 'kv' })).toThrow("reworded: the held-out wording is the sql suite's, not kv's");
+  });
+
   it('plans each stage from its units', () => {
     const c = config('m');
     const p = jobPlan(c, 3, 2);
