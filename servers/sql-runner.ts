@@ -3,6 +3,7 @@
  * with a timeout, a queue, and long queries at the lowest CPU priority (see QueryRunner).
  */
 import { fork, type ChildProcess } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { setPriority } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { ToolError } from './common.ts';
@@ -47,6 +48,8 @@ interface Slot {
   long: boolean;
   /** Ends this process after a while idle (every idle process but one spare). */
   idleTimer?: ReturnType<typeof setTimeout>;
+  /** The process's CPU milliseconds when the running query started (cpuMs; undefined where unknown). */
+  cpuAtStart?: number;
 }
 
 export interface RunnerSettings {
@@ -70,6 +73,23 @@ export interface RunnerStats {
 const IDLE_MS = 30_000;
 /** The lowest CPU priority (nice 19; on Windows, the idle class). */
 const LOWEST_PRIORITY = 19;
+
+/**
+ * The CPU milliseconds (user + system) a process has used, from /proc/<pid>/stat (Linux, whose
+ * /proc counts in USER_HZ = 100 ticks a second); undefined where that cannot be read.
+ */
+export function cpuMs(pid: number | undefined): number | undefined {
+  if (pid === undefined || process.platform !== 'linux') return undefined;
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'latin1');
+    // The fields after the command name (which may hold spaces and parentheses): state is field 3, utime 14, stime 15.
+    const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    const ticks = Number(rest[11]) + Number(rest[12]);
+    return Number.isFinite(ticks) ? ticks * 10 : undefined;
+  } catch {
+    return undefined;
+  }
+}
 
 /**
  * Runs queries in up to `workers` child processes, one query each at a time, with a timeout each.
@@ -250,12 +270,30 @@ export class QueryRunner {
       this.settle(job, new ToolError(`Query timed out after ${this.settings.timeoutMs} ms`));
       this.pump();
     }, this.settings.timeoutMs);
-    if (this.settings.longAfterMs < this.settings.timeoutMs) slot.longTimer = setTimeout(() => this.markLong(slot, job), this.settings.longAfterMs);
+    if (this.settings.longAfterMs < this.settings.timeoutMs) {
+      slot.cpuAtStart = cpuMs(slot.child!.pid);
+      slot.longTimer = setTimeout(() => this.markLong(slot, job), this.settings.longAfterMs);
+    }
   }
 
-  /** The slot's query has run `longAfterMs`: lower its priority, or stop it if it would take the last process. */
+  /**
+   * The slot's query has run `longAfterMs`: lower its priority, or stop it if it would take the last
+   * process. Where the process's CPU time can be read (Linux), a query is long once it has *used*
+   * `longAfterMs` of CPU: on a machine whose cores are busy with other work (a model sampling
+   * rollouts), a short query can wait longer than that for a core, and treating it as long would
+   * lower its priority (so it waits longer still) and end its process after it (a new one to start
+   * for every query). Until then the check comes back after the CPU time still missing.
+   */
   private markLong(slot: Slot, job: Job): void {
     if (slot.job !== job || !slot.child) return;
+    const now = slot.cpuAtStart === undefined ? undefined : cpuMs(slot.child.pid);
+    if (now !== undefined) {
+      const missing = this.settings.longAfterMs - (now - slot.cpuAtStart!);
+      if (missing > 0) {
+        slot.longTimer = setTimeout(() => this.markLong(slot, job), Math.max(10, missing));
+        return;
+      }
+    }
     const long = this.slots.filter((s) => s.long).length;
     const limit = Math.max(1, this.slots.length - 1);
     if (long >= limit) {

@@ -264,10 +264,43 @@ describe.skipIf(!HAVE_PY)(`Hugging Face models in onnxruntime-node (learner Pyth
     });
   }
 
+  for (const f of FAMILIES) {
+    it(`${f}: continuous batching at temperature 1: shared prompts, a kept next turn, a capacity that grows and shrinks (scored by the learner below)`, async () => {
+      const { model, prompts } = fx[f];
+      const fits = model.capacityFits;
+      const batcher = new GenerationBatcher(model, { sampling: SAMPLING, rng: seededRandom(0), mode: 'continuous' });
+      const row = (prompt: number[], maxNewTokens: number, seed: number, extra: Partial<Parameters<GenerationBatcher['submit']>[0]> = {}) =>
+        batcher.submit({ prompt, maxNewTokens, rng: seededRandom(seed), ...extra }).then((g) => ({ prompt, g }));
+      // A long row; a short one joins it late and outlives it (the capacity then shrinks to the short row's).
+      let late: Promise<{ prompt: number[]; g: Generation }> | undefined;
+      const long = row(prompts[1]!, 100, 31, {
+        onToken: () => {
+          if (!late && ++seen === 90) late = row(prompts[2]!, 40, 32);
+        },
+      });
+      let seen = 0;
+      // Two rows of one prompt (one prefill), and an episode's first turn kept for its next.
+      const same = [row(prompts[0]!, 8, 33), row(prompts[0]!, 8, 34)];
+      const first = await row(prompts[2]!, 6, 35, { cacheKey: 'episode' });
+      const rows: { prompt: number[]; g: Generation }[] = [await long, ...(await Promise.all(same)), first];
+      // The next turn: the first turn's tokens and what the environment added, its kept keys and values reused.
+      const nextPrompt = [...first.prompt, ...first.g.tokens, ...prompts[0]!.slice(-5)];
+      rows.push(await row(nextPrompt, 8, 36, { cacheKey: 'episode' }));
+      rows.push(await late!);
+      await batcher.close();
+      expect(rows[0]!.g.tokens.length).toBe(100);
+      expect(rows.at(-1)!.g.tokens.length).toBe(40);
+      const now = model.capacityFits;
+      expect(now.grown - fits.grown).toBeGreaterThan(0);
+      expect(now.shrunk - fits.shrunk).toBeGreaterThan(0);
+      for (const r of rows) sampled[f].push(r);
+    });
+  }
+
   it("the learner's recomputed logprobs of the sampled tokens equal the sampler's (all families)", () => {
     const req: Record<string, unknown> = {};
     for (const f of FAMILIES) {
-      expect(sampled[f].length).toBe(4);
+      expect(sampled[f].length).toBe(10);
       req[f] = { dir: fx[f].dir, rows: sampled[f].map((r) => ({ prompt: r.prompt, tokens: r.g.tokens })) };
     }
     const file = join(root, 'lp-request.json');

@@ -1,4 +1,4 @@
-import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Client } from '@modelcontextprotocol/client';
@@ -379,6 +379,49 @@ describe('sql server under load', () => {
       await close();
     }
   });
+
+  it.skipIf(process.platform !== 'linux')(
+    'a short query kept from the CPU past the long mark is not long (the CPU time it used counts, not the time it took)',
+    async () => {
+      const { call, stats, close } = await start({ timeoutMs: 30_000, longAfterMs: 50, workers: 2 });
+      // This process's query processes (servers/sql-worker.js), read from /proc.
+      const workers = () =>
+        readdirSync('/proc')
+          .filter((d) => /^\d+$/.test(d))
+          .filter((pid) => {
+            try {
+              const stat = readFileSync(`/proc/${pid}/stat`, 'latin1');
+              const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+              return ppid === process.pid && readFileSync(`/proc/${pid}/cmdline`, 'latin1').includes('sql-worker.js');
+            } catch {
+              return false;
+            }
+          })
+          .map(Number);
+      let stopped: number[] = [];
+      try {
+        await trivial(call); // starts the pool
+        await until('the query processes are ready', () => stats().ready === stats().processes && stats().busy === 0);
+        const before = workers();
+        expect(before.length).toBeGreaterThan(0);
+        // Stopped processes get no CPU: like a machine whose cores other work holds, the query waits.
+        stopped = before;
+        for (const pid of stopped) process.kill(pid, 'SIGSTOP');
+        const answer = trivial(call);
+        await sleep(400);
+        expect(stats()).toMatchObject({ busy: 1, long: 0 });
+        for (const pid of stopped) process.kill(pid, 'SIGCONT');
+        stopped = [];
+        expect(await answer).toBeGreaterThan(400);
+        // Not ended after its query, as a long query's process is: the same processes serve on.
+        await trivial(call);
+        expect(workers().sort()).toEqual([...before].sort());
+      } finally {
+        for (const pid of stopped) process.kill(pid, 'SIGCONT');
+        await close();
+      }
+    },
+  );
 
   it('answers busy a query that waited in the queue past its deadline, and serves the next one', async () => {
     const { call, stats, close } = await start({ timeoutMs: 2500, workers: 1, queueTimeoutMs: 400 });

@@ -44,6 +44,8 @@ export interface LaneRow {
   onDone?: (g: Generation) => void;
   /** Prompt tokens this row took from a kept RowCache instead of prefilling them. */
   reused?: number;
+  /** What the row's slot of `logits` holds now, in a lane whose rows choose (Lane.perRow); else the lane's `scores`. */
+  scores?: Scores;
 }
 
 /** What a lane's rows sample from: the logits, or the probabilities a Hugging Face graph also returns. */
@@ -65,6 +67,18 @@ export interface Lane {
   /** Each row's next-token scores: logits, or (`scores: 'probs'`) the graph's softmax at temperature 1. */
   logits: Float32Array;
   scores: Scores;
+  /**
+   * Each graph run asks for the scores its rows can all sample from (continuous batching, whose rows
+   * come with their own settings): the probabilities while every row samples the whole vocabulary at
+   * temperature 1, else the logits; each row records which its slot holds (LaneRow.scores).
+   */
+  perRow?: boolean;
+  /**
+   * The capacity follows the running rows (continuous batching): a row joins with room for its prompt,
+   * and before each decode step the capacity is fitted to the longest row (grown, or shrunk once rows
+   * that ran long have left), so that a step reads the slots rows use, not the most any row might use.
+   */
+  elastic?: boolean;
   /** The running rows by cache row, and in the order they joined (the order rows are sampled in). */
   rows: LaneRow[];
   order: LaneRow[];
@@ -75,6 +89,9 @@ export interface Lane {
 
 /** A lane's slots, for an OnnxModel (read through its `shape`): made, grown, emptied of a row, and written into. */
 export class KvSlots {
+  /** Times an elastic lane's capacity was fitted larger or smaller (laneFit). */
+  readonly fits = { grown: 0, shrunk: 0 };
+
   constructor(private readonly shape: ModelShape) {}
 
   /** A lane with room for `slots` rows of capacity C (both grow with laneReserve). */
@@ -99,11 +116,27 @@ export class KvSlots {
   /** Makes room for `slots` rows of capacity C, keeping the running rows' keys, values, masks and logits. */
   laneReserve(lane: Lane, slots: number, C: number): void {
     if (slots <= lane.slots && C <= lane.C) return;
-    const { L, H, Dh, V } = this.shape;
     // Rows are added one at a time: room doubles (up to 64 rows) rather than growing by one.
     const S = slots > lane.slots ? Math.max(slots, Math.min(2 * lane.slots, 64)) : lane.slots;
-    const C2 = Math.max(lane.C, C);
+    this.relay(lane, S, Math.max(lane.C, C));
+  }
+
+  /**
+   * Gives the lane a capacity of exactly C slots a row, larger or smaller (an elastic lane, Lane.elastic):
+   * every running row's tokens must fit in C.
+   */
+  laneFit(lane: Lane, C: number): void {
+    if (C === lane.C) return;
+    if (C > lane.C) this.fits.grown++;
+    else this.fits.shrunk++;
+    this.relay(lane, lane.slots, C);
+  }
+
+  /** Re-lays the lane as S rows of capacity C2, keeping the running rows' first min(C, C2) slots, masks and logits. */
+  private relay(lane: Lane, S: number, C2: number): void {
+    const { L, H, Dh, V } = this.shape;
     const C1 = lane.C;
+    const c = Math.min(C1, C2);
     const B = lane.B;
     const K = Array.from({ length: L }, () => new Float32Array(S * H * Dh * C2));
     const Vc = Array.from({ length: L }, () => new Float32Array(S * H * C2 * Dh));
@@ -114,14 +147,16 @@ export class KvSlots {
         Vc[l]!.set(lane.V[l]!.subarray(0, B * H * C1 * Dh));
         continue;
       }
+      const srcK = lane.K[l]!;
+      const srcV = lane.V[l]!;
       for (let bh = 0; bh < B * H; bh++) {
-        Vc[l]!.set(lane.V[l]!.subarray(bh * C1 * Dh, (bh + 1) * C1 * Dh), bh * C2 * Dh);
-        for (let d = 0; d < Dh; d++) K[l]!.set(lane.K[l]!.subarray((bh * Dh + d) * C1, (bh * Dh + d + 1) * C1), (bh * Dh + d) * C2);
+        Vc[l]!.set(srcV.subarray(bh * C1 * Dh, bh * C1 * Dh + c * Dh), bh * C2 * Dh);
+        for (let d = 0; d < Dh; d++) K[l]!.set(srcK.subarray((bh * Dh + d) * C1, (bh * Dh + d) * C1 + c), (bh * Dh + d) * C2);
       }
     }
-    for (let b = 0; b < B; b++) mask.set(lane.mask.subarray(b * C1, (b + 1) * C1), b * C2);
-    const logits = new Float32Array(S * V);
-    logits.set(lane.logits.subarray(0, B * V));
+    for (let b = 0; b < B; b++) mask.set(lane.mask.subarray(b * C1, b * C1 + c), b * C2);
+    const logits = S === lane.slots ? lane.logits : new Float32Array(S * V);
+    if (logits !== lane.logits) logits.set(lane.logits.subarray(0, B * V));
     Object.assign(lane, { slots: S, C: C2, K, V: Vc, mask, logits });
   }
 

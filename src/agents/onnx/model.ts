@@ -274,6 +274,9 @@ export class OnnxModel {
     const version = this.version;
     try {
       const lane = this.kv.newLane(session, 0, 0);
+      // Rows come with their own settings: each graph run asks for what its rows can sample from.
+      lane.perRow = true;
+      lane.elastic = true;
       // The prompts of the rows admitted last: a row that does not start with the lane's prefix
       // gets, if it shares one with them or with the rows still waiting, a new prefix to share.
       const recent: number[][] = [];
@@ -293,10 +296,14 @@ export class OnnxModel {
           const head = source.peek();
           if (!head) return;
           const base = this.graphPrefix && lane.prefix ? Math.min(commonLength(lane.prefix.tokens, head.prompt), head.prompt.length - 1) : 0;
-          const need = Math.min(this.maxLen - base, head.prompt.length - base + head.maxNewTokens);
-          // Capacity grows in steps of 32 slots, so that rows of many lengths rarely re-lay the cache.
-          const C = Math.max(lane.C, Math.min(this.maxLen, Math.ceil(need / 32) * 32));
-          if (lane.B > 0 && (lane.B + 1) * this.rowBytes(C) > this.budget) return;
+          // The budget counts the most slots each row may still come to use: the new row's prompt and
+          // token limit, the running rows' tokens so far and the tokens they may still sample.
+          let need = Math.min(this.maxLen - base, head.prompt.length - base + head.maxNewTokens);
+          for (const row of lane.order) need = Math.max(need, row.next + 1 + row.opts.maxNewTokens - row.gen.tokens.length);
+          const round = (n: number) => Math.min(this.maxLen, Math.ceil(n / 32) * 32);
+          if (lane.B > 0 && (lane.B + 1) * this.rowBytes(round(need)) > this.budget) return;
+          // The lane's capacity is elastic (runLane fits it to the longest row before each step): the row joins with room for its prompt.
+          const C = Math.max(lane.C, round(head.prompt.length - base + 1));
           const r = source.take()!;
           await sharePrefix(r.prompt);
           recent.push(r.prompt);
@@ -342,6 +349,11 @@ export class OnnxModel {
     prefill: { calls: 0, rows: 0, tokens: 0, seconds: 0 },
     decode: { calls: 0, rows: 0, tokens: 0, seconds: 0 },
   };
+
+  /** Times a continuous batch's capacity followed its rows: grown for a long row, shrunk after long rows left. */
+  get capacityFits(): { grown: number; shrunk: number } {
+    return { ...this.kv.fits };
+  }
 
   /** Drops what `cacheKey` kept (an episode that ended). */
   forgetRow(cacheKey: string): void {

@@ -9,6 +9,9 @@ import type { KvSlots, Lane, LaneRow, ModelShape, Prefix, Scores } from './kv-sl
 import { commonLength } from './prefix-cache.ts';
 import type { RowCaches } from './row-cache.ts';
 
+/** Prefill results a lane keeps for rows with the same prompt (LaneSampler.prefilled). */
+const PREFILLS_KEPT = 32;
+
 /** Samples the lanes of an OnnxModel (read through its `shape`), with its graph, its slots and the rows it keeps. */
 export class LaneSampler {
   constructor(
@@ -28,8 +31,33 @@ export class LaneSampler {
     return options.every((o) => o.temperature === 1 && samplesWholeVocabulary(o, this.shape.V)) ? 'probs' : 'logits';
   }
 
-  /** Prefill results of a lane's prompts (laneAdd): rows with the same prompt (a group's first turn) share one graph run. */
+  /** What a graph run over these rows of the lane asks for (Lane.perRow), or the lane's fixed scores. */
+  private runScores(lane: Lane, rows: { opts: { sampling: SamplingOptions } }[]): Scores {
+    return lane.perRow
+      ? this.scoresFor(
+          lane.session,
+          rows.map((r) => r.opts.sampling),
+        )
+      : lane.scores;
+  }
+
+  /**
+   * Prefill results of a lane's prompts: rows with the same prompt (a group's first turn) share one graph
+   * run. The last PREFILLS_KEPT prompts of a lane are kept (a continuous batch's lane lasts a whole rollout).
+   */
   private readonly prefilled = new WeakMap<Lane, Map<string, { p0: number; r: Awaited<ReturnType<Graph['run']>> }>>();
+
+  private memo(lane: Lane): Map<string, { p0: number; r: Awaited<ReturnType<Graph['run']>> }> {
+    let m = this.prefilled.get(lane);
+    if (!m) this.prefilled.set(lane, (m = new Map()));
+    return m;
+  }
+
+  private remember(lane: Lane, key: string, value: { p0: number; r: Awaited<ReturnType<Graph['run']>> }): void {
+    const m = this.memo(lane);
+    m.set(key, value);
+    if (m.size > PREFILLS_KEPT) m.delete(m.keys().next().value!);
+  }
 
   /**
    * Prefills a row into the lane's next slot: after the keys and values its episode kept from its
@@ -42,26 +70,26 @@ export class LaneSampler {
     if (this.shape.graphPrefix) return this.laneAddRead(lane, row);
     const { L, V } = this.shape;
     const p = row.prompt;
-    this.kv.laneReserve(lane, lane.B + 1, Math.min(this.shape.maxLen, p.length + row.opts.maxNewTokens));
+    this.kv.laneReserve(lane, lane.B + 1, Math.min(this.shape.maxLen, p.length + (lane.elastic ? 1 : row.opts.maxNewTokens)));
     const kept = this.rowCaches.reusable(lane, row);
     const prefix = kept ?? (lane.prefix && lane.prefix.n < p.length && lane.prefix.tokens.every((t, i) => p[i] === t) ? lane.prefix : undefined);
-    const memo = this.prefilled.get(lane) ?? new Map();
-    this.prefilled.set(lane, memo);
-    const key = kept ? undefined : p.join(',');
-    let done = key === undefined ? undefined : memo.get(key);
+    const scores = this.runScores(lane, [row]);
+    const key = kept ? undefined : `${scores}:${p.join(',')}`;
+    let done = key === undefined ? undefined : this.memo(lane).get(key);
     if (!done) {
       const p0 = prefix?.n ?? 0;
       const n = p.length - p0;
       const none = Array.from({ length: L }, () => new Float32Array(0));
       const ids = BigInt64Array.from(p.slice(p0), (t) => BigInt(t));
       const pos = BigInt64Array.from({ length: n }, (_, t) => BigInt(p0 + t));
-      const r = await this.graph.run(lane.session, ids, pos, new Float32Array(p0 + n).fill(1), 1, n, p0, prefix?.K ?? none, prefix?.V ?? none, lane.scores);
+      const r = await this.graph.run(lane.session, ids, pos, new Float32Array(p0 + n).fill(1), 1, n, p0, prefix?.K ?? none, prefix?.V ?? none, scores);
       done = { p0, r };
-      if (key !== undefined) memo.set(key, done);
+      if (key !== undefined) this.remember(lane, key, done);
     }
     const { p0, r } = done;
     const n = p.length - p0;
     if (kept) row.reused = p0;
+    row.scores = scores;
     const b = lane.B;
     const C = lane.C;
     lane.logits.set(r.logits, b * V);
@@ -86,14 +114,22 @@ export class LaneSampler {
     const p = row.prompt;
     const kept = this.rowCaches.reusable(lane, row);
     const base = kept ? kept.base : lane.prefix ? Math.min(commonLength(lane.prefix.tokens, p), p.length - 1) : 0;
-    this.kv.laneReserve(lane, lane.B + 1, Math.min(this.shape.maxLen - base, p.length - base + row.opts.maxNewTokens));
+    this.kv.laneReserve(lane, lane.B + 1, Math.min(this.shape.maxLen - base, p.length - base + (lane.elastic ? 1 : row.opts.maxNewTokens)));
     const c0 = kept?.n ?? 0; // slots taken from the kept cache
     const n = p.length - base - c0; // tokens to prefill
-    const none = Array.from({ length: L }, () => new Float32Array(0));
-    const ids = BigInt64Array.from(p.slice(base + c0), (t) => BigInt(t));
-    const pos = BigInt64Array.from({ length: n }, (_, t) => BigInt(base + c0 + t));
-    const read = lane.prefix ? { p: lane.prefix, mask: new Float32Array(lane.prefix.n).fill(1, 0, base) } : undefined;
-    const r = await this.graph.run(lane.session, ids, pos, new Float32Array(c0 + n).fill(1), 1, n, c0, kept?.K ?? none, kept?.V ?? none, lane.scores, read);
+    const scores = this.runScores(lane, [row]);
+    // A fresh row whose prompt a row of this lane had (a group's first turn): its results are copied.
+    const key = kept ? undefined : `${scores}:${base}:${p.join(',')}`;
+    let r = key === undefined ? undefined : this.memo(lane).get(key)?.r;
+    if (!r) {
+      const none = Array.from({ length: L }, () => new Float32Array(0));
+      const ids = BigInt64Array.from(p.slice(base + c0), (t) => BigInt(t));
+      const pos = BigInt64Array.from({ length: n }, (_, t) => BigInt(base + c0 + t));
+      const read = lane.prefix ? { p: lane.prefix, mask: new Float32Array(lane.prefix.n).fill(1, 0, base) } : undefined;
+      r = await this.graph.run(lane.session, ids, pos, new Float32Array(c0 + n).fill(1), 1, n, c0, kept?.K ?? none, kept?.V ?? none, scores, read);
+      if (key !== undefined) this.remember(lane, key, { p0: base, r });
+    }
+    row.scores = scores;
     const b = lane.B;
     const C = lane.C;
     lane.logits.set(r.logits, b * V);
@@ -138,7 +174,7 @@ export class LaneSampler {
           continue;
         }
         const { token, logprob } =
-          lane.scores === 'probs'
+          (row.scores ?? lane.scores) === 'probs'
             ? sampleFromProbs(lane.logits, row.slot * V, V, o.rng)
             : sampleToken(lane.logits, row.slot * V, V, o.sampling, o.rng, scratch);
         const g = row.gen;
@@ -147,7 +183,7 @@ export class LaneSampler {
         if (stop.includes(token)) {
           g.stopped = true;
           finished.push(row);
-        } else if (g.tokens.length >= o.maxNewTokens || row.next >= lane.C || row.base + row.next + 1 >= this.shape.maxLen) {
+        } else if (g.tokens.length >= o.maxNewTokens || (!lane.elastic && row.next >= lane.C) || row.base + row.next + 1 >= this.shape.maxLen) {
           finished.push(row);
         }
         if (o.onToken) {
@@ -166,9 +202,21 @@ export class LaneSampler {
         for (const row of finished) row.onDone?.(row.gen);
       }
       if (lane.B === 0) continue;
+      if (lane.elastic) this.fit(lane);
       onStep?.(lane.B);
       await this.laneStep(lane);
     }
+  }
+
+  /**
+   * An elastic lane's capacity before a decode step: room for the longest row's next token, in steps of
+   * 32 slots; grown by one step of slack when a row has filled it, shrunk when it is two steps over.
+   */
+  private fit(lane: Lane): void {
+    let need = 0;
+    for (const row of lane.order) need = Math.max(need, row.next + 1);
+    const tight = Math.ceil(need / 32) * 32;
+    if (need > lane.C || lane.C > tight + 64) this.kv.laneFit(lane, Math.min(this.shape.maxLen, tight + 32));
   }
 
   /** One decode step: every row's last sampled token at its next slot. */
@@ -196,6 +244,7 @@ export class LaneSampler {
       for (let b = 0; b < B; b++) pm.fill(1, b * P, b * P + lane.rows[b]!.base);
       read = { p: lane.prefix, mask: pm };
     }
+    const scores = this.runScores(lane, lane.rows);
     const r = await this.graph.run(
       lane.session,
       ids,
@@ -206,7 +255,7 @@ export class LaneSampler {
       C,
       lane.K.map((k) => k.subarray(0, B * H * Dh * C)),
       lane.V.map((v) => v.subarray(0, B * H * C * Dh)),
-      lane.scores,
+      scores,
       read,
     );
     for (let b = 0; b < B; b++) {
@@ -214,6 +263,7 @@ export class LaneSampler {
       this.kv.store(r.newK, r.newV, B, b, 1, lane.K, lane.V, b, row.next, C);
       lane.mask[b * C + row.next] = 1;
       row.next++;
+      row.scores = scores;
     }
     lane.logits.set(r.logits.subarray(0, B * V));
   }
