@@ -6,13 +6,14 @@
  * status.json says whether the run is running (with the process's pid), finished, stopped or failed
  * (`mcp-gym view` reads it; a "running" run whose process is gone died without saying so).
  */
-import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, utimesSync, writeFileSync } from 'node:fs';
 import { join, resolve, sep } from 'node:path';
 import { JsonlWriter, type Trajectory } from '../env/index.ts';
 import { driftWarning, readToolSurfaces, writeToolSurfaces, type ToolSurfaces } from '../tools/index.ts';
 import type { CurriculumState } from './curriculum.ts';
 import type { ReplaySnapshot } from './replay.ts';
 import { writeReport } from './report.ts';
+import { hfOnnxStale } from './hf-onnx.ts';
 import { isHfModelDir } from './learner-client.ts';
 
 export interface EvalResult {
@@ -166,12 +167,21 @@ export class RunDir {
       if (existsSync(this.stateFile)) throw new Error(`${this.dir} already holds a run: pass --resume to continue it, or choose another run directory`);
       if (!existsSync(join(o.model, 'config.json'))) throw new Error(`model: no model directory at ${o.model} (make one with: mcp-gym sft --out ${o.model})`);
       rmSync(this.modelDir, { recursive: true, force: true });
-      // A Hugging Face checkpoint's ONNX export is made again from the copy (ensureHfOnnx), never trusted from the source.
-      const hfExport = isHfModelDir(o.model) ? join(o.model, 'onnx') : undefined;
+      // A Hugging Face checkpoint's ONNX export is copied with it when it is current (newer than its
+      // weights, with the shared-prefix inputs: the same weights, exported); otherwise it is left out and
+      // made again from the copy (ensureHfOnnx).
+      const hf = isHfModelDir(o.model);
+      const current = hf && hfOnnxStale(o.model) === undefined;
+      const hfExport = hf && !current ? join(o.model, 'onnx') : undefined;
       cpSync(o.model, this.modelDir, {
         recursive: true,
         filter: (src) => !src.endsWith('sft-data.jsonl') && !(hfExport && (src === hfExport || src.startsWith(hfExport + sep))),
       });
+      // The copies' times are the copy's: the export's stamp is set after the weights', so that it stays current.
+      if (current) {
+        const now = new Date();
+        utimesSync(join(this.modelDir, 'onnx', 'config.json'), now, now);
+      }
       writeJsonAtomic(join(this.dir, 'config.json'), o.config);
     }
     this.startedAt = new Date().toISOString();

@@ -17,7 +17,7 @@
  * Needs the learner's venv (.venv/bin/python or $MCP_GYM_HF_PYTHON); without it the file is skipped.
  */
 import { createHash } from 'node:crypto';
-import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdtempSync, readFileSync, utimesSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
@@ -25,7 +25,7 @@ import { HfTokenizer } from '../../src/agents/hf/index.ts';
 import { HfTurns } from '../../src/agents/index.ts';
 import type { RewardFn, Trajectory } from '../../src/env/index.ts';
 import { sequenceOf } from '../../src/trainers/batch.ts';
-import { train } from '../../src/trainers/index.ts';
+import { ensureHfOnnx, hfOnnxStale, RunDir, train } from '../../src/trainers/index.ts';
 import { HAVE_HF_PY, HF_PY, makeTinyCheckpoints } from '../helpers/hf-fixtures.ts';
 
 const sha = (file: string) => createHash('sha256').update(readFileSync(file)).digest('hex');
@@ -223,4 +223,22 @@ describe.skipIf(!HAVE_HF_PY)(`train on a tiny Hugging Face Qwen3, sampled in-pro
         `ratio_mean ${metrics.map((m) => m.ratio_mean!.toFixed(6)).join(',')}; ratio_min ${metrics.map((m) => m.ratio_min!.toFixed(5)).join(',')}; ratio_max ${metrics.map((m) => m.ratio_max!.toFixed(5)).join(',')}; onnx version ${onnxVersion(model)}`,
     );
   }, 150_000);
+  it("a new run takes the source's ONNX export when it is current (no second export), and leaves a stale one out", () => {
+    const root = mkdtempSync(join(tmpdir(), 'mcp-gym-hf-run-copy-'));
+    const exported = join(root, 'exported');
+    cpSync(src, exported, { recursive: true });
+    expect(ensureHfOnnx(exported)).toBe(true);
+    const current = new RunDir(join(root, 'run-current'), { resume: false, model: exported, config: {} });
+    current.close();
+    expect(existsSync(join(current.modelDir, 'onnx', 'model.onnx'))).toBe(true);
+    expect(hfOnnxStale(current.modelDir)).toBeUndefined();
+    // Weights newer than the export: the export is not the weights' any more, and stays behind.
+    const later = new Date(Date.now() + 60_000);
+    utimesSync(join(exported, 'model.safetensors'), later, later);
+    expect(hfOnnxStale(exported)).toMatch(/newer than the export/);
+    const stale = new RunDir(join(root, 'run-stale'), { resume: false, model: exported, config: {} });
+    stale.close();
+    expect(existsSync(join(stale.modelDir, 'onnx'))).toBe(false);
+    expect(hfOnnxStale(stale.modelDir)).toBe('no ONNX export yet');
+  }, 120_000);
 });
