@@ -123,11 +123,11 @@ export type JobStage = (typeof JOB_STAGES)[number];
 
 /**
  * Seconds per unit of the job's work alone on this machine's 2 cores (the sql recipe, bench/RESULTS.md "A real
- * model"): an episode of the base model's evaluation (it writes prose to the token limit), an episode of a
+ * model", measured on seed 0 on 2026-12-07): an episode of the base model's evaluation (it writes prose to the token limit), an episode of a
  * trained checkpoint's evaluation, a demonstration of an SFT epoch, an episode of an RL step (its rollout and
  * its share of the learner). The whole job's ETA starts from them and follows the machine's pace as it goes.
  */
-export const JOB_UNIT_SECONDS = { base_episode: 0.8, eval_episode: 1.2, sft_demo: 1.1, rl_episode: 2.1 };
+export const JOB_UNIT_SECONDS = { base_episode: 1.05, eval_episode: 0.65, sft_demo: 1.65, rl_episode: 1.35 };
 
 /** The seconds each stage is expected to take (JOB_UNIT_SECONDS; evaluations of `held` tasks and `reworded` ones). */
 export function jobPlan(c: ModelJobConfig, held: number, reworded = 0): Record<JobStage, number> {
@@ -352,6 +352,8 @@ export async function runModelJob(o: ModelJobOptions): Promise<ModelJobResult> {
   let evalSeconds = 0;
   const steps = Number(config.steps ?? 0);
   o.onProgress?.({ stage: 'sft-eval', done: 0, total: 1, detail: 'evaluating the SFT checkpoint' });
+  // The evaluations inside train(): the SFT checkpoint's before the first step, the RL checkpoint's after the last.
+  let evalStage: JobStage = 'sft-eval';
   // The turn: held from the SFT checkpoint's evaluation through step 1, then one step at a time, then through the last evaluation.
   let release: (() => void) | undefined = await take();
   const result = await train({
@@ -377,8 +379,12 @@ export async function runModelJob(o: ModelJobOptions): Promise<ModelJobResult> {
       if (Number(m.step) < steps) {
         release?.();
         release = undefined;
-      } else o.onProgress?.({ stage: 'rl-eval', done: 0, total: 1, detail: 'evaluating the RL checkpoint' });
+      } else {
+        evalStage = 'rl-eval';
+        o.onProgress?.({ stage: 'rl-eval', done: 0, total: 1, detail: 'evaluating the RL checkpoint' });
+      }
     },
+    onEvalEpisode: (done, total) => o.onProgress?.({ stage: evalStage, done, total }),
     onEval: (s) => {
       if (evalSeconds === 0) o.onProgress?.({ stage: 'rl', done: 0, total: steps });
       evalSeconds += s;

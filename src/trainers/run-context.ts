@@ -51,6 +51,8 @@ export interface TrainOptions {
   onStep?: (m: Record<string, unknown>) => void;
   /** Hears each held-out evaluation's seconds and its result. */
   onEval?: (seconds: number, e: EvalResult) => void;
+  /** Hears each episode of a held-out evaluation as it ends: how many have, of how many. */
+  onEvalEpisode?: (done: number, total: number) => void;
   onLog?: (line: string) => void;
   /** Warnings (a resumed run whose tools drifted from those it was trained with); default: onLog as `warning: ...`. */
   onWarning?: (message: string) => void;

@@ -19,7 +19,12 @@ export async function evaluateHeldOut(ctx: RunContext, step: number): Promise<Ev
   const te = performance.now();
   // eval_temperature: the same model, another sampling temperature (greedy for BFCL's protocol).
   const policy = c.eval_temperature !== undefined && ctx.policy.withSampling ? ctx.policy.withSampling({ temperature: c.eval_temperature }) : ctx.policy.policy;
-  const r = await rollout(ctx.env, policy, ctx.held, { group: c.eval_samples, concurrency: c.concurrency, iteration: `eval.${step}` });
+  const r = await rollout(ctx.env, policy, ctx.held, {
+    group: c.eval_samples,
+    concurrency: c.concurrency,
+    iteration: `eval.${step}`,
+    ...(ctx.o.onEvalEpisode ? { onEpisode: (_t: unknown, done: number, total: number) => ctx.o.onEvalEpisode!(done, total) } : {}),
+  });
   // Every held-out episode failed (a server that cannot start, broken tasks): no figure to give.
   assertSomeEpisodeRan(r.trajectories, step === 0 ? 'the held-out evaluation before training' : `the held-out evaluation at step ${step}`);
   const figures = evalFigures(step, r.trajectories, c.eval_samples);
