@@ -82,6 +82,7 @@ export const MODEL_JOB_HELP = `mcp-gym start --model M: a pretrained Hugging Fac
   --sft-prompt-grad on|off   off: SFT without the gradient through the prompt (3x faster on long tool lists; default on)
   --sft-train-layers N  SFT trains the top N decoder layers only (0: every weight; default 0, bfcl ${BFCL_JOB.sft.train_layers})
   --eval-temperature T  the held-out evaluations' temperature (0: greedy; default 1, bfcl ${BFCL_JOB.eval_temperature} as BFCL generates)
+  --temperature T       the rollouts' sampling temperature, which the learner trains at too (default 1; the evaluations stay at 1)
   --steps N --tasks-per-step T --group G --lr X   GRPO (default ${MODEL_JOB.rl.steps}, ${MODEL_JOB.rl.tasks_per_step}, ${MODEL_JOB.rl.group}, ${MODEL_JOB.rl.lr})
   --suite bfcl changes the defaults: SFT ${BFCL_JOB.sft.demos} demos x ${BFCL_JOB.sft.epochs} epoch, batch ${BFCL_JOB.sft.batch}, cosine to ${BFCL_JOB.sft.min_lr_ratio},
                         the top ${BFCL_JOB.sft.train_layers} layers; GRPO ${BFCL_JOB.rl.steps} steps, group ${BFCL_JOB.rl.group}, ${BFCL_JOB.rl.max_new_tokens} tokens a turn;
@@ -152,6 +153,7 @@ export async function modelJobCommand(argv: string[]): Promise<void> {
         'sft-prompt-grad': { type: 'string' },
         'sft-train-layers': { type: 'string' },
         'eval-temperature': { type: 'string' },
+        temperature: { type: 'string' },
         steps: { type: 'string' },
         'tasks-per-step': { type: 'string' },
         group: { type: 'string' },
@@ -183,7 +185,10 @@ export async function modelJobCommand(argv: string[]): Promise<void> {
   if (pg !== undefined && pg !== 'on' && pg !== 'off') throw new UsageError(`--sft-prompt-grad: on or off, got '${pg}'`);
   // (checked before the model is resolved, which may convert it)
   const trainLayers = int('sft-train-layers', bfcl ? BFCL_JOB.sft.train_layers : 0, 0);
-  const evalTemperature = numFlag(s('eval-temperature'), '--eval-temperature', { min: 0 }) ?? (bfcl ? BFCL_JOB.eval_temperature : undefined);
+  const temperature = numFlag(s('temperature'), '--temperature', { min: 0.05 });
+  // Rollouts at another temperature keep the evaluations at 1 (comparable with the base's and other jobs') unless told.
+  const evalTemperature =
+    numFlag(s('eval-temperature'), '--eval-temperature', { min: 0 }) ?? (bfcl ? BFCL_JOB.eval_temperature : temperature !== undefined ? 1 : undefined);
   let model: string;
   try {
     model = await resolveModel(spec, (l) => process.stderr.write(`${l}\n`));
@@ -225,6 +230,7 @@ export async function modelJobCommand(argv: string[]): Promise<void> {
       group: int('group', bfcl ? BFCL_JOB.rl.group : MODEL_JOB.rl.group, 2),
       lr: numFlag(s('lr'), '--lr', { min: 0 }) ?? (bfcl ? BFCL_JOB.rl.lr : MODEL_JOB.rl.lr),
       ...(bfcl ? { max_new_tokens: BFCL_JOB.rl.max_new_tokens } : {}),
+      ...(temperature !== undefined ? { temperature } : {}),
     },
     ...(evalTemperature !== undefined ? { eval_temperature: evalTemperature } : {}),
     // sql: the SFT and RL checkpoints also on the held-out questions in the wording no training task uses
