@@ -49,6 +49,7 @@ describe('the job on BFCL', () => {
     );
     await expect(modelJobCommand(['--model', 'smollm2-135m', '--suite', 'bfcl', '--sft-train-layers', 'x'])).rejects.toThrow(/--sft-train-layers/);
     await expect(modelJobCommand(['--model', 'smollm2-135m', '--suite', 'bfcl', '--eval-temperature', '-1'])).rejects.toThrow(/--eval-temperature/);
+    await expect(modelJobCommand(['--model', 'smollm2-135m', '--temperature', '0'])).rejects.toThrow(/--temperature/);
     expect(BFCL_JOB.sft.prompt_grad).toBe(true);
     // BFCL generates at temperature 0.001: the job's evaluations are greedy
     expect(BFCL_JOB.eval_temperature).toBe(0);
