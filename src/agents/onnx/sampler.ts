@@ -12,6 +12,9 @@ import type { RowCaches } from './row-cache.ts';
 /** Prefill results a lane keeps for rows with the same prompt (LaneSampler.prefilled). */
 const PREFILLS_KEPT = 32;
 
+/** A prompt's prefill: from which position it ran, and the graph's results. */
+type Prefilled = { p0: number; r: Awaited<ReturnType<Graph['run']>> };
+
 /** Samples the lanes of an OnnxModel (read through its `shape`), with its graph, its slots and the rows it keeps. */
 export class LaneSampler {
   constructor(
@@ -45,15 +48,15 @@ export class LaneSampler {
    * Prefill results of a lane's prompts: rows with the same prompt (a group's first turn) share one graph
    * run. The last PREFILLS_KEPT prompts of a lane are kept (a continuous batch's lane lasts a whole rollout).
    */
-  private readonly prefilled = new WeakMap<Lane, Map<string, { p0: number; r: Awaited<ReturnType<Graph['run']>> }>>();
+  private readonly prefilled = new WeakMap<Lane, Map<string, Prefilled>>();
 
-  private memo(lane: Lane): Map<string, { p0: number; r: Awaited<ReturnType<Graph['run']>> }> {
+  private memo(lane: Lane): Map<string, Prefilled> {
     let m = this.prefilled.get(lane);
     if (!m) this.prefilled.set(lane, (m = new Map()));
     return m;
   }
 
-  private remember(lane: Lane, key: string, value: { p0: number; r: Awaited<ReturnType<Graph['run']>> }): void {
+  private remember(lane: Lane, key: string, value: Prefilled): void {
     const m = this.memo(lane);
     m.set(key, value);
     if (m.size > PREFILLS_KEPT) m.delete(m.keys().next().value!);
