@@ -11,7 +11,6 @@ changes anything.
 from __future__ import annotations
 
 import inspect
-import io
 import json
 import os
 import random
@@ -189,7 +188,7 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def _write_dir(path: str, files: Dict[str, bytes]) -> None:
+def _write_dir(path: str, files: Dict[str, Any]) -> None:
     """`files` into directory `path`: a temporary sibling, fsynced, then renamed (replacing `path`)."""
     parent = os.path.dirname(path)
     os.makedirs(parent, exist_ok=True)
@@ -204,10 +203,14 @@ def _write_dir(path: str, files: Dict[str, bytes]) -> None:
         raise
 
 
-def _write_files(directory: str, files: Dict[str, bytes]) -> None:
+def _write_files(directory: str, files: Dict[str, Any]) -> None:
+    """Each file's bytes, or a state torch.save writes straight into the file (no copy of it in memory)."""
     for name, data in files.items():
         with open(os.path.join(directory, name), "wb") as f:
-            f.write(data)
+            if isinstance(data, (bytes, bytearray)):
+                f.write(data)
+            else:
+                torch.save(data, f)
             f.flush()
             os.fsync(f.fileno())
     _fsync_dir(directory)
@@ -237,9 +240,7 @@ def save_checkpoint(trainer: RLTrainer, path: str, extra: Optional[Dict[str, Any
     if trainer.fsdp:
         _save_sharded(trainer, st, path, info)
     elif trainer.rank == 0:
-        buf = io.BytesIO()
-        torch.save(st, buf)
-        _write_dir(path, {CHECKPOINT_FILE: buf.getvalue(), "meta.json": (json.dumps(info, indent=2) + "\n").encode()})
+        _write_dir(path, {CHECKPOINT_FILE: st, "meta.json": (json.dumps(info, indent=2) + "\n").encode()})
     if trainer.dist:
         trainer.dist.barrier()
     info["seconds"] = time.perf_counter() - t0
@@ -290,9 +291,7 @@ def _on_rank0_together(trainer: RLTrainer, fn) -> None:
 
 def _finish_sharded(st: Dict[str, Any], path: str, tmp: str, info: Dict[str, Any]) -> None:
     """Rank 0: trainer.pt and meta.json beside the shards, everything fsynced, the directory renamed into place."""
-    buf = io.BytesIO()
-    torch.save(st, buf)
-    _write_files(tmp, {CHECKPOINT_FILE: buf.getvalue(), "meta.json": (json.dumps(info, indent=2) + "\n").encode()})
+    _write_files(tmp, {CHECKPOINT_FILE: st, "meta.json": (json.dumps(info, indent=2) + "\n").encode()})
     for root, _, names in os.walk(os.path.join(tmp, st["sharded"])):  # the shards each rank wrote
         for n in names:
             fd = os.open(os.path.join(root, n), os.O_RDONLY)

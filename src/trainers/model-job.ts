@@ -355,7 +355,9 @@ export async function runModelJob(o: ModelJobOptions): Promise<ModelJobResult> {
   // The evaluations inside train(): the SFT checkpoint's before the first step, the RL checkpoint's after the last.
   let evalStage: JobStage = 'sft-eval';
   // The turn: held from the SFT checkpoint's evaluation through step 1, then one step at a time, then through the last evaluation.
+  // A step's turn ends as the next step's rollouts start (the step's checkpoint overlaps them: step-persist.ts).
   let release: (() => void) | undefined = await take();
+  let rollouts = 0;
   const result = await train({
     config,
     runDir: rlDir,
@@ -367,6 +369,10 @@ export async function runModelJob(o: ModelJobOptions): Promise<ModelJobResult> {
     ...(o.signal ? { signal: o.signal } : {}),
     onLog: log,
     beforeRollout: async () => {
+      if (rollouts++ > 0) {
+        release?.();
+        release = undefined;
+      }
       release ??= await take();
     },
     onStep: (m) => {
@@ -376,10 +382,7 @@ export async function runModelJob(o: ModelJobOptions): Promise<ModelJobResult> {
         total: steps,
         detail: `success ${(100 * Number(m.success_rate)).toFixed(0)}%${m.eval_success !== undefined ? `, held-out ${(100 * Number(m.eval_success)).toFixed(0)}%` : ''}`,
       });
-      if (Number(m.step) < steps) {
-        release?.();
-        release = undefined;
-      } else {
+      if (Number(m.step) >= steps) {
         evalStage = 'rl-eval';
         o.onProgress?.({ stage: 'rl-eval', done: 0, total: 1, detail: 'evaluating the RL checkpoint' });
       }

@@ -69,6 +69,11 @@ export async function persistStep(ctx: RunContext, s: StepOutcome, pipe: StepPip
     train_seconds: (performance.now() - ctx.clock.t0) / 1000,
   });
   if (s.checkpointDue) {
+    // The next step's rollouts start now, while the learner writes the checkpoint (its weights are
+    // reloaded and its evaluation is done): the write (seconds of serialising and fsync) overlaps them.
+    // The rows below still wait for the checkpoint, and a learner that dies writing it rolls the
+    // run back as before (the rollouts in flight are the work lost).
+    nextMayStart(ctx, step, pipe);
     const tc = performance.now();
     try {
       await checkpoint(ctx, step); // state.json always describes its checkpoint: both are written here, together
@@ -84,8 +89,13 @@ export async function persistStep(ctx: RunContext, s: StepOutcome, pipe: StepPip
   if (ctx.trackers) void ctx.trackers.send({ type: 'metrics', step, values: m });
   ctx.o.onStep?.(m);
   run.refreshReport(ctx.title, { config: c, step });
+  if (!s.checkpointDue) nextMayStart(ctx, step, pipe);
+  return true;
+}
+
+/** The step is trained, its weights reloaded, its evaluation done: the next step's clock starts and its batch may be collected. */
+function nextMayStart(ctx: RunContext, step: number, pipe: StepPipeline<Produced>): void {
   ctx.clock.stepStart = performance.now();
   ctx.clock.cpuStart = process.cpuUsage();
   pipe.finished(step);
-  return true;
 }

@@ -151,6 +151,45 @@ describe('the training loop under faults', () => {
     expect(rows(join(runDir, 'eval.jsonl')).map((e) => e.step)).toEqual([0, 3]);
   }, 240_000);
 
+  it("a step's checkpoint is written while the next step's rollouts run, and the rows wait for it", async () => {
+    const runDir = tmp('overlap');
+    const seen: string[] = [];
+    let rollout2Started: () => void = () => {};
+    const rollout2 = new Promise<void>((res) => (rollout2Started = res));
+    let wrapped = false;
+    const result = await train({
+      // The synchronous loop (the real-model job's): step 2's rollouts wait for step 1's weights.
+      config: small({ max_staleness: 0 }),
+      runDir,
+      beforeRollout: (step) => {
+        seen.push(`rollout ${step}`);
+        if (step === 2) rollout2Started();
+      },
+      beforeLearnerStep: (step, learner) => {
+        if (step !== 1 || wrapped) return;
+        wrapped = true;
+        const client = learner as LearnerClient;
+        const request = client.request.bind(client) as typeof client.request;
+        client.request = (async (op: string, args: unknown) => {
+          if (op !== 'checkpoint_save' || !String((args as { dir: string }).dir).endsWith('step-00001')) return request(op as never, args as never);
+          seen.push('checkpoint 1 sent');
+          // Step 1's checkpoint is held until step 2's rollouts start; a loop that waits for the checkpoint
+          // before it lets them start gets it after 30 s instead, and the order below fails.
+          await Promise.race([rollout2, new Promise((res) => setTimeout(res, 30_000))]);
+          const answer = await request(op as never, args as never);
+          const metrics = join(runDir, 'metrics.jsonl');
+          seen.push(`checkpoint 1 answered (${existsSync(metrics) ? rows(metrics).length : 0} metrics rows)`);
+          return answer;
+        }) as typeof client.request;
+      },
+    });
+    expect(result.steps).toBe(3);
+    expect(seen.slice(0, 4)).toEqual(['rollout 1', 'checkpoint 1 sent', 'rollout 2', 'checkpoint 1 answered (0 metrics rows)']);
+    // Each step written once, after its checkpoint, which the state describes.
+    expect(rows(join(runDir, 'metrics.jsonl')).map((m) => m.step)).toEqual([1, 2, 3]);
+    expect(checkpointStep(runDir)).toEqual({ state: 3, learner: 3 });
+  }, 240_000);
+
   it('a tool server killed mid-run costs only the episodes in flight, counted as errors', async () => {
     const runDir = tmp('server');
     let killedPid = 0;
