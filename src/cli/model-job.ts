@@ -47,7 +47,7 @@ export const MODEL_JOB = {
   max_difficulty: 3,
   eval_tasks: 128,
   k: 2,
-  sft: { demos: 64, epochs: 3, batch: 16, lr: 1e-4, lora_rank: 0, warmup: 2, min_lr_ratio: 1 },
+  sft: { demos: 64, epochs: 2, batch: 16, lr: 1e-4, lora_rank: 0, warmup: 2, min_lr_ratio: 1 },
   rl: {
     preset: 'art',
     steps: 12,
