@@ -123,11 +123,11 @@ export type JobStage = (typeof JOB_STAGES)[number];
 
 /**
  * Seconds per unit of the job's work alone on this machine's 2 cores (the sql recipe, bench/RESULTS.md "A real
- * model", measured on seed 0 on 2026-12-07): an episode of the base model's evaluation (it writes prose to the token limit), an episode of a
+ * model", the means over seeds 0, 1 and 2 on 2026-12-07): an episode of the base model's evaluation (it writes prose to the token limit), an episode of a
  * trained checkpoint's evaluation, a demonstration of an SFT epoch, an episode of an RL step (its rollout and
  * its share of the learner). The whole job's ETA starts from them and follows the machine's pace as it goes.
  */
-export const JOB_UNIT_SECONDS = { base_episode: 1.05, eval_episode: 0.65, sft_demo: 1.65, rl_episode: 1.35 };
+export const JOB_UNIT_SECONDS = { base_episode: 0.72, eval_episode: 0.42, sft_demo: 1.55, rl_episode: 1.1 };
 
 /** The seconds each stage is expected to take (JOB_UNIT_SECONDS; evaluations of `held` tasks and `reworded` ones). */
 export function jobPlan(c: ModelJobConfig, held: number, reworded = 0): Record<JobStage, number> {

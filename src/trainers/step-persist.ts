@@ -47,7 +47,8 @@ export interface StepOutcome {
 /**
  * Stage 9, every write of a step, in one place and in this order: the evaluation's episodes and the
  * run's state (the step, the sampler's draws, the curriculum, the replay buffer), then the
- * learner's checkpoint when due, which commits state.json with it; then the rows (trajectories,
+ * learner's checkpoint when due, which commits state.json with it (the next step's batch may start
+ * as it is written: the write overlaps its rollouts); then the rows (trajectories,
  * evaluation, metrics), the trackers, the listener and the report. False when the learner died
  * while saving the checkpoint: nothing of the step is in the rows, and the caller rolls back.
  */
