@@ -10,7 +10,7 @@
  *   npx tsx bench/model-job.ts [--seed 0] [--only old|new] [--eval-tasks 128] [--dir DIR] [--keep]
  *
  * The previous recipe is MODEL_JOB as it was before issue 49 (OLD_RECIPE below: SFT 64 demonstrations × 5
- * epochs, 18 GRPO steps of 8 tasks × 8), run as the code ran it then: the learner lays a micro-batch's
+ * epochs, 18 GRPO steps of 8 tasks × 8 at every difficulty of the job), run as the code ran it then: the learner lays a micro-batch's
  * rests side by side (MCP_GYM_HF_TRIE=0) instead of as a prefix tree. The current one is MODEL_JOB
  * (src/cli/model-job.ts) with the code as it is.
  *
@@ -45,7 +45,7 @@ const { values } = parseArgs({
  */
 const OLD_RECIPE = {
   sft: { ...MODEL_JOB.sft, epochs: 5 },
-  rl: { ...MODEL_JOB.rl, steps: 18, lr: 2e-5, micro_batch_size: 16 },
+  rl: { ...MODEL_JOB.rl, steps: 18, lr: 2e-5, micro_batch_size: 16, max_difficulty: MODEL_JOB.max_difficulty },
 };
 /** ... and the code it ran on: the learner's rests side by side. */
 const OLD_ENV: Record<string, string> = { MCP_GYM_HF_TRIE: '0' };

@@ -64,6 +64,9 @@ export const MODEL_JOB = {
     max_staleness: 0,
     max_new_tokens: 160,
     drop_zero_variance: true,
+    // GRPO's tasks: difficulties 1-2. The joins (difficulty 3) stayed near 0% success through GRPO and gave its groups
+    // reward variance from partial credit only: a third of each step's groups (bench/RESULTS.md, "Issue 49, fourth session").
+    max_difficulty: 2,
   },
 } as const;
 
@@ -84,6 +87,8 @@ export const MODEL_JOB_HELP = `mcp-gym start --model M: a pretrained Hugging Fac
   --eval-temperature T  the held-out evaluations' temperature (0: greedy; default 1, bfcl ${BFCL_JOB.eval_temperature} as BFCL generates)
   --temperature T       the rollouts' sampling temperature, which the learner trains at too (default 1; the evaluations stay at 1)
   --steps N --tasks-per-step T --group G --lr X   GRPO (default ${MODEL_JOB.rl.steps}, ${MODEL_JOB.rl.tasks_per_step}, ${MODEL_JOB.rl.group}, ${MODEL_JOB.rl.lr})
+  --rl-max-difficulty D GRPO's training tasks up to difficulty D (default ${MODEL_JOB.rl.max_difficulty} on sql, within the job's difficulties;
+                        other suites: the job's --max-difficulty); SFT and the held-out tasks keep the job's difficulties
   --suite bfcl changes the defaults: SFT ${BFCL_JOB.sft.demos} demos x ${BFCL_JOB.sft.epochs} epoch, batch ${BFCL_JOB.sft.batch}, cosine to ${BFCL_JOB.sft.min_lr_ratio},
                         the top ${BFCL_JOB.sft.train_layers} layers; GRPO ${BFCL_JOB.rl.steps} steps, group ${BFCL_JOB.rl.group}, ${BFCL_JOB.rl.max_new_tokens} tokens a turn;
                         one greedy sample of each of 150 held-out entries
@@ -158,6 +163,7 @@ export async function modelJobCommand(argv: string[]): Promise<void> {
         'tasks-per-step': { type: 'string' },
         group: { type: 'string' },
         lr: { type: 'string' },
+        'rl-max-difficulty': { type: 'string' },
         json: { type: 'boolean' },
         help: { type: 'boolean', short: 'h' },
       },
@@ -189,16 +195,19 @@ export async function modelJobCommand(argv: string[]): Promise<void> {
   // Rollouts at another temperature keep the evaluations at 1 (comparable with the base's and other jobs') unless told.
   const evalTemperature =
     numFlag(s('eval-temperature'), '--eval-temperature', { min: 0 }) ?? (bfcl ? BFCL_JOB.eval_temperature : temperature !== undefined ? 1 : undefined);
+  // BFCL: the held-out categories span difficulties 1-4; the job's own split replaces the difficulty filter.
+  const min = int('min-difficulty', bfcl ? 1 : MODEL_JOB.min_difficulty);
+  const max = int('max-difficulty', bfcl ? 5 : MODEL_JOB.max_difficulty);
+  if (min > max || max > 5) throw new UsageError(`--min-difficulty ${min} and --max-difficulty ${max}: difficulties are 1 to 5, min at most max`);
+  // On sql, GRPO leaves out the hardest tasks (MODEL_JOB.rl.max_difficulty), within the job's difficulties.
+  const rlMax = int('rl-max-difficulty', suite === MODEL_JOB.suite ? Math.min(max, Math.max(min, MODEL_JOB.rl.max_difficulty)) : max);
+  if (rlMax < min || rlMax > max) throw new UsageError(`--rl-max-difficulty ${rlMax}: GRPO's tasks are within the job's difficulties, ${min} to ${max}`);
   let model: string;
   try {
     model = await resolveModel(spec, (l) => process.stderr.write(`${l}\n`));
   } catch (err) {
     throw new UsageError((err as Error).message);
   }
-  // BFCL: the held-out categories span difficulties 1-4; the job's own split replaces the difficulty filter.
-  const min = int('min-difficulty', bfcl ? 1 : MODEL_JOB.min_difficulty);
-  const max = int('max-difficulty', bfcl ? 5 : MODEL_JOB.max_difficulty);
-  if (min > max || max > 5) throw new UsageError(`--min-difficulty ${min} and --max-difficulty ${max}: difficulties are 1 to 5, min at most max`);
   const sftDefaults = bfcl ? BFCL_JOB.sft : MODEL_JOB.sft;
   const promptGrad = pg === undefined ? (bfcl ? BFCL_JOB.sft.prompt_grad : true) : pg === 'on';
   const config: ModelJobConfig = {
@@ -230,6 +239,7 @@ export async function modelJobCommand(argv: string[]): Promise<void> {
       group: int('group', bfcl ? BFCL_JOB.rl.group : MODEL_JOB.rl.group, 2),
       lr: numFlag(s('lr'), '--lr', { min: 0 }) ?? (bfcl ? BFCL_JOB.rl.lr : MODEL_JOB.rl.lr),
       ...(bfcl ? { max_new_tokens: BFCL_JOB.rl.max_new_tokens } : {}),
+      max_difficulty: rlMax,
       ...(temperature !== undefined ? { temperature } : {}),
     },
     ...(evalTemperature !== undefined ? { eval_temperature: evalTemperature } : {}),
@@ -238,7 +248,7 @@ export async function modelJobCommand(argv: string[]): Promise<void> {
   };
   const dir = s('run') ?? join('runs', `model-${new Date().toISOString().replace(/[:.]/g, '-')}`);
   console.log(
-    `model job: ${spec} (${model}) on ${config.suite} difficulty ${min}-${max}: base eval, SFT (${config.sft.demos} demos x ${config.sft.epochs} epochs), GRPO (${config.rl.steps} steps of ${config.rl.tasks_per_step} x ${config.rl.group}); in ${dir}`,
+    `model job: ${spec} (${model}) on ${config.suite} difficulty ${min}-${max}: base eval, SFT (${config.sft.demos} demos x ${config.sft.epochs} epochs), GRPO (${config.rl.steps} steps of ${config.rl.tasks_per_step} x ${config.rl.group}${rlMax < max ? `, difficulty ${min}-${rlMax}` : ''}); in ${dir}`,
   );
   const stop = stopOnSignals((name) => `${name}: stopping after the step in flight; run the same command to resume`);
   const ac = stop.ac;

@@ -342,8 +342,9 @@ export async function runModelJob(o: ModelJobOptions): Promise<ModelJobResult> {
     ...c.rl,
     model: sftDir,
     suite: c.suite,
-    min_difficulty: c.min_difficulty,
-    max_difficulty: c.max_difficulty,
+    // GRPO may train on fewer difficulties than the job's (rl.min_difficulty / rl.max_difficulty); SFT and the held-out tasks span the job's.
+    min_difficulty: c.rl.min_difficulty ?? c.min_difficulty,
+    max_difficulty: c.rl.max_difficulty ?? c.max_difficulty,
     seed: c.seed,
     eval_samples: c.k,
     ...(c.eval_temperature !== undefined ? { eval_temperature: c.eval_temperature } : {}),

@@ -12,6 +12,7 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { JOB_STAGES, JobEta, jobPlan, jobTasks, runModelJob, type ModelJobConfig, type ModelJobProgress } from '../../src/trainers/index.ts';
 import { readTrajectories } from '../../src/env/index.ts';
+import { modelJobCommand } from '../../src/cli/model-job.ts';
 import { HAVE_HF_PY, makeTinyCheckpoints } from '../helpers/hf-fixtures.ts';
 
 const TIMEOUT = 600_000;
@@ -28,7 +29,7 @@ const config = (model: string): ModelJobConfig => ({
   tool_format: 'auto',
   reworded: true,
   sft: { demos: 4, epochs: 1, batch: 4, lr: 1e-4, lora_rank: 0 },
-  rl: { preset: 'art', steps: 2, tasks_per_step: 2, group: 2, lr: 1e-5, beta: 0, eval_every: 0, max_staleness: 0, max_new_tokens: 16 },
+  rl: { preset: 'art', steps: 2, tasks_per_step: 2, group: 2, lr: 1e-5, beta: 0, eval_every: 0, max_staleness: 0, max_new_tokens: 16, max_difficulty: 1 },
 });
 
 describe('the job ETA', () => {
@@ -50,6 +51,13 @@ describe('the job ETA', () => {
     const eta = new JobEta(plan);
     expect(eta.update({ stage: 'rl', done: 0, total: 4 }, 0)).toBeCloseTo(250, 6);
     expect(eta.update({ stage: 'rl', done: 2, total: 4 }, 200)).toBeCloseTo((100 + 50) * (260 / 160), 6);
+  });
+
+  it("refuses a GRPO difficulty outside the job's, before it resolves the model", async () => {
+    await expect(modelJobCommand(['--model', 'no-such-model', '--rl-max-difficulty', '4'])).rejects.toThrow(
+      "--rl-max-difficulty 4: GRPO's tasks are within the job's difficulties, 1 to 3",
+    );
+    await expect(modelJobCommand(['--model', 'no-such-model', '--rl-max-difficulty', 'two'])).rejects.toThrow(/--rl-max-difficulty/);
   });
 
   it('refuses the held-out wording on a suite that has none, naming it', () => {
@@ -116,6 +124,10 @@ describe.runIf(HAVE_HF_PY)('the real-model job on a tiny model', () => {
     const job = JSON.parse(readFileSync(join(dir, 'job.json'), 'utf8')) as { result: { reworded: unknown } };
     expect(job.result.reworded).toBeDefined();
     expect(existsSync(join(dir, 'rl', 'model', 'config.json'))).toBe(true);
+    // GRPO trains on its own difficulties (rl.max_difficulty 1), SFT on the job's (1-2)
+    const rolled = readTrajectories(join(dir, 'rl', 'trajectories.jsonl'));
+    expect(rolled.length).toBe(2 * 2 * 2);
+    expect(rolled.every((t) => t.difficulty === 1)).toBe(true);
     // Each step's sampler profile: graph seconds, prefill calls, decode steps and the rows they ran
     const steps = readFileSync(join(dir, 'rl', 'metrics.jsonl'), 'utf8')
       .trim()
