@@ -363,18 +363,29 @@ describe('sql server under load', () => {
     const { call, stats, close } = await start({ timeoutMs: 30_000, workers: 3 });
     try {
       const runaways = Array.from({ length: 4 }, () => call(INFINITE_CTE));
-      const busy = runaways.slice(2);
-      // The third and fourth become long while two long ones hold 2 of the 3 processes: stopped.
-      for (const r of await Promise.all(busy)) {
+      // Which two become long first depends on which gets the CPU first (a query is long once it has
+      // used longAfterMs of CPU), not on the order they were sent: any two of the four are stopped.
+      const answered: CallToolResult[] = [];
+      const pending = new Set(runaways);
+      for (const r of runaways)
+        void r.then((res) => {
+          pending.delete(r);
+          answered.push(res);
+        });
+      await until('two of the four runaway queries are answered', () => answered.length >= 2);
+      for (const r of answered) {
         expect(r.isError).toBe(true);
         expect(text(r)).toMatch(/^the sql server is busy: 2 long queries are running already \(at most 2 at once/);
       }
       await until('a process is ready for short queries', () => stats().ready > stats().busy);
+      expect(answered).toHaveLength(2);
       expect(stats()).toMatchObject({ busy: 2, long: 2, queued: 0 });
       expect(await trivial(call)).toBeLessThan(1000);
-      const answers = Promise.all(runaways.slice(0, 2));
+      const answers = Promise.all(pending);
       await close();
-      for (const r of await answers) expect(text(r)).toBe('The sql server is closed');
+      const closedAnswers = await answers;
+      expect(closedAnswers).toHaveLength(2);
+      for (const r of closedAnswers) expect(text(r)).toBe('The sql server is closed');
     } finally {
       await close();
     }
