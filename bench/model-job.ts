@@ -47,8 +47,14 @@ const OLD_RECIPE = {
   sft: { ...MODEL_JOB.sft, epochs: 5 },
   rl: { ...MODEL_JOB.rl, steps: 18, lr: 2e-5, micro_batch_size: 16, max_difficulty: MODEL_JOB.max_difficulty },
 };
+/**
+ * Both jobs' learners give their freed heap back after each call (MCP_GYM_LEARNER_TRIM=1): a learner keeps its last
+ * step's activations for the next step (up to ~12 GB here), and the idle one's would leave the busy one too little of
+ * this machine's 24 GB (the first run of this bench had its new learner killed for memory at step 4).
+ */
+const BOTH_ENV: Record<string, string> = { MCP_GYM_LEARNER_TRIM: '1' };
 /** ... and the code it ran on: the learner's rests side by side. */
-const OLD_ENV: Record<string, string> = { MCP_GYM_HF_TRIE: '0' };
+const OLD_ENV: Record<string, string> = { ...BOTH_ENV, MCP_GYM_HF_TRIE: '0' };
 
 const seed = Number(values.seed);
 if (!Number.isInteger(seed) || seed < 0) throw new Error(`--seed: a non-negative integer, got ${values.seed}`);
@@ -84,7 +90,7 @@ interface Side {
 
 async function runSide(name: 'old' | 'new', c: ModelJobConfig, env: Record<string, string>): Promise<Side> {
   let own = 0;
-  const saved = Object.fromEntries(['MCP_GYM_HF_TRIE', ...Object.keys(env)].map((k) => [k, process.env[k]]));
+  const saved = Object.fromEntries(['MCP_GYM_HF_TRIE', 'MCP_GYM_LEARNER_TRIM', ...Object.keys(env)].map((k) => [k, process.env[k]]));
   const result = await runModelJob({
     config: c,
     dir: join(root, name),
@@ -112,7 +118,7 @@ async function runSide(name: 'old' | 'new', c: ModelJobConfig, env: Record<strin
 
 const recipes: ['old' | 'new', ModelJobConfig, Record<string, string>][] = [
   ['old', config(OLD_RECIPE), OLD_ENV],
-  ['new', config(MODEL_JOB), {}],
+  ['new', config(MODEL_JOB), BOTH_ENV],
 ];
 const got: Partial<Record<'old' | 'new', Side>> = {};
 try {

@@ -77,6 +77,23 @@ def tune_malloc() -> bool:
         return False
 
 
+def trim_heap() -> bool:
+    """Give glibc's freed heap memory back to the OS (malloc_trim(0)); a no-op off glibc. Returns whether it ran."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+        return True
+    except (OSError, AttributeError):
+        return False
+
+
+def trim_after_calls() -> bool:
+    """MCP_GYM_LEARNER_TRIM=1: the service gives its freed heap back after each call (trim_heap). tune_malloc keeps
+    a step's activations (up to ~12 GB on the CPU) in the heap for the next step, which is right for one job on a
+    machine; where several learners share one (bench/model-job.ts runs two jobs in turns), an idle learner holding
+    its last step's heap can leave the busy one too little memory. Costs the next call its page faults."""
+    return os.environ.get("MCP_GYM_LEARNER_TRIM", "0") == "1"
+
+
 def adamw(groups, device_type: str, **kwargs: Any):
     """AdamW with the fastest implementation this torch offers: fused on CUDA (torch >= 2.0),
     else foreach; feature-detected, so torch 1.13 works too."""

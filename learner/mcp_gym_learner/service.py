@@ -20,7 +20,7 @@ import torch
 from .backend import Backend
 from .config import ConfigError
 from .protocol import COMMANDS, PROTOCOL_VERSION, RequestError, decode_request, validate_request
-from .runtime import configure_threads, default_threads
+from .runtime import configure_threads, default_threads, trim_after_calls, trim_heap
 
 Arguments = Dict[str, Any]
 
@@ -49,6 +49,7 @@ class LearnerService:
         self.thread_info = configure_threads(self.threads)
         self.dirty = False  # weights changed since the last save/export
         self.shutdown = False
+        self.trim = trim_after_calls()  # MCP_GYM_LEARNER_TRIM=1 (runtime.trim_after_calls)
         self.rank, self.world, self.local_rank = current()
         from .fsdp import requested
 
@@ -282,5 +283,7 @@ class LearnerService:
                 sys.stderr.flush()
                 os._exit(1)
             return {"id": rid, "ok": False, "error": f"{cmd}: {type(e).__name__}: {e}"}
+        if self.trim and cmd in ("train", "sft", "logprobs"):
+            trim_heap()  # MCP_GYM_LEARNER_TRIM=1: the freed heap back to the OS while this learner waits
         _log(f"{cmd} ok in {time.perf_counter() - t0:.3f}s")
         return {"id": rid, "ok": True, "result": result}
