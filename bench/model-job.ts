@@ -90,7 +90,8 @@ interface Side {
 
 async function runSide(name: 'old' | 'new', c: ModelJobConfig, env: Record<string, string>): Promise<Side> {
   let own = 0;
-  const saved = Object.fromEntries(['MCP_GYM_HF_TRIE', 'MCP_GYM_LEARNER_TRIM', ...Object.keys(env)].map((k) => [k, process.env[k]]));
+  // Every variable either side sets, as this process had it: a turn restores them before setting its own.
+  const saved = Object.fromEntries([...new Set([...Object.keys(OLD_ENV), ...Object.keys(BOTH_ENV)])].map((k) => [k, process.env[k]]));
   const result = await runModelJob({
     config: c,
     dir: join(root, name),
