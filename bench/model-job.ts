@@ -41,9 +41,11 @@ const { values } = parseArgs({
 
 /**
  * MODEL_JOB before issue 49 (bench/RESULTS.md, "The recipe with SFT at its plateau" with 18 steps): SFT to
- * its plateau (5 epochs), 18 GRPO steps at lr 2e-5, micro-batches of 16 sequences (the protocol's default).
+ * its plateau (5 epochs), 18 GRPO steps at lr 2e-5, micro-batches of 16 sequences (the protocol's default), the
+ * learner in float32 throughout.
  */
 const OLD_RECIPE = {
+  compute_dtype: 'float32' as const,
   sft: { ...MODEL_JOB.sft, epochs: 5 },
   rl: { ...MODEL_JOB.rl, steps: 18, lr: 2e-5, micro_batch_size: 16, max_difficulty: MODEL_JOB.max_difficulty },
 };
@@ -66,7 +68,7 @@ const model = await resolveModel(values.model!, (l) => process.stderr.write(`${l
 const root = values.dir ?? mkdtempSync(join(tmpdir(), 'mcp-gym-bench-model-job-'));
 mkdirSync(root, { recursive: true });
 
-function config(recipe: { sft: ModelJobConfig['sft']; rl: ModelJobConfig['rl'] }): ModelJobConfig {
+function config(recipe: { sft: ModelJobConfig['sft']; rl: ModelJobConfig['rl']; compute_dtype: 'float32' | 'bfloat16' }): ModelJobConfig {
   return {
     model,
     model_name: values.model!,
@@ -80,6 +82,7 @@ function config(recipe: { sft: ModelJobConfig['sft']; rl: ModelJobConfig['rl'] }
     reworded: true,
     sft: { ...recipe.sft },
     rl: { ...recipe.rl },
+    ...(recipe.compute_dtype !== 'float32' ? { compute_dtype: recipe.compute_dtype } : {}),
   };
 }
 

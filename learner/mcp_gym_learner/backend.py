@@ -38,6 +38,7 @@ class Backend:
     # Optional capabilities: the commands "sft" and "logprobs", and "inline" (export's files in the answer).
     supports: FrozenSet[str] = frozenset()
     autocast_dtype: Optional[torch.dtype] = None
+    compute_dtype: Optional[torch.dtype] = None  # a low-precision compute copy (compute_copy.py; HF on the CPU)
 
     def __init__(self, model: torch.nn.Module, adapter: Adapter, model_dir: str, config: Dict[str, Any]):
         self.model = model

@@ -59,7 +59,7 @@ class GPTBackend(Backend):
 
     @classmethod
     def load(cls, model_dir: str, a: Dict[str, Any], device: str, torch_device: str) -> "GPTBackend":
-        for k in ("dtype", "gradient_checkpointing", "lora"):
+        for k in ("dtype", "gradient_checkpointing", "lora", "compute_dtype"):
             if k in a:
                 raise RequestError(f"{k}: only for a Hugging Face model (hf: true)")
         try:

@@ -63,6 +63,21 @@ class HFBackend(HFWriter, Backend):
         if dtype == "bfloat16" and device != "cuda":
             raise RequestError("dtype: bfloat16 parameters are for CUDA; on the CPU the learner trains in float32 "
                                "(dtype auto or float32)")
+        compute = a.get("compute_dtype")
+        if compute is not None:
+            from .compute_copy import DTYPES
+
+            if compute not in DTYPES:
+                raise RequestError(f"compute_dtype: one of {sorted(DTYPES)}, got {compute!r}")
+            if lora is not None:
+                raise RequestError("compute_dtype: a compute copy is for full fine-tuning (a LoRA adapter trains "
+                                   "few weights; leave it out)")
+            if dtype == "bfloat16":
+                raise RequestError("compute_dtype: the parameters are already bfloat16 (dtype); the compute copy "
+                                   "keeps float32 master weights")
+            if device == "cuda":
+                raise RequestError("compute_dtype: for the CPU; on CUDA the learner already computes in bf16 "
+                                   "(autocast, with float32 master weights)")
         if lora is not None and not peft_available():
             raise RequestError("lora: peft is not importable by this Python")
         source_cfg = read_hf_config(model_dir)
@@ -111,6 +126,12 @@ class HFBackend(HFWriter, Backend):
                      "model_type": source_cfg.get("model_type")})
         backend = cls(model, adapter, model_dir, {"format": "hf", "version": 0, "hf": info})
         backend.autocast_dtype = autocast
+        backend.compute_dtype = None
+        if compute is not None:
+            from .compute_copy import DTYPES
+
+            backend.compute_dtype = DTYPES[compute]
+            info["compute_dtype"] = compute
         backend.restore = restore
         backend.source_cfg = source_cfg
         return backend
@@ -177,7 +198,9 @@ class HFBackend(HFWriter, Backend):
         steps, epochs = a.get("steps"), a.get("epochs", 1)
         lr = a.get("lr", SFT_LR_DEFAULTS["lora" if self.lora else "full"])
         batch_size, warmup, seed = a.get("batch_size", 32), a.get("warmup"), a.get("seed", 0)
-        module = LogprobModule(self.model, self.adapter)
+        compute = getattr(self, "compute", None)  # a bf16 copy to compute on (compute_copy.py), or None
+        net = compute.model if compute is not None else self.model
+        module = LogprobModule(net, self.adapter)
         device = next(self.model.parameters()).device
 
         prompt_grad = a.get("prompt_grad", True)
@@ -186,10 +209,13 @@ class HFBackend(HFWriter, Backend):
 
         train_layers = a.get("train_layers")
         frozen = self._freeze_below(train_layers) if train_layers is not None else []
+        sync = compute.sync if compute is not None else None
+        if sync is not None:
+            sync()
 
         def step_fn(batch):
             if not prompt_grad:
-                return detached_prompt_sft_step(self.model, self.adapter, batch, device, autocast=self._autocast)
+                return detached_prompt_sft_step(net, self.adapter, batch, device, autocast=self._autocast)
             return adapter_sft_step(module, self.adapter, batch, device, MICRO_TOKENS, autocast=self._autocast)
 
         # save_epochs: the weights after each pass but the last, written as checkpoints DIR/epoch-<e> (the
@@ -207,7 +233,7 @@ class HFBackend(HFWriter, Backend):
                                warmup=warmup, seed=seed, weight_decay=a.get("weight_decay", 0.01),
                                betas=tuple(a.get("betas", (0.9, 0.95))), grad_clip=a.get("grad_clip", 1.0),
                                min_lr_ratio=a.get("min_lr_ratio", 0.1), step_fn=step_fn, log_every=1,
-                               on_epoch=on_epoch if save_epochs else None)
+                               on_epoch=on_epoch if save_epochs else None, after_step=sync)
         finally:
             for p in frozen:
                 p.requires_grad_(True)

@@ -37,6 +37,7 @@ from typing import Any, Dict, List, Optional, Sequence
 import torch
 
 from .batch import Batch, micro_inputs
+from .compute_copy import ComputeCopy
 from .gae import ValueTargets, check_gae, value_terms
 from .losses import ImportanceWeights, importance_weights, loss_terms, token_weights
 from .policy import Adapter, LogprobModule
@@ -67,13 +68,19 @@ class RLTrainer(PrePasses, UpdateLoop, Optimizing, AtomicSteps):
 
     def __init__(self, model: torch.nn.Module, adapter: Adapter, autocast_dtype: Optional[torch.dtype] = None,
                  reference: str = "copy", ddp: Optional[bool] = None, find_unused_parameters: bool = False,
-                 parallel: str = "ddp"):
+                 parallel: str = "ddp", compute_dtype: Optional[torch.dtype] = None):
         self.model = model
         self.adapter = adapter
         self.device = next(model.parameters()).device
         self.autocast_dtype = autocast_dtype
-        self.module = LogprobModule(model, adapter)
         d = _dist() if ddp is not False else None
+        # compute_dtype (compute_copy.py): forwards and backwards on a low-precision copy, AdamW on `model`
+        self.compute: Optional[ComputeCopy] = None
+        if compute_dtype is not None:
+            if d:
+                raise ValueError("compute_dtype: a compute copy is for one process (not DDP or FSDP)")
+            self.compute = ComputeCopy(model, compute_dtype)
+        self.module = LogprobModule(self.compute.model if self.compute else model, adapter)
         self.dist = d
         self.world = d.get_world_size() if d else 1
         self.rank = d.get_rank() if d else 0
@@ -121,6 +128,17 @@ class RLTrainer(PrePasses, UpdateLoop, Optimizing, AtomicSteps):
         self.dist.all_reduce(total)
         return (int(words.item()), float(total.item()))
 
+    def own_ratio(self) -> bool:
+        """The PPO ratio's denominator is the learner's own old logprobs o_t even without an off-policy correction:
+        with a compute copy, whose bf16 forward differs from the sampler's float32 logprobs by rounding alone
+        (about 1e-2 nats, p99 0.3 on SmolLM2-135M), which would otherwise clip ~1% of the tokens for nothing."""
+        return self.compute is not None
+
+    def sync_compute(self) -> None:
+        """The master weights into the compute copy, when there is one (before a call, after each step)."""
+        if self.compute is not None:
+            self.compute.sync()
+
     def _autocast(self):
         if self.autocast_dtype is not None and self.device.type == "cuda":
             return torch.autocast(device_type="cuda", dtype=self.autocast_dtype)
@@ -140,17 +158,18 @@ class RLTrainer(PrePasses, UpdateLoop, Optimizing, AtomicSteps):
             out = (engine or self.engine)(inputs, sel, targets, cfg.temperature, cfg.top_k, cfg.top_p,
                                           cfg.logit_chunk, True, return_hidden=vt is not None)
             lp, lp_t, ent = out[:3]
-            values = self.value_head(out[3]).reshape(-1) if vt is not None else None
+            values = self.value_head(out[3].to(self.value_head.weight.dtype)).reshape(-1) if vt is not None else None
         dev = lp.device
         old = torch.cat([batch.old[i] for i in mb]).to(dev)  # s_t: the sampler's
         adv = torch.cat([batch.adv[i] for i in mb]).to(dev)
         r = torch.cat([ref[i] for i in mb]).to(dev) if ref is not None else None
         w = token_weights(cfg.loss, seq_index, seq_tokens, n_seqs, n_tokens, cfg.dr_grpo_constant, lp.dtype)
         iw: Optional[ImportanceWeights] = None
-        if cfg.is_correction != "none" or importance:
+        own = self.own_ratio()
+        if cfg.is_correction != "none" or importance or own:
             o = torch.cat([learner_old[i] for i in mb]).to(dev) if learner_old is not None else lp.detach()
             iw = importance_weights(cfg.is_correction, o, old, seq_index, seq_tokens, cfg.is_min, cfg.is_cap)
-            if cfg.is_correction != "none":
+            if cfg.is_correction != "none" or own:
                 old = o  # the PPO ratio against the learner's old policy
         terms = loss_terms(cfg.loss, lp, lp_t, ent, old, adv, r, w, seq_index, seq_tokens, cfg.clip_low,
                            cfg.clip_high, cfg.beta, cfg.entropy_coef,
@@ -176,6 +195,7 @@ class RLTrainer(PrePasses, UpdateLoop, Optimizing, AtomicSteps):
         one optimizer step). Single process (tests and tools)."""
         check_config(cfg)
         check_gae(batch, cfg)
+        self.sync_compute()
         mb = list(range(len(batch))) if minibatch is None else list(minibatch)
         ref = self._reference_logprobs(batch, cfg) if cfg.beta > 0 else None
         vt = None

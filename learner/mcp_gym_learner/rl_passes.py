@@ -119,7 +119,7 @@ class PrePasses:
             with self._autocast():
                 lp, _, _, hs = self.module(inputs, sel, targets, cfg.temperature, cfg.top_k, cfg.top_p,
                                            cfg.logit_chunk, True, return_hidden=True)
-                v = head(hs).reshape(-1)
+                v = head(hs.to(head.weight.dtype)).reshape(-1)
             return torch.stack([lp.to(torch.float64), v.to(torch.float64)], -1)  # stored in the model's precision
 
         try:
@@ -131,7 +131,7 @@ class PrePasses:
 
     def _gae(self, batch: Batch, cfg: RLConfig):
         """(the batch with the GAE advantages, its ValueTargets, o_t or None): one pre-pass, no gradient."""
-        want_lp = cfg.is_correction != "none" and not self.one_optimizer_step(cfg, len(batch))
+        want_lp = (cfg.is_correction != "none" or self.own_ratio()) and not self.one_optimizer_step(cfg, len(batch))
         lps, values = self._values_pass(batch, cfg, want_lp)
         vt = value_targets(values, batch.rewards, batch.turn_start, cfg)
         return dataclasses.replace(batch, adv=vt.adv), vt, lps
@@ -144,7 +144,7 @@ class PrePasses:
 
     def _learner_old(self, batch: Batch, cfg: RLConfig) -> Optional[List[torch.Tensor]]:
         """o_t by a pass before the first optimizer step when the loss needs it and no forward gives it free."""
-        if cfg.is_correction == "none" or self.one_optimizer_step(cfg, len(batch)):
+        if (cfg.is_correction == "none" and not self.own_ratio()) or self.one_optimizer_step(cfg, len(batch)):
             return None
         return self._policy_logprobs(batch, cfg)
 

@@ -80,6 +80,7 @@ class UpdateLoop:
         for i, g in enumerate(opt.param_groups):
             g["lr"] = lr * (cfg.vector_lr_scale if i == 1 else 1.0)  # group 1: the 1-D parameters
         self.model.train()
+        self.sync_compute()
         ref = self._reference_logprobs(batch, cfg) if cfg.beta > 0 else None
         vt: Optional[ValueTargets] = None
         if batch.rewards is not None:  # GAE: V_old (and o_t when needed) before any optimizer step of the call
@@ -132,6 +133,7 @@ class UpdateLoop:
                     raise FloatingPointError(f"the gradient norm is {float(gn)} (epoch {epoch + 1}); "
                                              "the step is not applied")
                 opt.step()
+                self.sync_compute()
                 records.append(sums.record(gn))
                 t_opt += _synced(self.device) - t
         opt.zero_grad(set_to_none=True)

@@ -117,6 +117,8 @@ class LearnerService:
             if not available():
                 raise RequestError(f"FSDP (--fsdp) needs torch.distributed.fsdp.fully_shard (torch >= 2.6); this "
                                    f"torch is {torch.__version__}")
+        if a.get("compute_dtype") is not None and self.world > 1:
+            raise RequestError("compute_dtype: a compute copy is for one process (not under torchrun)")
         backend = (HFBackend if hf else GPTBackend).load(model_dir, a, device, self._torch_device(device))
         # Everything checked: switch.
         if "threads" in a:
@@ -125,7 +127,8 @@ class LearnerService:
         self.trainer = None  # the old reference goes before the new one is copied
         self.trainer = RLTrainer(backend.model, backend.adapter, autocast_dtype=backend.autocast_dtype,
                                  reference=backend.reference_mode(a.get("reference", "copy")),
-                                 parallel=self.parallel)
+                                 parallel=self.parallel, compute_dtype=backend.compute_dtype)
+        backend.compute = self.trainer.compute  # sft trains through the same copy
         self.backend, self.device, self.dirty = backend, device, False
         out = {**backend.load_result(), "device": device, "threads": self.threads, "world_size": self.world}
         if self.world > 1:

@@ -255,7 +255,8 @@ def train_sft(model, examples: Sequence[Example], epochs: int = 1, steps: Option
               min_lr_ratio: float = 0.1, log_every: int = 10,
               log: Optional[Callable[[str], None]] = None,
               step_fn: Optional[Callable[[List[Example]], Tuple[float, int, int]]] = None,
-              on_epoch: Optional[Callable[[int], None]] = None) -> Dict[str, Any]:
+              on_epoch: Optional[Callable[[int], None]] = None,
+              after_step: Optional[Callable[[], None]] = None) -> Dict[str, Any]:
     """AdamW, warm-up + cosine, clipping; `steps` (if given) else `epochs` passes over the data.
 
     step_fn (a Hugging Face model, hf_backend.py): given a batch's examples, accumulates the gradient of the
@@ -266,6 +267,7 @@ def train_sft(model, examples: Sequence[Example], epochs: int = 1, steps: Option
     on_epoch(e): called (in eval mode, then back to training) after each complete pass e = 1, 2, ... over the
     data that is not the last step; with min_lr_ratio 1 (no decay) and a warm-up in steps, the weights it sees
     after pass e are those of a run of e passes.
+    after_step(): called after each optimizer step (a compute copy takes the new weights: compute_copy.py).
     Returns {steps, loss_first, loss_last, loss_last_avg, tokens, tokens_per_s, seconds}: `tokens` counts
     the real (non-pad) tokens fed to the model; loss_last_avg is the mean over the last 10% of the steps.
     """
@@ -312,6 +314,8 @@ def train_sft(model, examples: Sequence[Example], epochs: int = 1, steps: Option
             if grad_clip and grad_clip > 0:
                 torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], grad_clip)
             opt.step()
+            if after_step is not None:
+                after_step()
         losses.append(loss_value)
         tokens += ntok
         if log_every and (step + 1) % log_every == 0 or step + 1 == total:

@@ -47,6 +47,8 @@ export const MODEL_JOB = {
   max_difficulty: 3,
   eval_tasks: 128,
   k: 2,
+  /** The learner's compute dtype for SFT and GRPO (--compute-dtype; TrainConfig compute_dtype). */
+  compute_dtype: 'float32' as 'float32' | 'bfloat16',
   sft: { demos: 64, epochs: 2, batch: 16, lr: 1e-4, lora_rank: 0, warmup: 2, min_lr_ratio: 1 },
   rl: {
     preset: 'art',
@@ -84,6 +86,8 @@ export const MODEL_JOB_HELP = `mcp-gym start --model M: a pretrained Hugging Fac
   --sft-warmup N --sft-min-lr-ratio X   SFT's schedule: warm-up steps (default ${MODEL_JOB.sft.warmup}), then a cosine to lr x X (default ${MODEL_JOB.sft.min_lr_ratio}: a constant lr)
   --sft-prompt-grad on|off   off: SFT without the gradient through the prompt (3x faster on long tool lists; default on)
   --sft-train-layers N  SFT trains the top N decoder layers only (0: every weight; default 0, bfcl ${BFCL_JOB.sft.train_layers})
+  --compute-dtype D     the learner's SFT and GRPO compute: float32, or bfloat16 (a bf16 copy of the float32 weights,
+                        about 1.7x faster on a CPU with AVX512-BF16 or AMX; default ${MODEL_JOB.compute_dtype})
   --eval-temperature T  the held-out evaluations' temperature (0: greedy; default 1, bfcl ${BFCL_JOB.eval_temperature} as BFCL generates)
   --temperature T       the rollouts' sampling temperature, which the learner trains at too (default 1; the evaluations stay at 1)
   --steps N --tasks-per-step T --group G --lr X   GRPO (default ${MODEL_JOB.rl.steps}, ${MODEL_JOB.rl.tasks_per_step}, ${MODEL_JOB.rl.group}, ${MODEL_JOB.rl.lr})
@@ -157,6 +161,7 @@ export async function modelJobCommand(argv: string[]): Promise<void> {
         'sft-min-lr-ratio': { type: 'string' },
         'sft-prompt-grad': { type: 'string' },
         'sft-train-layers': { type: 'string' },
+        'compute-dtype': { type: 'string' },
         'eval-temperature': { type: 'string' },
         temperature: { type: 'string' },
         steps: { type: 'string' },
@@ -190,6 +195,8 @@ export async function modelJobCommand(argv: string[]): Promise<void> {
   const pg = s('sft-prompt-grad');
   if (pg !== undefined && pg !== 'on' && pg !== 'off') throw new UsageError(`--sft-prompt-grad: on or off, got '${pg}'`);
   // (checked before the model is resolved, which may convert it)
+  const cd = s('compute-dtype') ?? MODEL_JOB.compute_dtype;
+  if (cd !== 'float32' && cd !== 'bfloat16') throw new UsageError(`--compute-dtype: float32 or bfloat16, got '${cd}'`);
   const trainLayers = int('sft-train-layers', bfcl ? BFCL_JOB.sft.train_layers : 0, 0);
   const temperature = numFlag(s('temperature'), '--temperature', { min: 0.05 });
   // Rollouts at another temperature keep the evaluations at 1 (comparable with the base's and other jobs') unless told.
@@ -245,6 +252,7 @@ export async function modelJobCommand(argv: string[]): Promise<void> {
     ...(evalTemperature !== undefined ? { eval_temperature: evalTemperature } : {}),
     // sql: the SFT and RL checkpoints also on the held-out questions in the wording no training task uses
     ...(suite === 'sql' ? { reworded: true } : {}),
+    ...(cd !== 'float32' ? { compute_dtype: cd } : {}),
   };
   const dir = s('run') ?? join('runs', `model-${new Date().toISOString().replace(/[:.]/g, '-')}`);
   console.log(

@@ -282,6 +282,12 @@ export const TrainConfigSchema = z
       .default('auto')
       .describe("Hugging Face models: the learner's parameter dtype (auto: float32, with bf16 autocast on a GPU that has it)"),
     gradient_checkpointing: z.boolean().default(false).describe('Hugging Face models: recompute activations in the backward pass (less memory, slower)'),
+    compute_dtype: z
+      .enum(['float32', 'bfloat16'])
+      .default('float32')
+      .describe(
+        "Hugging Face models on the CPU, full fine-tuning: bfloat16 runs the learner's forwards and backwards on a bf16 copy of the float32 weights (AdamW stays float32; about 1.7x faster where the CPU has AVX512-BF16 or AMX)",
+      ),
     judge: z.string().default('').describe("RULER's judge, a chat model: openai:<model> or anthropic:<model> (empty: no judge)"),
     judge_base_url: z.string().min(1).optional().describe("the judge's API base URL (OpenAI-compatible: up to and with /v1)"),
     judge_api_key_env: z
@@ -406,6 +412,7 @@ export const CONFIG_GROUPS = {
     'lora_targets',
     'dtype',
     'gradient_checkpointing',
+    'compute_dtype',
   ],
   eval: ['eval_every', 'eval_limit', 'eval_samples', 'eval_temperature'],
   schedule: [

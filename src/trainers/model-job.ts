@@ -48,6 +48,8 @@ export interface ModelJobConfig {
    * training task or demonstration uses (rephraseSqlTask; each question once), beside the usual held-out tasks.
    */
   reworded?: boolean;
+  /** The learner's compute dtype for SFT and GRPO (TrainConfig compute_dtype: bfloat16, a bf16 copy of float32 weights); default float32. */
+  compute_dtype?: 'float32' | 'bfloat16';
   /**
    * warmup: steps (default 5% of them); min_lr_ratio: where the cosine ends (default 0.1; 1: constant lr);
    * prompt_grad: false trains without the gradient through the prompts' keys and values (runSft's promptGrad);
@@ -321,6 +323,7 @@ export async function runModelJob(o: ModelJobOptions): Promise<ModelJobResult> {
       ...(c.sft.min_lr_ratio !== undefined ? { minLrRatio: c.sft.min_lr_ratio } : {}),
       ...(c.sft.prompt_grad === false ? { promptGrad: false } : {}),
       ...(c.sft.train_layers !== undefined ? { trainLayers: c.sft.train_layers } : {}),
+      ...(c.compute_dtype !== undefined ? { computeDtype: c.compute_dtype } : {}),
       toolFormat: c.tool_format,
       ...(c.sft.lora_rank > 0 ? { lora: { r: c.sft.lora_rank, alpha: 2 * c.sft.lora_rank } } : {}),
       onLog: log,
@@ -349,6 +352,7 @@ export async function runModelJob(o: ModelJobOptions): Promise<ModelJobResult> {
     eval_samples: c.k,
     ...(c.eval_temperature !== undefined ? { eval_temperature: c.eval_temperature } : {}),
     tool_format: c.tool_format,
+    ...(c.compute_dtype !== undefined ? { compute_dtype: c.compute_dtype } : {}),
   };
   let evalSeconds = 0;
   const steps = Number(config.steps ?? 0);

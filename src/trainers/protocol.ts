@@ -251,6 +251,10 @@ export const LEARNER_COMMANDS = {
         hf: z.boolean().optional().describe('a Hugging Face model (default: detected from config.json)'),
         dtype: z.enum(['auto', 'float32', 'bfloat16']).optional().describe('Hugging Face models only'),
         gradient_checkpointing: z.boolean().optional().describe('Hugging Face models only'),
+        compute_dtype: z
+          .enum(['bfloat16'])
+          .optional()
+          .describe('Hugging Face models, full fine-tuning in one process: train and sft compute on a bf16 copy of the float32 weights'),
         lora: z
           .object({
             r: z.number().int().min(1).optional(),

@@ -135,11 +135,12 @@ function hfOnlyFields(c: TrainConfig): string[] {
   if (c.lora_targets !== 'all-linear') out.push('lora_targets');
   if (c.dtype !== 'auto') out.push('dtype');
   if (c.gradient_checkpointing) out.push('gradient_checkpointing');
+  if (c.compute_dtype !== 'float32') out.push('compute_dtype');
   if (c.learner_parallel === 'fsdp') out.push('learner_parallel');
   return out;
 }
 
-/** What the learner's `load` gets for a Hugging Face model: dtype, gradient checkpointing and LoRA (with lora_rank > 0). */
+/** What the learner's `load` gets for a Hugging Face model: dtype, gradient checkpointing, the compute copy's dtype and LoRA (with lora_rank > 0). */
 export function hfLoadOptions(c: TrainConfig): HfLoadOptions {
   const targets =
     c.lora_targets.trim() === 'all-linear'
@@ -151,6 +152,7 @@ export function hfLoadOptions(c: TrainConfig): HfLoadOptions {
   return {
     dtype: c.dtype,
     gradient_checkpointing: c.gradient_checkpointing,
+    ...(c.compute_dtype === 'bfloat16' ? { compute_dtype: 'bfloat16' as const } : {}),
     ...(c.lora_rank > 0 ? { lora: { r: c.lora_rank, alpha: c.lora_alpha ?? 2 * c.lora_rank, dropout: c.lora_dropout, target_modules: targets } } : {}),
   };
 }
@@ -158,6 +160,7 @@ export function hfLoadOptions(c: TrainConfig): HfLoadOptions {
 export interface HfLoadOptions {
   dtype: TrainConfig['dtype'];
   gradient_checkpointing: boolean;
+  compute_dtype?: 'bfloat16';
   lora?: { r: number; alpha: number; dropout: number; target_modules: string | string[] };
 }
 

@@ -37,7 +37,7 @@ export interface LearnerSessionOptions {
    * For a Hugging Face model: the learner's dtype, gradient checkpointing and LoRA (`load`'s
    * fields; config.ts hfLoadOptions). Ignored for the embedded GPT model.
    */
-  hf?: Pick<LearnerArgs<'load'>, 'dtype' | 'gradient_checkpointing' | 'lora'>;
+  hf?: Pick<LearnerArgs<'load'>, 'dtype' | 'gradient_checkpointing' | 'compute_dtype' | 'lora'>;
   /** The checkpoint to start from (a resumed run's). */
   checkpoint?: string;
   log?: (line: string) => void;

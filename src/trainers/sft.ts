@@ -40,6 +40,11 @@ export interface SftSchedule {
    * bench/sft_speed.py). Default: every weight.
    */
   trainLayers?: number;
+  /**
+   * Hugging Face models, full fine-tuning on the CPU: 'bfloat16' runs the forwards and backwards on a bf16
+   * copy of the float32 weights (the learner's `compute_dtype`, learner/PROTOCOL.md). Default: float32 throughout.
+   */
+  computeDtype?: 'float32' | 'bfloat16';
 }
 
 /** The learner's `sft` schedule fields for a SftSchedule. */
@@ -230,7 +235,12 @@ async function runHfSft(o: SftOptions, out: string, trajectories: Trajectory[], 
     onLog: (l) => l.startsWith('sft step') && (o.onProgress ?? log)(l),
   });
   try {
-    await learner.request('load', { model_dir: out, device: 'cpu', ...(o.lora ? { lora: o.lora } : {}) });
+    await learner.request('load', {
+      model_dir: out,
+      device: 'cpu',
+      ...(o.lora ? { lora: o.lora } : {}),
+      ...(o.computeDtype === 'bfloat16' ? { compute_dtype: 'bfloat16' as const } : {}),
+    });
     const what = o.lora ? `LoRA r=${o.lora.r}` : o.trainLayers !== undefined ? `the top ${o.trainLayers} decoder layers` : 'all weights';
     log(`training ${what}: ${o.steps} steps of ${o.batchSize}, lr ${o.lr}`);
     const trained = await learner.request('sft', { data, ...sftSchedule(o), ...(o.saveEpochs ? { save_epochs: resolve(o.saveEpochs) } : {}) });

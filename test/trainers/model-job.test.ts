@@ -28,6 +28,8 @@ const config = (model: string): ModelJobConfig => ({
   seed: 0,
   tool_format: 'auto',
   reworded: true,
+  // SFT and GRPO on the learner's bf16 compute copy (float32 master weights), as `--compute-dtype bfloat16`
+  compute_dtype: 'bfloat16',
   sft: { demos: 4, epochs: 1, batch: 4, lr: 1e-4, lora_rank: 0 },
   rl: { preset: 'art', steps: 2, tasks_per_step: 2, group: 2, lr: 1e-5, beta: 0, eval_every: 0, max_staleness: 0, max_new_tokens: 16, max_difficulty: 1 },
 });
@@ -58,6 +60,9 @@ describe('the job ETA', () => {
       "--rl-max-difficulty 4: GRPO's tasks are within the job's difficulties, 1 to 3",
     );
     await expect(modelJobCommand(['--model', 'no-such-model', '--rl-max-difficulty', 'two'])).rejects.toThrow(/--rl-max-difficulty/);
+    await expect(modelJobCommand(['--model', 'no-such-model', '--compute-dtype', 'float16'])).rejects.toThrow(
+      "--compute-dtype: float32 or bfloat16, got 'float16'",
+    );
   });
 
   it('refuses the held-out wording on a suite that has none, naming it', () => {

@@ -431,7 +431,7 @@ describe('train --policy openai:<model> --base-url <vLLM> with LoRA', () => {
 });
 
 describe('the config of Hugging Face training', () => {
-  it('LoRA, dtype and gradient checkpointing reach the learner’s load; alpha defaults to 2 × rank', () => {
+  it('LoRA, dtype, gradient checkpointing and the compute dtype reach the learner’s load; alpha defaults to 2 × rank', () => {
     const c = resolveConfig({
       model: modelDir,
       policy: `openai:${SERVED}`,
@@ -449,6 +449,11 @@ describe('the config of Hugging Face training', () => {
     expect(hfLoadOptions(resolveConfig({ model: modelDir, policy: `openai:${SERVED}`, base_url: replay.url }))).toEqual({
       dtype: 'auto',
       gradient_checkpointing: false,
+    });
+    expect(hfLoadOptions(resolveConfig({ model: modelDir, policy: `openai:${SERVED}`, base_url: replay.url, compute_dtype: 'bfloat16' }))).toEqual({
+      dtype: 'auto',
+      gradient_checkpointing: false,
+      compute_dtype: 'bfloat16',
     });
     expect(hfLoadOptions(resolveConfig({ model: modelDir, policy: `openai:${SERVED}`, base_url: replay.url, lora_rank: 4, lora_alpha: 4 })).lora).toEqual({
       r: 4,
@@ -470,6 +475,9 @@ describe('the config of Hugging Face training', () => {
     );
     expect(() => resolveConfig({ model: BUNDLED_MODEL_DIR, dtype: 'bfloat16', gradient_checkpointing: true })).toThrow(
       /dtype: for Hugging Face models only; .*leave out dtype, gradient_checkpointing/,
+    );
+    expect(() => resolveConfig({ model: BUNDLED_MODEL_DIR, compute_dtype: 'bfloat16' })).toThrow(
+      /compute_dtype: for Hugging Face models only; .*leave out compute_dtype/,
     );
   });
 });
