@@ -11,7 +11,6 @@ difference, and the logprobs of the sampled tokens against the sampler's.
 
 The batch is bench/hf_trie.py's (load_batch): the first --groups groups after --skip whose rewards differ."""
 
-import argparse
 import json
 import os
 import sys
@@ -21,7 +20,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch  # noqa: E402
-from hf_trie import load_batch  # noqa: E402
+from hf_trie import batch_args, load_batch  # noqa: E402
 
 from mcp_gym_learner.service import LearnerService  # noqa: E402
 
@@ -30,18 +29,22 @@ def flat(model):
     return torch.cat([p.detach().reshape(-1).float() for p in model.parameters()])
 
 
+def service(model, compute):
+    """A fresh learner service with the model loaded, in float32 or with the bf16 compute copy."""
+    svc = LearnerService()
+    req = {"cmd": "load", "model_dir": model, "device": "cpu", **({"compute_dtype": "bfloat16"} if compute else {})}
+    r = svc.handle(json.dumps(req))
+    assert r["ok"], r
+    return svc
+
+
 def cosine(x, y):
     x, y = x.double(), y.double()
     return float(x @ y / (x.norm() * y.norm()))
 
 
 def arm(model, batch, lr, compute):
-    svc = LearnerService()
-    req = {"cmd": "load", "model_dir": model, "device": "cpu"}
-    if compute:
-        req["compute_dtype"] = "bfloat16"
-    r = svc.handle(json.dumps(req))
-    assert r["ok"], r
+    svc = service(model, compute)
     w0 = flat(svc.backend.model)
     cfg = {"loss": "grpo", "lr": lr, "warmup_steps": 0, "beta": 0.0, "epochs": 1, "minibatch_size": 0,
            "micro_batch_size": 64}
@@ -58,11 +61,7 @@ def gradient(model, batch, compute):
     from mcp_gym_learner.batch import parse_batch
     from mcp_gym_learner.rl_config import parse_config
 
-    svc = LearnerService()
-    req = {"cmd": "load", "model_dir": model, "device": "cpu"}
-    if compute:
-        req["compute_dtype"] = "bfloat16"
-    assert svc.handle(json.dumps(req))["ok"]
+    svc = service(model, compute)
     tr = svc.trainer
     cfg = parse_config({"loss": "grpo", "beta": 0.0, "micro_batch_size": 64})
     tr.gradients(parse_batch(batch, tr.adapter.vocab_size, tr.adapter.max_seq_len), cfg)
@@ -71,13 +70,7 @@ def gradient(model, batch, compute):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("model")
-    ap.add_argument("trajectories")
-    ap.add_argument("--groups", type=int, default=8)
-    ap.add_argument("--skip", type=int, default=0)
-    ap.add_argument("--reps", type=int, default=2)
-    ap.add_argument("--lr", type=float, default=2e-5)
+    ap = batch_args()
     ap.add_argument("--grad-groups", type=int, default=2, help="groups of the gradient comparison (0: none)")
     a = ap.parse_args()
     torch.set_num_threads(int(os.environ.get("MCP_GYM_THREADS", "2")))

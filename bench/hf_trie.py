@@ -117,7 +117,8 @@ def arm(model, batch, lr, trie):
     return dt, w
 
 
-def main():
+def batch_args() -> argparse.ArgumentParser:
+    """The arguments of a bench on one RL step's batch (this one, bench/hf_bf16_compute.py)."""
     ap = argparse.ArgumentParser()
     ap.add_argument("model")
     ap.add_argument("trajectories")
@@ -125,7 +126,11 @@ def main():
     ap.add_argument("--skip", type=int, default=0)
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--lr", type=float, default=2e-5)
-    a = ap.parse_args()
+    return ap
+
+
+def main():
+    a = batch_args().parse_args()
     torch.set_num_threads(int(os.environ.get("MCP_GYM_THREADS", "2")))
     batch, kept = load_batch(a.trajectories, a.groups, a.skip)
     tokens = sum(len(s) for s in batch["ids"])

@@ -152,6 +152,7 @@ class PrePasses:
         """The current policy's processed logprobs of each sequence's scored tokens, computed exactly as the
         first epoch of `train` computes them (same micro-batches): on-policy old logprobs. Under DDP, this
         rank's sequences only (the others None)."""
+        self.sync_compute()
         lps = self._policy_logprobs(batch, cfg, share=False)
         mine = {i for m in self._first_epoch_micros(batch, cfg) for i in m}
         return [lps[i].detach().cpu() if i in mine else None for i in range(len(batch))]  # type: ignore[misc]
