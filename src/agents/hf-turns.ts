@@ -48,6 +48,8 @@ export interface HfTurnsOptions {
 export interface TurnPrompt {
   env: number[];
   drift?: string;
+  /** The tool schemas' tokens in the episode's sequence now: the prompt's tool list, and every tool change appended since. */
+  toolTokens: number;
 }
 
 /** The environment's messages as chat-template messages. */
@@ -71,22 +73,53 @@ export function toToolSpecs(
 }
 
 /**
+ * Messages the environment adds, with a change of the tools since the model was last told of them
+ * (`told`: by name, each spec's JSON) written at the start of the first user or tool message
+ * (toolChangeNotice), and `told` updated. With no such message the change waits for the next one.
+ */
+export function toolNoticeIn(
+  told: Map<string, string>,
+  specs: ToolSpec[],
+  messages: ChatMessage[],
+  family: ChatTemplateRenderer['family'],
+): { messages: ChatMessage[]; notice?: string } {
+  const added = specs.filter((t) => told.get(t.function.name) !== JSON.stringify(t));
+  const current = new Set(specs.map((t) => t.function.name));
+  const removed = [...told.keys()].filter((n) => !current.has(n));
+  const at = messages.findIndex((m) => m.role === 'user' || m.role === 'tool');
+  if ((added.length === 0 && removed.length === 0) || at < 0) return { messages };
+  const out = [...messages];
+  const m = out[at]!;
+  const notice = toolChangeNotice(family, added, removed);
+  out[at] = { ...m, content: notice + (m.content ?? '') };
+  told.clear();
+  for (const t of specs) told.set(t.function.name, JSON.stringify(t));
+  return { messages: out, notice };
+}
+
+/**
  * A demonstration as the model's own template renders it, with the loss on the assistant's turns
  * only: the sequence is built as a rollout builds it (HfSequence: the prompt, each assistant turn
  * appended as the template writes it when the turn is the conversation's last, the environment's
- * pieces after it), so what SFT teaches is what sampling continues from. Undefined when the
- * template cannot render it.
+ * pieces after it), so what SFT teaches is what sampling continues from. `toolsAt`: the tools
+ * shown at each assistant turn, where they changed during the episode (the toolbelt and search
+ * modes): the prompt lists the first turn's, and each change is written as a rollout writes it
+ * (toolNoticeIn). Undefined when the template cannot render it.
  */
 export function hfDemoExample(
   turns: Pick<HfTurns, 'tokenizer' | 'renderer'>,
   messages: ChatMessage[],
   tools: ToolSpec[],
+  toolsAt?: ToolSpec[][],
 ): { ids: number[]; mask: number[] } | undefined {
   const seq = new HfSequence(turns.tokenizer, turns.renderer);
   let i = messages.findIndex((m) => m.role === 'assistant');
   if (i <= 0) return undefined;
   const opts = (gen: boolean) => ({ ...(tools.length ? { tools } : {}), addGenerationPrompt: gen });
-  seq.start(messages.slice(0, i), tools);
+  const first = toolsAt?.[0] ?? tools;
+  const told = new Map(first.map((t) => [t.function.name, JSON.stringify(t)]));
+  let k = 0; // the assistant turn
+  seq.start(messages.slice(0, i), first);
   const end = turnEndToken(turns.renderer.family)!;
   for (;;) {
     let text: string;
@@ -105,7 +138,9 @@ export function hfDemoExample(
     let j = i + 1;
     while (j < messages.length && messages[j]!.role !== 'assistant') j++;
     if (j >= messages.length) break;
-    if (!seq.continue(messages.slice(i + 1, j), { keepSampled: true }).ok) return undefined;
+    k++;
+    const piece = toolsAt?.[k] ? toolNoticeIn(told, toolsAt[k]!, messages.slice(i + 1, j), turns.renderer.family).messages : messages.slice(i + 1, j);
+    if (!seq.continue(piece, { keepSampled: true }).ok) return undefined;
     i = j;
   }
   return { ids: [...seq.ids], mask: [...seq.mask] };
@@ -113,7 +148,7 @@ export function hfDemoExample(
 
 export class HfTurns {
   /** Per episode: its sequence, the end token a cut-off turn still owes, and the tools it told the model of (by name, their spec's JSON). */
-  private readonly episodes = new Map<string, { seq: HfSequence; carry: number[]; tools: Map<string, string> }>();
+  private readonly episodes = new Map<string, { seq: HfSequence; carry: number[]; tools: Map<string, string>; toolTokens: number }>();
 
   constructor(
     readonly tokenizer: HfTokenizer,
@@ -161,16 +196,18 @@ export class HfTurns {
     const start = (why?: string): TurnPrompt => {
       const seq = new HfSequence(this.tokenizer, this.renderer, this.options.context ? { context: this.options.context } : {});
       const specs = toToolSpecs(obs.tools);
-      const env = seq.start(toChatMessages(obs.messages), specs);
-      this.episodes.set(key, { seq, carry: [], tools: new Map(specs.map((t) => [t.function.name, JSON.stringify(t)])) });
-      return why ? { env, drift: why } : { env };
+      const messages = toChatMessages(obs.messages);
+      const env = seq.start(messages, specs);
+      const toolTokens = specs.length ? env.length - this.tokenizer.encode(this.renderer.render(messages, this.renderOptions())).length : 0;
+      this.episodes.set(key, { seq, carry: [], tools: new Map(specs.map((t) => [t.function.name, JSON.stringify(t)])), toolTokens });
+      return why ? { env, drift: why, toolTokens } : { env, toolTokens };
     };
     if (!ep || obs.turn === 0) return start();
-    const r = ep.seq.continue(this.withToolChange(ep.tools, obs), { keepSampled: true });
+    const r = ep.seq.continue(this.withToolChange(ep, obs), { keepSampled: true });
     if (r.ok) {
       const env = [...ep.carry, ...r.ids];
       ep.carry = [];
-      return { env };
+      return { env, toolTokens: ep.toolTokens };
     }
     const why =
       r.reason === 'prefix-mismatch'
@@ -180,23 +217,18 @@ export class HfTurns {
   }
 
   /**
-   * The observation's new messages for the template; when its tools changed since the model was
-   * last told of them, the first new user or tool message starts with the change (toolChangeNotice;
-   * `told` is updated). With no such message the change waits for the next one.
+   * The observation's new messages for the template, with the change of its tools since the model
+   * was last told of them (toolNoticeIn); the notice's tokens are counted in the episode's tool tokens.
    */
-  private withToolChange(told: Map<string, string>, obs: Observation): ChatMessage[] {
-    const messages = toChatMessages(obs.newMessages);
-    const specs = toToolSpecs(obs.tools);
-    const added = specs.filter((t) => told.get(t.function.name) !== JSON.stringify(t));
-    const current = new Set(specs.map((t) => t.function.name));
-    const removed = [...told.keys()].filter((n) => !current.has(n));
-    const at = messages.findIndex((m) => m.role === 'user' || m.role === 'tool');
-    if ((added.length === 0 && removed.length === 0) || at < 0) return messages;
-    const m = messages[at]!;
-    messages[at] = { ...m, content: toolChangeNotice(this.renderer.family, added, removed) + (m.content ?? '') };
-    told.clear();
-    for (const t of specs) told.set(t.function.name, JSON.stringify(t));
+  private withToolChange(ep: { tools: Map<string, string>; toolTokens: number }, obs: Observation): ChatMessage[] {
+    const { messages, notice } = toolNoticeIn(ep.tools, toToolSpecs(obs.tools), toChatMessages(obs.newMessages), this.renderer.family);
+    if (notice) ep.toolTokens += this.tokenizer.encode(notice).length;
     return messages;
+  }
+
+  /** The template's options for a prompt without tools (to count the tool list's tokens). */
+  private renderOptions(): { addGenerationPrompt: boolean; context?: Record<string, unknown> } {
+    return { addGenerationPrompt: true, ...(this.options.context ? { context: this.options.context } : {}) };
   }
 
   /** Appends a sampled turn to its episode and reads its text and tool calls. */

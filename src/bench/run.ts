@@ -5,7 +5,7 @@
  */
 import { ToolClient, type ConnectOptions, type ServerSpec, type ToolInfo } from '../tools/index.ts';
 import { toolSurface } from '../tools/index.ts';
-import type { Policy, Task } from '../env/index.ts';
+import type { Policy, Task, ToolModeOptions } from '../env/index.ts';
 import { fnv1a } from '../../lib/index.ts';
 import { generateArguments, type Args } from './args.ts';
 import { runAgentBench } from './agent.ts';
@@ -46,7 +46,7 @@ export interface BenchOptions {
   saveFailuresTo?: string;
   /** Saved inputs to send again. */
   replay?: { file?: string; failures: FuzzFailure[] };
-  agent?: { policy: Policy; tasks: Task[]; k: number; concurrency?: number; timeoutMs?: number };
+  agent?: { policy: Policy; tasks: Task[]; k: number; concurrency?: number; timeoutMs?: number; tools?: ToolModeOptions };
   signal?: AbortSignal;
   /** Progress lines (for stderr). */
   log?: (line: string) => void;
@@ -215,7 +215,12 @@ export async function runBench(options: BenchOptions): Promise<BenchReport> {
   if (options.agent) {
     const a = options.agent;
     log(`agent: ${a.tasks.length} tasks x ${a.k} runs with policy ${a.policy.id}`);
-    report.agent = await runAgentBench(a.policy, a.tasks, { k: a.k, concurrency: a.concurrency, signal: options.signal, env: { callTimeoutMs: a.timeoutMs } });
+    report.agent = await runAgentBench(a.policy, a.tasks, {
+      k: a.k,
+      concurrency: a.concurrency,
+      signal: options.signal,
+      env: { callTimeoutMs: a.timeoutMs, ...(a.tools ? { tools: a.tools } : {}) },
+    });
   }
   report.seconds = (performance.now() - t0) / 1000;
   return report;

@@ -7,6 +7,7 @@ import { makePolicy } from '../agents/index.ts';
 import { allFailed, loadTasks, type Task } from '../env/index.ts';
 import { Interrupted, RunFailure } from '../../lib/index.ts';
 import { BFCL_SUITE_HELP, generateSuite, isSuiteName, SUITE_NAMES } from '../env/suites/index.ts';
+import { toolModeFlag } from './rollout.ts';
 import {
   checkThreshold,
   gateFromStats,
@@ -44,6 +45,7 @@ Fuzz:     --fuzz              invalid and edge-case arguments from each tool's s
 Agents:   --tasks S|F         a bundled suite (or all), BFCL's (bfcl:<category|group>) or a task file   --split eval|train|all   --limit N
           --policy P          expert (default), random[:seed], onnx:<dir>, openai:<model>, anthropic:<model>
                               (with --base-url URL, --api-key-env NAME, ...: mcp-gym eval --help)   -k K  runs per task (default 4)
+          --tools MODE        how the agent sees its tools: all (default), toolbelt, search, search:K (docs/tasks.md)
           --fail-under X      exit 6 when the agents' success rate is below X (0-1), for CI
           --junit F           JUnit XML in F: a test case per task (failed below --fail-under, default: any miss)
 Output:   --json              also print the report as one JSON object, the last line
@@ -140,6 +142,7 @@ export async function benchCommand(argv: string[]): Promise<void> {
         'save-failures': { type: 'string' },
         replay: { type: 'string' },
         tasks: { type: 'string' },
+        tools: { type: 'string' },
         split: { type: 'string', default: 'eval' },
         limit: { type: 'string' },
         policy: { type: 'string', default: 'expert' },
@@ -227,11 +230,14 @@ export async function benchCommand(argv: string[]): Promise<void> {
     const tasks = selectTasks(values.tasks, values.split!, values.limit);
     const k = intFlag(values.k, '-k', 4);
     if (k < 1) throw new UsageError('-k must be at least 1');
+    const toolMode = toolModeFlag(values.tools);
     policy = await makePolicy(values.policy!, { api: apiOptionsFrom(values) }).catch((err: Error) => {
       if (err instanceof RunFailure) throw err; // a model that cannot start (exit 3), not bad input
       throw new UsageError(err.message);
     });
-    options.agent = { policy, tasks, k, timeoutMs: values['timeout-ms'] === undefined ? undefined : timeoutMs };
+    options.agent = { policy, tasks, k, timeoutMs: values['timeout-ms'] === undefined ? undefined : timeoutMs, ...(toolMode ? { tools: toolMode } : {}) };
+  } else if (values.tools !== undefined) {
+    throw new UsageError('--tools goes with --tasks (agent success)');
   } else if (values.k !== undefined || values['fail-under'] !== undefined || values.junit !== undefined) {
     if (values.k === undefined) throw new UsageError(`${values.junit !== undefined ? '--junit' : '--fail-under'} goes with --tasks (agent success)`);
     throw new UsageError('-k goes with --tasks');

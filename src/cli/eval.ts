@@ -60,6 +60,8 @@ export const EVAL_HELP = `mcp-gym eval: a policy on a task suite or a task file,
   --reward R              art (default), rlvr, composer, verifier
   --temperature T         sampling temperature (onnx and API policies)
   --timeout-ms N          a tool call's limit      --stdio   bundled servers as stdio processes
+  --tools MODE            how the agent sees its tools: all (default), toolbelt (list_tools, inspect_tool,
+                          add_tool, remove_tool), search (search_tools, K results: search:K, default 3)
 ${TAPE_HELP}
 ${FAULTS_HELP}
                           (eval runs the tasks twice, without and with the faults, side by side; DIR/faults/)

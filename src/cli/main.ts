@@ -73,6 +73,8 @@ Commands:
                         --replay F              serve the tool traffic from a recording F, starting no server
                         --faults SPEC           inject faults into the agent's calls (seeded by --seed), e.g.
                                                 timeout=0.05,error=0.05,malformed=0.02,slow=200ms@0.1,distractors=5
+                        --tools MODE            how the agent sees its tools: all (default), toolbelt (meta-tools
+                                                to list, inspect, add, remove), search (search_tools; search:K)
                         --temperature T         sampling temperature of an onnx policy (default 1)
   eval                Evaluate a policy: k samples per task; pass@1, pass@k, pass^k, reward, tool errors,
                       tokens, with 95% intervals; trajectories, eval.json and an HTML report

@@ -20,8 +20,8 @@ import {
   type StageEval,
 } from '../trainers/index.ts';
 import { intFlag, numFlag, UsageError } from './args.ts';
-import { isBfclSuite } from '../env/index.ts';
-import { toolFormatFlag } from './rollout.ts';
+import { isBfclSuite, toolModeSetting } from '../env/index.ts';
+import { toolFormatFlag, toolModeFlag } from './rollout.ts';
 import { minutes } from './ui.ts';
 
 /** Held-out BFCL entries of the job on BFCL: 30 of each of its five held-out categories. */
@@ -88,6 +88,7 @@ export const MODEL_JOB_HELP = `mcp-gym start --model M: a pretrained Hugging Fac
   --sft-train-layers N  SFT trains the top N decoder layers only (0: every weight; default 0, bfcl ${BFCL_JOB.sft.train_layers})
   --compute-dtype D     the learner's SFT and GRPO compute: float32, or bfloat16 (a bf16 copy of the float32 weights,
                         about 1.7x faster on a CPU with AVX512-BF16 or AMX; default ${MODEL_JOB.compute_dtype})
+  --tools MODE          how the agent sees its tools in every stage: all (default), toolbelt, search, search:K (docs/tasks.md)
   --eval-temperature T  the held-out evaluations' temperature (0: greedy; default 1, bfcl ${BFCL_JOB.eval_temperature} as BFCL generates)
   --temperature T       the rollouts' sampling temperature, which the learner trains at too (default 1; the evaluations stay at 1)
   --steps N --tasks-per-step T --group G --lr X   GRPO (default ${MODEL_JOB.rl.steps}, ${MODEL_JOB.rl.tasks_per_step}, ${MODEL_JOB.rl.group}, ${MODEL_JOB.rl.lr})
@@ -162,6 +163,7 @@ export async function modelJobCommand(argv: string[]): Promise<void> {
         'sft-prompt-grad': { type: 'string' },
         'sft-train-layers': { type: 'string' },
         'compute-dtype': { type: 'string' },
+        tools: { type: 'string' },
         'eval-temperature': { type: 'string' },
         temperature: { type: 'string' },
         steps: { type: 'string' },
@@ -197,6 +199,7 @@ export async function modelJobCommand(argv: string[]): Promise<void> {
   // (checked before the model is resolved, which may convert it)
   const cd = s('compute-dtype') ?? MODEL_JOB.compute_dtype;
   if (cd !== 'float32' && cd !== 'bfloat16') throw new UsageError(`--compute-dtype: float32 or bfloat16, got '${cd}'`);
+  const tools = toolModeFlag(s('tools'));
   const trainLayers = int('sft-train-layers', bfcl ? BFCL_JOB.sft.train_layers : 0, 0);
   const temperature = numFlag(s('temperature'), '--temperature', { min: 0.05 });
   // Rollouts at another temperature keep the evaluations at 1 (comparable with the base's and other jobs') unless told.
@@ -253,6 +256,7 @@ export async function modelJobCommand(argv: string[]): Promise<void> {
     // sql: the SFT and RL checkpoints also on the held-out questions in the wording no training task uses
     ...(suite === 'sql' ? { reworded: true } : {}),
     ...(cd !== 'float32' ? { compute_dtype: cd } : {}),
+    ...(tools ? { tools: toolModeSetting(tools) } : {}),
   };
   const dir = s('run') ?? join('runs', `model-${new Date().toISOString().replace(/[:.]/g, '-')}`);
   console.log(

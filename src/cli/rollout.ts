@@ -23,7 +23,7 @@ import { API_FLAGS, apiOptionsFrom, UsageError, intFlag } from './args.ts';
 import { ensureHfOnnx, isModelName, resolveModel } from '../trainers/index.ts';
 import { TAPE_FLAGS, tapeOptions } from './record-replay.ts';
 import { faultOptions, faultsSetting } from './faults.ts';
-import { BFCL_GROUPS, faultCounts, type FaultOptions } from '../env/index.ts';
+import { BFCL_GROUPS, faultCounts, parseToolMode, toolModeSetting, type FaultOptions, type ToolModeOptions } from '../env/index.ts';
 
 export async function suitesCommand(): Promise<void> {
   const rows: (string | number)[][] = [['suite', 'train', 'eval', 'servers', 'families']];
@@ -127,6 +127,8 @@ export interface RunSettings {
   temperature: number | null;
   /** `--faults`, in a fixed order (src/env/faults.ts); null without. */
   faults?: string | null;
+  /** `--tools` (src/env/tool-modes.ts: toolbelt, search, search:K); null for all. */
+  tools?: string | null;
   /** `--tool-format` as asked (auto, native, hermes; a Hugging Face model's tool format, src/agents/hf/tool-format.ts). */
   tool_format?: string;
 }
@@ -144,6 +146,7 @@ const SETTING_FLAGS: [keyof RunSettings, string][] = [
   ['reward', '--reward'],
   ['temperature', '--temperature'],
   ['faults', '--faults'],
+  ['tools', '--tools'],
 ];
 
 /** Why a run made with `was` cannot be continued with `now` (naming the first difference), or undefined. */
@@ -180,6 +183,7 @@ type SettingValues = {
   'eval-tasks'?: string;
   temperature?: string;
   faults?: string;
+  tools?: string;
   'tool-format'?: string;
 };
 
@@ -199,6 +203,7 @@ export function runSettings(values: SettingValues, group: number, reward: string
     reward,
     temperature: num(values.temperature),
     faults: faultsSetting(faultOptions(values)),
+    tools: toolModeFlag(values.tools) ? toolModeSetting(toolModeFlag(values.tools)) : null,
     tool_format: values['tool-format'] ?? 'auto',
   };
 }
@@ -238,8 +243,21 @@ export const RUN_FLAGS = {
   'timeout-ms': { type: 'string' },
   stdio: { type: 'boolean', default: false },
   faults: { type: 'string' },
+  tools: { type: 'string' },
   ...TAPE_FLAGS,
 } as const;
+
+/** `--tools MODE` (src/env/tool-modes.ts): the mode, undefined for all (or no flag); bad input is a usage error. */
+export function toolModeFlag(value: string | undefined): ToolModeOptions | undefined {
+  if (value === undefined) return undefined;
+  let o: ToolModeOptions;
+  try {
+    o = parseToolMode(value);
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
+  return o.mode === 'all' ? undefined : o;
+}
 
 /**
  * `--model` as train and sft take it: a registered name or a .gguf file becomes its checkpoint
@@ -299,16 +317,18 @@ export function toolFormatFlag(v: string | undefined): ToolFormatChoice {
  * its own, after the progress bar).
  */
 export function cliEnvironment(
-  values: { stdio?: boolean; 'timeout-ms'?: string },
+  values: { stdio?: boolean; 'timeout-ms'?: string; tools?: string },
   reward: string,
   serverOptions: { delayMs?: number } = {},
   tape: ReturnType<typeof tapeOptions> = {},
   faults?: FaultOptions,
 ): Environment {
   let warned = false;
+  const tools = toolModeFlag(values.tools);
   return new Environment({
     ...tape,
     ...(faults ? { faults } : {}),
+    ...(tools ? { tools } : {}),
     bundled: values.stdio ? 'stdio' : 'inprocess',
     serverOptions,
     callTimeoutMs: values['timeout-ms'] === undefined ? undefined : intFlag(values['timeout-ms'], '--timeout-ms', 10_000),

@@ -7,7 +7,7 @@ import { startEnvServer } from '../env/openenv/server.ts';
 import { PACKAGE_ROOT } from '../paths.ts';
 import { checkToken, intFlag, numFlag, UsageError } from './args.ts';
 import { FAULTS_HELP, faultOptions } from './faults.ts';
-import { selectTasks } from './rollout.ts';
+import { selectTasks, toolModeFlag } from './rollout.ts';
 
 export const SERVE_ENV_HELP = `mcp-gym serve-env: a task suite or task file as an OpenEnv environment (reset, step, state over
 WebSocket and HTTP sessions; docs/openenv.md)
@@ -22,6 +22,7 @@ WebSocket and HTTP sessions; docs/openenv.md)
   --session-timeout S     close a session idle for S seconds (default 600; 0: never)
   --call-timeout-ms N     each tool call's timeout (default 10000)
   --out FILE              append every finished episode's trajectory to FILE (JSONL; mcp-gym view reads it)
+  --tools MODE            how the agent sees its tools: all (default), toolbelt, search, search:K (docs/tasks.md)
 ${FAULTS_HELP}
 A session (a WebSocket connection to /ws, or the session_id that POST /reset answers) plays one episode
 at a time: reset draws a task (or takes task_id, or seed), step takes {"type": "call_tool", "tool_name",
@@ -48,6 +49,7 @@ export async function serveEnvCommand(argv: string[]): Promise<void> {
       'session-timeout': { type: 'string' },
       'call-timeout-ms': { type: 'string' },
       faults: { type: 'string' },
+      tools: { type: 'string' },
       out: { type: 'string' },
       help: { type: 'boolean', short: 'h', default: false },
     },
@@ -70,7 +72,8 @@ export async function serveEnvCommand(argv: string[]): Promise<void> {
   const sessionTimeoutS = numFlag(values['session-timeout'], '--session-timeout', { min: 0 }) ?? 600;
   const callTimeoutMs = intFlag(values['call-timeout-ms'], '--call-timeout-ms', 10_000);
   if (callTimeoutMs < 1) throw new UsageError(`--call-timeout-ms must be at least 1, got '${values['call-timeout-ms']}'`);
-  const env = new Environment({ reward, callTimeoutMs, faults: faultOptions(values) });
+  const tools = toolModeFlag(values.tools);
+  const env = new Environment({ reward, callTimeoutMs, faults: faultOptions(values), ...(tools ? { tools } : {}) });
   const writer = values.out === undefined ? undefined : new TrajectoryWriter(values.out);
   const version = (JSON.parse(readFileSync(join(PACKAGE_ROOT, 'package.json'), 'utf8')) as { version: string }).version;
   const name = values.suite ? `mcp-gym:${values.suite}` : `mcp-gym:${values.tasks}`;

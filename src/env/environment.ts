@@ -22,6 +22,7 @@ import {
 import { bfclListedTools, bfclServerEntry, isBfclServerRef, multiTurnServerSpec, singleTurnServerFactory } from './bfcl/server.ts';
 import { Episode, type Connected, type EpisodeHost, type EpisodeOptions } from './episode.ts';
 import type { FaultOptions } from './faults.ts';
+import type { ToolModeOptions } from './tool-modes.ts';
 import { openTape, type ToolRecording, type ToolTape } from './recording.ts';
 import { RewardConfigSchema, resolveReward, type RewardConfig, type RewardConfigInput, type RewardFn } from './rewards.ts';
 import type { ServerRef, Task } from './task.ts';
@@ -49,6 +50,8 @@ export interface EnvironmentOptions {
   onWarning?: (message: string) => void;
   /** Faults injected into the agent's tool calls (src/env/faults.ts), never into setup calls or state checks. */
   faults?: FaultOptions;
+  /** How the agent is shown its tools (src/env/tool-modes.ts): all (default), toolbelt or search. */
+  tools?: ToolModeOptions;
   /** Appends every tool list and call (with its result and latency) of every episode to this JSONL file (src/env/recording.ts). */
   record?: string;
   /** Serves tool lists and results from this recording (a file, or one loaded), starting no server; a call it lacks fails the episode. */
@@ -161,6 +164,7 @@ export class Environment {
       timeoutMs: this.options.callTimeoutMs ?? 10_000,
       maxChars: this.options.maxResultChars ?? 4000,
       faults: this.options.faults,
+      ...(this.options.tools ? { toolMode: this.options.tools } : {}),
       tape: this.tape,
       reward: this.reward,
       rewards: this.rewards,

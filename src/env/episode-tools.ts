@@ -5,10 +5,15 @@
  * tools (`notifications/tools/list_changed`, counted by its client's `toolsVersion`) is listed again
  * before the agent's next turn; the change is what the agent sees (added and removed names). The
  * trajectory's tools are every tool the agent was shown, in the order first shown.
+ *
+ * In the toolbelt and search modes (tool-modes.ts) the servers' tools are the belt's catalog: the
+ * agent is shown the meta-tools and the tools on its belt, and a meta-tool's call that changes the
+ * belt changes the agent's tools as a server's change would (the change shown at its next turn).
  */
 import { isControlTool, type ToolClient, type ToolInfo, type ToolResult } from '../tools/index.ts';
 import type { EpisodeFaults } from './faults.ts';
 import type { EpisodeTape } from './recording.ts';
+import { ToolBelt, type ToolModeOptions } from './tool-modes.ts';
 import type { AgentTool, Trajectory } from './types.ts';
 
 /** The names the agent sees: a tool's own name, or `server_tool` where two servers share a name. */
@@ -45,7 +50,15 @@ export class EpisodeTools {
   /** The names the agent was shown at its last turn (none before its first). */
   private lastShown?: Set<string>;
 
-  constructor(private readonly faults?: EpisodeFaults) {}
+  /** The toolbelt or search mode's belt; none in the `all` mode. */
+  readonly belt?: ToolBelt;
+
+  constructor(
+    private readonly faults?: EpisodeFaults,
+    mode?: ToolModeOptions,
+  ) {
+    if (mode && mode.mode !== 'all') this.belt = new ToolBelt(mode);
+  }
 
   /** A server's list; `version`: its client's toolsVersion as the list was asked for. */
   set(alias: string, tools: ToolInfo[], version?: number): void {
@@ -58,8 +71,20 @@ export class EpisodeTools {
     const visible = [...this.listed].map(([server, tools]) => ({ server, tools: tools.filter((t) => !isControlTool(t)) }));
     let tools = agentTools(visible);
     if (this.faults) tools = this.faults.withDistractors(tools, visible);
+    if (!this.belt) return this.use(tools);
+    // A server tool named as a meta-tool is called by its qualified name (`server_tool`).
+    this.belt.setCatalog(tools.map((t) => (this.belt!.isMeta(t.name) ? { ...t, name: `${t.server}_${t.tool}` } : t)));
+    this.use(this.belt.visible());
+  }
+
+  private use(tools: AgentTool[]): void {
     this.tools = tools;
     this.byName = new Map(tools.map((t) => [t.name, t]));
+  }
+
+  /** A meta-tool's call made the belt change: the agent's tools now (shown from its next turn). */
+  beltChanged(): void {
+    if (this.belt) this.use(this.belt.visible());
   }
 
   /**
@@ -112,6 +137,7 @@ export class EpisodeTools {
       server: t.server,
       tool: t.tool,
       ...(t.distractor ? { distractor: true } : {}),
+      ...(t.meta ? { meta: true } : {}),
     }));
   }
 }

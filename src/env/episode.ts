@@ -14,6 +14,7 @@ import { solved, stateCallFault, taskProblem } from './checks.ts';
 import { EpisodeTools, parseCallArguments } from './episode-tools.ts';
 import { EpisodeFaults, type FaultMark, type FaultOptions } from './faults.ts';
 import { LIVE_TAPE, type ToolTape } from './recording.ts';
+import { META_SERVER, META_TURNS, type ToolModeOptions } from './tool-modes.ts';
 import type { RewardConfig, RewardFn, RewardResult } from './rewards.ts';
 import { openingMessages, type ServerRef, type Task, type TaskCall } from './task.ts';
 import type { ChatMessage, CheckResult, ErrorKind, Policy, PolicyAction, ToolStep, Trajectory, Turn } from './types.ts';
@@ -43,6 +44,8 @@ export interface EpisodeHost {
   timeoutMs: number;
   maxChars: number;
   faults?: FaultOptions;
+  /** How the agent is shown its tools (tool-modes.ts); default all. */
+  toolMode?: ToolModeOptions;
   tape?: ToolTape;
   reward: { name: string; fn: RewardFn };
   rewards: RewardConfig;
@@ -106,8 +109,8 @@ export class Episode {
     this.messages = openingMessages(task).map((m) => ({ ...m }));
     this.newMessages = [...this.messages];
     this.faults = host.faults ? new EpisodeFaults(host.faults, this.key) : undefined;
-    this.tools = new EpisodeTools(this.faults);
-    this.userTurns = new UserTurns(task);
+    this.tools = new EpisodeTools(this.faults, host.toolMode);
+    this.userTurns = new UserTurns(task, host.toolMode && host.toolMode.mode !== 'all' ? META_TURNS : 0);
     // Recorded, or replayed without any server (src/env/recording.ts).
     // An episode with faults is recorded apart from the same episode without (eval --faults runs both):
     // its sabotaged calls never reached the server, so its tape cannot serve the other.
@@ -180,11 +183,13 @@ export class Episode {
    * max_turns_per_user_turn); a server that crashed during them fails the episode.
    */
   async runTurns(): Promise<void> {
-    for (let turn = 0; turn < this.task.max_turns; turn++) {
+    // The toolbelt and search modes' meta-calls get turns of their own: META_TURNS more than the task's.
+    const maxTurns = this.task.max_turns + (this.tools.belt ? META_TURNS : 0);
+    for (let turn = 0; turn < maxTurns; turn++) {
       await this.refreshTools(turn);
       const answer = await this.turn(turn);
       if (answer !== undefined) {
-        if (await this.endUserTurn(answer, turn + 1 < this.task.max_turns)) break;
+        if (await this.endUserTurn(answer, turn + 1 < maxTurns)) break;
       } else if (this.userTurns.exhausted) break;
     }
     const crashed = this.turns.flatMap((t) => t.tool_results).find((s) => s.errorKind === 'crashed' || s.errorKind === 'closed');
@@ -262,6 +267,8 @@ export class Episode {
     if (this.userTurns.multi) record.user_turn = this.userTurns.current;
     if (change?.added.length) record.tools_added = change.added;
     if (change?.removed.length) record.tools_removed = change.removed;
+    if (this.tools.belt) record.tools_in_context = this.tools.tools.map((t) => t.name);
+    if (action.toolTokens !== undefined) record.tool_tokens = action.toolTokens;
     this.turns.push(record);
     this.userTurns.turnsInCurrent++;
 
@@ -305,7 +312,19 @@ export class Episode {
     let fault: FaultMark | undefined;
     if (!target) {
       const names = this.tools.tools.map((t) => t.name).join(', ');
-      result = { content: [{ type: 'text', text: `Unknown tool '${c.name}'. Available tools: ${names}` }], isError: true, ms: 0, errorKind: 'unknown_tool' };
+      const belt = this.tools.belt ? ` (${this.tools.belt.options.mode === 'search' ? 'search_tools finds' : 'add_tool adds'} others)` : '';
+      result = {
+        content: [{ type: 'text', text: `Unknown tool '${c.name}'. Available tools: ${names}${belt}` }],
+        isError: true,
+        ms: 0,
+        errorKind: 'unknown_tool',
+      };
+    } else if (target.meta) {
+      // A meta-tool of the toolbelt or search mode: answered here, never faulted, not one of the task's calls.
+      if (args !== undefined) {
+        result = this.tools.belt!.call(target.name, args);
+        this.tools.beltChanged();
+      }
     } else if (args !== undefined) {
       const a = args;
       if (this.faults)
@@ -331,9 +350,14 @@ export class Episode {
       text: text.length > maxChars ? text.slice(0, maxChars) + ` ...[${text.length - maxChars} more characters]` : text,
       ...(r.structured !== undefined ? { structured: r.structured } : {}),
       ...(fault ? { fault } : {}),
+      ...(target?.meta ? { meta: true, server: META_SERVER } : {}),
     };
     record.action.tool_calls.push({ id: c.id, name: c.name, arguments: step.arguments });
     record.tool_results.push(step);
+    if (target?.meta) {
+      this.tell({ role: 'tool', tool_call_id: c.id, name: c.name, content: step.text, ...(step.isError ? { is_error: true } : {}) });
+      return;
+    }
     this.calls.push({ server: target?.server, tool: target?.tool, arguments: args, isError: step.isError, userTurn: this.userTurns.current });
     this.tell({ role: 'tool', tool_call_id: c.id, name: c.name, content: step.text, ...(step.isError ? { is_error: true } : {}) });
   }
@@ -459,6 +483,8 @@ export class Episode {
         tool_errors: steps.filter((s) => s.isError).length,
         policy_tokens: turns.reduce((s, t) => s + (t.tokens?.length ?? 0), 0),
         ...(this.faults ? { injected_faults: steps.filter((s) => s.fault !== undefined).length } : {}),
+        ...(this.tools.belt ? { meta_calls: steps.filter((s) => s.meta).length } : {}),
+        ...(turns.at(-1)?.tool_tokens !== undefined ? { tool_tokens: turns.at(-1)!.tool_tokens } : {}),
       },
       timings: {
         started_at: this.startedAt.toISOString(),

@@ -107,6 +107,22 @@ export { rulerPrompt, commonPrefixLength } from './ruler-prompt.ts';
 export { parseListwise, parseVerdict, type Verdict } from './ruler-parse.ts';
 export { parseFaults, formatFaults, hasFaults, sabotaged, faultCounts, EpisodeFaults, FaultSpecError, FAULT_NAMES, SABOTAGE_MARKS } from './faults.ts';
 export type { FaultSpec, FaultOptions, FaultMark, FaultedCall } from './faults.ts';
+export {
+  parseToolMode,
+  toolModeSetting,
+  ToolBelt,
+  ToolIndex,
+  searchTerms,
+  oneLine,
+  TOOL_MODES,
+  TOOL_MODE_HELP,
+  TOOLBELT_TOOLS,
+  SEARCH_TOOLS,
+  META_SERVER,
+  DEFAULT_SEARCH_K,
+  DEFAULT_MAX_BELT,
+} from './tool-modes.ts';
+export type { ToolMode, ToolModeOptions } from './tool-modes.ts';
 export { synthesizeTasks, parseCandidates, synthesisPrompt, SYNTHESIS_SYSTEM, REJECTION_REASONS } from './synthesis.ts';
 export type { SynthesisOptions, SynthesisResult, Rejection, RejectionReason } from './synthesis.ts';
 export { startEnvServer, type EnvServer, type EnvServerOptions } from './openenv/server.ts';

@@ -33,6 +33,8 @@ export interface AgentTool {
   tool: string;
   /** A tool fault injection added (src/env/faults.ts): not the server's. */
   distractor?: boolean;
+  /** A meta-tool of the toolbelt or search mode (src/env/tool-modes.ts): the environment's, not a server's. */
+  meta?: boolean;
 }
 
 export interface Observation {
@@ -103,6 +105,11 @@ export interface PolicyAction {
    * OpenAI-compatible servers, src/agents/fleet.ts): its base URL without credentials or query.
    */
   policyServer?: string;
+  /**
+   * Prompt tokens the tool schemas take in this turn's context, as the policy's tokenizer counts
+   * them (the tool list of its prompt, and each tool change appended since); recorded as the turn's `tool_tokens`.
+   */
+  toolTokens?: number;
 }
 
 /** Tokens a provider counted for a request (or summed over many). */
@@ -165,6 +172,8 @@ export const ToolStepSchema = z.object({
   structured: z.unknown().optional(),
   /** An injected fault (src/env/faults.ts): the call timed out, failed or came back malformed on purpose, was delayed, or went to a distractor tool. */
   fault: z.enum(['timeout', 'error', 'malformed', 'slow', 'distractor']).optional(),
+  /** A call to a meta-tool of the toolbelt or search mode (src/env/tool-modes.ts), answered by the environment. */
+  meta: z.boolean().optional(),
 });
 export type ToolStep = z.infer<typeof ToolStepSchema>;
 
@@ -200,6 +209,13 @@ export const TurnSchema = z.object({
   tools_added: z.array(z.string()).optional(),
   /** Tools the agent was shown until the last turn and no longer is, since this turn. */
   tools_removed: z.array(z.string()).optional(),
+  /** The tools in the agent's context at this turn (the names it sees), in the toolbelt and search modes (src/env/tool-modes.ts). */
+  tools_in_context: z.array(z.string()).optional(),
+  /**
+   * Prompt tokens the tool schemas took in this turn's context, as the policy counts them (a Hugging
+   * Face or embedded model: its own tokens of the tool list and of every tool change appended since).
+   */
+  tool_tokens: z.number().int().optional(),
 });
 export type Turn = z.infer<typeof TurnSchema>;
 
@@ -241,6 +257,7 @@ export const TrajectorySchema = z.object({
         server: z.string().optional(),
         tool: z.string().optional(),
         distractor: z.boolean().optional(),
+        meta: z.boolean().optional(),
       }),
     )
     .optional(),
@@ -263,6 +280,10 @@ export const TrajectorySchema = z.object({
     policy_tokens: z.number().int(),
     /** Tool steps with an injected fault (`fault`), when faults were on. */
     injected_faults: z.number().int().optional(),
+    /** Calls to the meta-tools of the toolbelt or search mode (counted in tool_calls too). */
+    meta_calls: z.number().int().optional(),
+    /** The tool schemas' prompt tokens in the context of the episode's last turn (its turns' `tool_tokens`), where the policy counted them. */
+    tool_tokens: z.number().int().optional(),
   }),
   /** policy_ms: the turns' sampling (queueing included); tool_ms: the tool calls; score_ms: the checks and the reward (absent in older files). */
   timings: z.object({ started_at: z.string(), total_ms: z.number(), policy_ms: z.number(), tool_ms: z.number(), score_ms: z.number().optional() }),

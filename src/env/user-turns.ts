@@ -23,7 +23,11 @@ export class UserTurns {
   /** The results of the per-turn checks made so far, by their index in task.checks. */
   private readonly results = new Map<number, CheckResult>();
 
-  constructor(private readonly task: Task) {}
+  /** `extraTurns`: assistant turns each user turn gets beyond `max_turns_per_user_turn` (the toolbelt and search modes' meta-calls). */
+  constructor(
+    private readonly task: Task,
+    private readonly extraTurns = 0,
+  ) {}
 
   /** Whether the task has follow-ups (its turns then carry `user_turn`). */
   get multi(): boolean {
@@ -38,7 +42,7 @@ export class UserTurns {
   /** Whether the current user turn has used its assistant turns (`max_turns_per_user_turn`). */
   get exhausted(): boolean {
     const cap = this.task.max_turns_per_user_turn;
-    return cap !== undefined && this.turnsInCurrent >= cap;
+    return cap !== undefined && this.turnsInCurrent >= cap + this.extraTurns;
   }
 
   /** The current user turn ended with `answer`: its checks, with its calls and the state now. */

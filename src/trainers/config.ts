@@ -10,7 +10,7 @@ import { z } from 'zod';
 import { httpUrlProblem } from '../../lib/index.ts';
 import { BUNDLED_MODEL_DIR } from '../paths.ts';
 import { LearnerConfigSchema } from './protocol.ts';
-import { composerWeightsSchema, FaultSpecError, parseFaults } from '../env/index.ts';
+import { composerWeightsSchema, FaultSpecError, parseFaults, parseToolMode } from '../env/index.ts';
 import { CURRICULUM_MODES, REPLAY_PRIORITIES } from './options.ts';
 
 /** The learner's off-policy corrections (its is_correction field). */
@@ -188,6 +188,19 @@ export const TrainConfigSchema = z
       .describe(
         "robustness training: faults injected into the agent's tool calls of the training rollouts (not the held-out evaluations), drawn from the seed: timeout=p,error=p,malformed=p,slow=<ms>ms@p,distractors=N (empty: none)",
       ),
+    tools: z
+      .string()
+      .superRefine((v, ctx) => {
+        try {
+          parseToolMode(v, 'tools');
+        } catch (err) {
+          ctx.addIssue({ code: 'custom', message: (err as Error).message });
+        }
+      })
+      .default('all')
+      .describe(
+        'how the agent sees its tools, in the training rollouts and the held-out evaluations: all, toolbelt (meta-tools to list, inspect, add and remove tools), search (search_tools; search:K for K results) (docs/tasks.md)',
+      ),
     policy: z
       .string()
       .regex(/^(onnx|openai:.+)$/, 'onnx, or openai:<model> (a server: --base-url)')
@@ -346,6 +359,7 @@ export const CONFIG_GROUPS = {
     'sampler_keep_rows',
     'bundled_servers',
     'faults',
+    'tools',
     'tool_format',
   ],
   algorithm: [

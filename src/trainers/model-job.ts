@@ -16,7 +16,7 @@
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { OnnxPolicy } from '../agents/index.ts';
-import { assertSomeEpisodeRan, Environment, readTrajectories, rollout, type Task, type Trajectory } from '../env/index.ts';
+import { assertSomeEpisodeRan, Environment, parseToolMode, readTrajectories, rollout, type Task, type Trajectory } from '../env/index.ts';
 import { Interrupted, pairedDifference, summarizeEpisodes, taskRates } from '../../lib/index.ts';
 import type { TrainConfigInput } from './config.ts';
 import { resolveConfig } from './resolve-config.ts';
@@ -50,6 +50,8 @@ export interface ModelJobConfig {
   reworded?: boolean;
   /** The learner's compute dtype for SFT and GRPO (TrainConfig compute_dtype: bfloat16, a bf16 copy of float32 weights); default float32. */
   compute_dtype?: 'float32' | 'bfloat16';
+  /** How the agent sees its tools in every stage (src/env/tool-modes.ts: toolbelt, search, search:K); default all. */
+  tools?: string;
   /**
    * warmup: steps (default 5% of them); min_lr_ratio: where the cosine ends (default 0.1; 1: constant lr);
    * prompt_grad: false trains without the gradient through the prompts' keys and values (runSft's promptGrad);
@@ -237,7 +239,7 @@ export async function evaluateCheckpoint(
     threads: 2,
     chatTemplate: { toolFormat: c.tool_format },
   });
-  const env = new Environment({ reward: c.rl.reward ?? 'art' });
+  const env = new Environment({ reward: c.rl.reward ?? 'art', ...(c.tools && c.tools !== 'all' ? { tools: parseToolMode(c.tools) } : {}) });
   let done = 0;
   try {
     const r = await rollout(env, policy, held, {
@@ -324,6 +326,7 @@ export async function runModelJob(o: ModelJobOptions): Promise<ModelJobResult> {
       ...(c.sft.prompt_grad === false ? { promptGrad: false } : {}),
       ...(c.sft.train_layers !== undefined ? { trainLayers: c.sft.train_layers } : {}),
       ...(c.compute_dtype !== undefined ? { computeDtype: c.compute_dtype } : {}),
+      ...(c.tools && c.tools !== 'all' ? { tools: parseToolMode(c.tools) } : {}),
       toolFormat: c.tool_format,
       ...(c.sft.lora_rank > 0 ? { lora: { r: c.sft.lora_rank, alpha: 2 * c.sft.lora_rank } } : {}),
       onLog: log,
@@ -353,6 +356,7 @@ export async function runModelJob(o: ModelJobOptions): Promise<ModelJobResult> {
     ...(c.eval_temperature !== undefined ? { eval_temperature: c.eval_temperature } : {}),
     tool_format: c.tool_format,
     ...(c.compute_dtype !== undefined ? { compute_dtype: c.compute_dtype } : {}),
+    ...(c.tools !== undefined ? { tools: c.tools } : {}),
   };
   let evalSeconds = 0;
   const steps = Number(config.steps ?? 0);

@@ -5,7 +5,7 @@
  * (loop.ts) composes them.
  */
 import { generateSuite } from '../env/suites/index.ts';
-import { Environment, loadTasks, type ChatModel, type EnvironmentOptions, type RewardFn, type Task } from '../env/index.ts';
+import { Environment, loadTasks, parseToolMode, type ChatModel, type EnvironmentOptions, type RewardFn, type Task } from '../env/index.ts';
 import { rulerJudge, type Collected } from './collect.ts';
 import type { TrainConfig, TrainConfigInput } from './config.ts';
 import { hfLoadOptions, learnerConfig, policyTokenBudget, resolveConfig } from './resolve-config.ts';
@@ -192,6 +192,7 @@ export async function openRun(
     rewards: { ...o.environment?.rewards, composer: { ...c.composer_weights, ...(o.environment?.rewards?.composer as Record<string, number> | undefined) } },
     bundled: c.bundled_servers,
     reward: o.reward ?? o.environment?.reward ?? c.reward,
+    ...(c.tools !== 'all' ? { tools: parseToolMode(c.tools) } : {}),
   }));
   const warn = o.onWarning ?? ((m: string) => log(`warning: ${m}`));
   const reportTo = parseReportTo(c.report_to);

@@ -6,7 +6,7 @@
 import { cpSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { ChatTemplate, ExpertPolicy, HfTurns, hfDemoExample, toChatMessages, toToolSpecs, writeChatTemplate, type ToolFormatChoice } from '../agents/index.ts';
-import { Environment, rollout, type Task, type Trajectory } from '../env/index.ts';
+import { Environment, rollout, type Task, type ToolModeOptions, type Trajectory } from '../env/index.ts';
 import { seededRandom } from '../../lib/index.ts';
 import { writeToolSurfaces } from '../tools/index.ts';
 import { isHfModelDir, LearnerClient } from './learner-client.ts';
@@ -70,6 +70,8 @@ export interface SftOptions extends SftSchedule {
   model?: string;
   /** How the Hugging Face model's template renders tools (default auto: its own, else the Hermes format). */
   toolFormat?: ToolFormatChoice;
+  /** How the demonstrations' agent sees its tools (src/env/tool-modes.ts): in the toolbelt and search modes the expert's meta-calls are demonstrated too. */
+  tools?: ToolModeOptions;
   /** LoRA on the Hugging Face model (else full fine-tuning). */
   lora?: { r: number; alpha?: number; dropout?: number; target_modules?: string | string[] };
   demos: number;
@@ -120,14 +122,14 @@ export function demoExamples(trajectories: Trajectory[], template: ChatTemplate,
  * The expert's demonstrations on `demos` train tasks drawn with the seed (repeats allowed: a task
  * drawn twice is demonstrated once and its trajectory used twice).
  */
-export async function expertDemos(tasks: Task[], demos: number, seed: number): Promise<Trajectory[]> {
+export async function expertDemos(tasks: Task[], demos: number, seed: number, tools?: ToolModeOptions): Promise<Trajectory[]> {
   const rng = seededRandom(seed);
   const pool = tasks.filter((t) => t.split === 'train');
   if (pool.length === 0) throw new Error('sft needs train tasks');
   const chosen: Task[] = [];
   for (let i = 0; i < demos; i++) chosen.push(pool[Math.floor(rng() * pool.length)]!);
   const unique = [...new Map(chosen.map((t) => [t.id, t])).values()];
-  const env = new Environment();
+  const env = new Environment(tools ? { tools } : {});
   const got = await rollout(env, new ExpertPolicy(), unique, { concurrency: 16 });
   await env.close();
   const byId = new Map(got.trajectories.map((t) => [t.task_id, t]));
@@ -152,7 +154,7 @@ export async function runSft(o: SftOptions): Promise<SftResult> {
   if (o.saveEpochs !== undefined && o.model === undefined) throw new Error('sft: saveEpochs (a checkpoint per epoch) needs a Hugging Face model');
   mkdirSync(out, { recursive: true });
   // Expert demonstrations on train tasks, drawn with the seed.
-  const trajectories = await expertDemos(o.tasks, o.demos, o.seed);
+  const trajectories = await expertDemos(o.tasks, o.demos, o.seed, o.tools);
 
   if (o.model !== undefined) return runHfSft(o, out, trajectories, t0);
   const maxLen = Number(o.architecture?.max_seq_len ?? 1024);
@@ -187,6 +189,13 @@ export async function runSft(o: SftOptions): Promise<SftResult> {
   }
 }
 
+/** The tools shown at each turn of an episode in the toolbelt or search mode (its turns' tools_in_context); undefined otherwise. */
+function toolsAtTurns(t: Trajectory): ReturnType<typeof toToolSpecs>[] | undefined {
+  if (!t.turns.some((turn) => turn.tools_in_context)) return undefined;
+  const byName = new Map((t.tools ?? []).map((tool) => [tool.name, tool]));
+  return t.turns.map((turn) => toToolSpecs((turn.tools_in_context ?? []).flatMap((n) => (byName.has(n) ? [byName.get(n)!] : []))));
+}
+
 /** The demonstrations rendered by a Hugging Face checkpoint's own chat template (hfDemoExample). */
 export function hfDemoExamples(trajectories: Trajectory[], turns: HfTurns, maxLen: number) {
   const examples: { ids: number[]; mask: number[] }[] = [];
@@ -194,7 +203,7 @@ export function hfDemoExamples(trajectories: Trajectory[], turns: HfTurns, maxLe
   let unrenderable = 0;
   for (const t of trajectories) {
     if (!t.success) continue;
-    const ex = hfDemoExample(turns, toChatMessages(t.messages), toToolSpecs(t.tools ?? []));
+    const ex = hfDemoExample(turns, toChatMessages(t.messages), toToolSpecs(t.tools ?? []), toolsAtTurns(t));
     if (!ex) unrenderable++;
     else if (ex.ids.length > maxLen) dropped++;
     else examples.push(ex);

@@ -7,7 +7,7 @@
  * Also: the choice of format (auto, native, hermes) and its errors; the template written into a
  * checkpoint; the append-only episode sequence with the prelude equal to the whole rendering.
  */
-import { mkdtempSync, readFileSync, writeFileSync, copyFileSync, existsSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync, existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
@@ -24,28 +24,7 @@ import {
 } from '../../src/agents/hf/index.ts';
 import { HfTurns } from '../../src/agents/index.ts';
 import { generate, rollout, TOOL_POOL } from '../helpers/conversations.ts';
-import { HAVE_HF_PY, hfPython, QWEN_TOK } from '../helpers/hf-fixtures.ts';
-
-/** SmolLM2-135M-Instruct's chat template, as its tokenizer (and the GGUF file) carries it. */
-export const SMOLLM2_TEMPLATE =
-  "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
-
-/** A tokenizer directory: Qwen3's tokenizer.json (ChatML's special tokens) with SmolLM2's template and special tokens. */
-function smolTokenizerDir(): string {
-  const dir = mkdtempSync(join(tmpdir(), 'mcp-gym-smol-tok-'));
-  copyFileSync(join(QWEN_TOK, 'tokenizer.json'), join(dir, 'tokenizer.json'));
-  writeFileSync(
-    join(dir, 'tokenizer_config.json'),
-    JSON.stringify({
-      bos_token: '<|im_start|>',
-      eos_token: '<|im_end|>',
-      pad_token: '<|im_end|>',
-      chat_template: SMOLLM2_TEMPLATE,
-      tokenizer_class: 'PreTrainedTokenizerFast',
-    }),
-  );
-  return dir;
-}
+import { HAVE_HF_PY, hfPython, QWEN_TOK, SMOLLM2_TEMPLATE, smolTokenizerDir } from '../helpers/hf-fixtures.ts';
 
 const RENDER_PY = `
 import json, sys

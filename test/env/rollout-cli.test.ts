@@ -6,14 +6,14 @@ import { promisify } from 'node:util';
 import { afterAll, describe, expect, it } from 'vitest';
 import { ExpertPolicy, RandomPolicy } from '../../src/agents/index.ts';
 import { Environment, rollout, summarize } from '../../src/env/index.ts';
-import { generateSuite, SUITE_NAMES } from '../../src/env/suites/index.ts';
+import { ALL_SUITE_NAMES, generateSuite } from '../../src/env/suites/index.ts';
 import { CLI, ROOT, sleep } from '../helpers.ts';
 
 const env = new Environment();
 afterAll(() => env.close());
 
 describe('the checks are right', () => {
-  it.each(SUITE_NAMES)('the expert solves every task of the %s eval suite', async (name) => {
+  it.each(ALL_SUITE_NAMES)('the expert solves every task of the %s eval suite', async (name) => {
     const tasks = generateSuite(name).filter((t) => t.split === 'eval');
     const r = await rollout(env, new ExpertPolicy(), tasks, { concurrency: 16 });
     const failed = r.trajectories.filter((t) => !t.success).map((t) => `${t.task_id}: ${t.error ?? t.checks.map((c) => c.detail).join('; ')}`);

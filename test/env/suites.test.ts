@@ -4,7 +4,7 @@ import { ToolClient } from '../../src/tools/index.ts';
 import type { ToolResult } from '../../src/tools/index.ts';
 import { runChecks } from '../../src/env/checks.ts';
 import type { Task, TaskCall } from '../../src/env/task.ts';
-import { describeSuites, generateSuite, paramsKey, SUITE_NAMES } from '../../src/env/suites/index.ts';
+import { ALL_SUITE_NAMES, describeSuites, generateSuite, paramsKey, SUITE_NAMES } from '../../src/env/suites/index.ts';
 import { rephraseSqlTask, SQL_HELDOUT_PHRASING, SQL_PHRASINGS, SQL_TRAIN_PHRASINGS, sqlPool } from '../../src/env/suites/sql.ts';
 
 const SERVERS = ['calculator', 'kv', 'files', 'search', 'sql'];
@@ -82,11 +82,12 @@ async function inBatches<T>(items: T[], size: number, fn: (item: T) => Promise<u
 }
 
 describe('task suites', () => {
-  it('lists the six suites and describes them', () => {
-    expect([...SUITE_NAMES]).toEqual(['calculator', 'kv', 'files', 'sql', 'search', 'mixed']);
+  it('lists the seven suites and describes them; all stands for six (many-tools has its own test)', () => {
+    expect([...ALL_SUITE_NAMES]).toEqual(['calculator', 'kv', 'files', 'sql', 'search', 'mixed']);
+    expect([...SUITE_NAMES]).toEqual([...ALL_SUITE_NAMES, 'many-tools']);
     const described = describeSuites();
     expect(described.map((d) => d.name)).toEqual([...SUITE_NAMES]);
-    for (const d of described) {
+    for (const d of described.filter((x) => x.name !== 'many-tools')) {
       expect(d.description.length).toBeGreaterThan(10);
       expect(d.servers.length).toBeGreaterThan(0);
       const families = new Set(ofSuite(d.name).map((t) => t.family));
@@ -95,12 +96,12 @@ describe('task suites', () => {
   });
 
   it('rejects unknown suites, naming the suites', () => {
-    expect(() => generateSuite('nope')).toThrow(/calculator, kv, files, sql, search, mixed/);
+    expect(() => generateSuite('nope')).toThrow(/calculator, kv, files, sql, search, mixed, many-tools/);
   });
 
   it('has the default counts: 40 eval and 200 train per suite', () => {
     expect(all.filter((t) => t.split === 'eval').length).toBeGreaterThanOrEqual(200);
-    for (const name of SUITE_NAMES) {
+    for (const name of ALL_SUITE_NAMES) {
       const tasks = ofSuite(name);
       expect(tasks.filter((t) => t.split === 'eval').length, name).toBe(40);
       expect(tasks.filter((t) => t.split === 'train').length, name).toBe(200);
@@ -122,7 +123,7 @@ describe('task suites', () => {
 
   it('keeps train and eval apart: no params key in both, also across seeds', () => {
     const other = generateSuite('all', { seed: 7 });
-    for (const name of SUITE_NAMES) {
+    for (const name of ALL_SUITE_NAMES) {
       const tasks = [...ofSuite(name), ...ofSuite(name, other)];
       const evalKeys = new Set(tasks.filter((t) => t.split === 'eval').map(paramsKey));
       const trainKeys = new Set(tasks.filter((t) => t.split === 'train').map(paramsKey));
@@ -138,7 +139,7 @@ describe('task suites', () => {
   });
 
   it('spreads difficulties 1-5 evenly in each suite and split', () => {
-    for (const name of SUITE_NAMES) {
+    for (const name of ALL_SUITE_NAMES) {
       for (const split of ['eval', 'train'] as const) {
         const counts = [1, 2, 3, 4, 5].map((d) => ofSuite(name).filter((t) => t.split === split && t.difficulty === d).length);
         expect(counts, `${name} ${split}`).toEqual(Array(5).fill(split === 'eval' ? 8 : 40));
@@ -147,7 +148,7 @@ describe('task suites', () => {
   });
 
   it('makes harder tasks longer: more solution calls or bigger prompts at difficulty 5 than at 1', () => {
-    for (const name of SUITE_NAMES) {
+    for (const name of ALL_SUITE_NAMES) {
       const size = (d: number) => {
         const ts = ofSuite(name).filter((t) => t.difficulty === d);
         return ts.reduce((s, t) => s + t.solution!.calls.length * 1000 + (t.prompt ?? '').length, 0) / ts.length;
@@ -177,7 +178,7 @@ describe('task suites', () => {
 
   it('solves every eval task and a sample of train tasks with the reference solution on the real servers', async () => {
     const sample: Task[] = [];
-    for (const name of SUITE_NAMES) {
+    for (const name of ALL_SUITE_NAMES) {
       const tasks = ofSuite(name);
       sample.push(...tasks.filter((t) => t.split === 'eval'));
       sample.push(...tasks.filter((t) => t.split === 'train').filter((_, i) => i % 4 === 0)); // 50 per suite

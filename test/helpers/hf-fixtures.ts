@@ -4,7 +4,7 @@
  * tokenizer directory made without Python, and tool calls written in each family's format.
  */
 import { execFileSync, spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -157,6 +157,7 @@ export class ExpertTurns implements Policy {
       tokens,
       logprobs: tokens.map(() => this.logprob),
       envTokens: p.env,
+      toolTokens: p.toolTokens,
       ...(p.drift ? { tokenDrift: p.drift } : {}),
     };
   }
@@ -164,4 +165,25 @@ export class ExpertTurns implements Policy {
     this.finals.set(episodeId, [...(this.turns.ids(episodeId) ?? [])]);
     this.turns.end(episodeId);
   }
+}
+
+/** SmolLM2-135M-Instruct's chat template, as its tokenizer (and the GGUF file) carries it. */
+export const SMOLLM2_TEMPLATE =
+  "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+
+/** A tokenizer directory: Qwen3's tokenizer.json (ChatML's special tokens) with SmolLM2's template and special tokens. */
+export function smolTokenizerDir(): string {
+  const dir = mkdtempSync(join(tmpdir(), 'mcp-gym-smol-tok-'));
+  copyFileSync(join(QWEN_TOK, 'tokenizer.json'), join(dir, 'tokenizer.json'));
+  writeFileSync(
+    join(dir, 'tokenizer_config.json'),
+    JSON.stringify({
+      bos_token: '<|im_start|>',
+      eos_token: '<|im_end|>',
+      pad_token: '<|im_end|>',
+      chat_template: SMOLLM2_TEMPLATE,
+      tokenizer_class: 'PreTrainedTokenizerFast',
+    }),
+  );
+  return dir;
 }

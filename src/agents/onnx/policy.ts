@@ -183,12 +183,13 @@ export class OnnxPolicy implements Policy {
     const prompt = seq.concat(p.env);
     const drift = p.drift ? { tokenDrift: p.drift } : {};
     const maxNew = Math.min(this.options.maxNewTokens ?? 160, this.model.maxLen - 1 - prompt.length);
-    if (maxNew < 8) return { content: 'The conversation no longer fits my context.', envTokens: [], tokens: [], logprobs: [], ...drift };
+    if (maxNew < 8)
+      return { content: 'The conversation no longer fits my context.', envTokens: [], tokens: [], logprobs: [], toolTokens: p.toolTokens, ...drift };
     const rng = seededRandom(fnv1a(`${this.options.seed ?? 1}:${obs.episodeKey ?? obs.episodeId}:${obs.turn}`));
     // The episode's keys and values are kept between its turns: the next turn prefills only what the environment added.
     const g = await this.enqueue({ prompt, maxNewTokens: maxNew, rng, cacheKey: obs.episodeId, ...(sampling ? { sampling } : {}) });
     this.sequences.set(obs.episodeId, prompt.concat(g.tokens));
-    return { ...hf.sampled(obs, g.tokens), tokens: g.tokens, logprobs: g.logprobs, envTokens: p.env, ...drift };
+    return { ...hf.sampled(obs, g.tokens), tokens: g.tokens, logprobs: g.logprobs, envTokens: p.env, toolTokens: p.toolTokens, ...drift };
   }
 
   endEpisode(episodeId: string): void {

@@ -6,7 +6,7 @@
 import type { z } from 'zod';
 import { fnv1a, SeededRandom, stableJson } from '../../../lib/index.ts';
 import { bundledServers } from '../../../servers/index.ts';
-import { defineTask, type MatcherSchema, type Task, type TaskCall, type TaskInput } from '../task.ts';
+import { defineTask, type MatcherSchema, type ServerRef, type Task, type TaskCall, type TaskInput } from '../task.ts';
 
 export type Split = 'train' | 'eval';
 export type MatcherInput = z.input<typeof MatcherSchema>;
@@ -44,12 +44,15 @@ export interface Candidate {
    */
   splitKeys?: string[];
   prompt: string;
-  servers: Record<string, string>;
+  /** The task's servers by alias: a bundled server's name, or any server reference (the many-tools suite's). */
+  servers: Record<string, ServerRef>;
   setup?: TaskCall[];
   checks: TaskInput['checks'];
   solution: { calls: TaskCall[]; answer: string };
   /** Default: solution calls + 2. */
   max_turns?: number;
+  /** The task's difficulty, where it is not the level the draw asked for (the many-tools suite's levels 4 and 5). */
+  difficulty?: number;
   /**
    * The question itself, where params also name a variant of it (the sql suite's wording): a split's
    * draw asks every question once before it asks one again in another variant. Default: the params key.
@@ -105,7 +108,7 @@ export function drawTasks(suite: string, split: Split, count: number, seed: numb
       defineTask({
         id: `${suite}-${split}-${String(i + 1).padStart(4, '0')}`,
         split,
-        difficulty,
+        difficulty: chosen.difficulty ?? difficulty,
         family: chosen.family,
         prompt: chosen.prompt,
         servers: chosen.servers,

@@ -10,12 +10,14 @@ import { calculatorSuite } from './calculator.ts';
 import { drawTasks, type Sampler } from './common.ts';
 import { filesSuite } from './files.ts';
 import { kvSuite } from './kv.ts';
+import { manyToolsSuite } from './many-tools.ts';
 import { mixedSuite } from './mixed.ts';
 import { searchSuite } from './search.ts';
 import { sqlSuite } from './sql.ts';
 
 export { paramsKey, splitOfKey, EVAL_PERCENT } from './common.ts';
 export { rephraseSqlTask, SQL_HELDOUT_PHRASING } from './sql.ts';
+export { manyToolsServers, manyToolsName, MANY_TOOLS_TOOLS, MANY_TOOLS_BFCL_ENTRY } from './many-tools.ts';
 
 export interface SuiteOptions {
   /** Seed of the draw (default 1234); the same options always give the same tasks. */
@@ -38,9 +40,14 @@ interface Suite {
   sampler: Sampler;
 }
 
-const SUITES: readonly Suite[] = [calculatorSuite, kvSuite, filesSuite, sqlSuite, searchSuite, mixedSuite];
+/** The suites `all` stands for. */
+const ALL_SUITES: readonly Suite[] = [calculatorSuite, kvSuite, filesSuite, sqlSuite, searchSuite, mixedSuite];
+/** Every bundled suite: `many-tools` too, which `all` leaves out (it starts reference servers and BFCL's backends for every episode). */
+const SUITES: readonly Suite[] = [...ALL_SUITES, manyToolsSuite];
 
 export const SUITE_NAMES: readonly string[] = SUITES.map((s) => s.name);
+/** The suites `all` stands for (every bundled suite but many-tools). */
+export const ALL_SUITE_NAMES: readonly string[] = ALL_SUITES.map((s) => s.name);
 
 /** The names that stand for BFCL's categories (docs/bfcl.md): `bfcl` (every category), `bfcl:<group>`, `bfcl:<category>`. */
 export const BFCL_SUITE_HELP = `bfcl, bfcl:${Object.keys(BFCL_GROUPS)
@@ -68,7 +75,7 @@ export function generateSuite(name: string, options: SuiteOptions = {}): Task[] 
   const seed = options.seed ?? DEFAULT_SEED;
   const train = count(options.train, DEFAULT_TRAIN, 'train');
   const evalCount = count(options.eval, DEFAULT_EVAL, 'eval');
-  if (name === 'all') return SUITES.flatMap((s) => generateSuite(s.name, options));
+  if (name === 'all') return ALL_SUITES.flatMap((s) => generateSuite(s.name, options));
   const suite = SUITES.find((s) => s.name === name);
   if (!suite) throw new Error(`Unknown suite '${name}'. Suites: ${SUITE_NAMES.join(', ')}, all, or BFCL's (${BFCL_SUITE_HELP})`);
   return [...drawTasks(suite.name, 'eval', evalCount, seed, suite.sampler), ...drawTasks(suite.name, 'train', train, seed, suite.sampler)];
