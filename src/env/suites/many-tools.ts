@@ -216,7 +216,6 @@ const WORDS = [
   'prairie',
 ];
 
-
 function state(server: string, tool: string, args: Record<string, Json>, path: string | undefined, expect: MatcherInput): CheckInput {
   return { kind: 'state', call: call(server, tool, args), ...(path ? { path } : {}), expect };
 }
