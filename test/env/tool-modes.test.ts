@@ -26,6 +26,8 @@ import {
 import { generateSuite } from '../../src/env/suites/index.ts';
 import { sequenceOf } from '../../src/trainers/batch.ts';
 import { ExpertTurns, smolTokenizerDir } from '../helpers/hf-fixtures.ts';
+import { runCli } from '../helpers.ts';
+import { resolveConfig } from '../../src/trainers/index.ts';
 
 const ALL_SERVERS = { calculator: 'calculator', kv: 'kv', files: 'files', search: 'search', sql: 'sql' };
 
@@ -62,6 +64,24 @@ describe('tool modes: the flag', () => {
     expect(() => parseToolMode('toolbelt:3')).toThrow(/not a tool mode/);
     expect(() => parseToolMode('search:0')).toThrow(/K must be 1 to 50/);
   });
+});
+
+describe('tool modes: bad input on the command line and in a config', () => {
+  it('an unknown mode is a usage error (exit 2) naming the flag, the value and the choices, before anything runs', async () => {
+    for (const args of [
+      ['eval', '--suite', 'kv', '--limit', '1', '--tools', 'belt'],
+      ['rollout', '--suite', 'kv', '--limit', '1', '--tools', 'search:0'],
+      ['bench', '--tasks', 'kv', '--limit', '1', '--tools', 'belt'],
+    ]) {
+      const r = await runCli(args);
+      expect(r.code, args.join(' ')).toBe(2);
+      expect(r.stderr).toMatch(/--tools: (?:'belt' is not a tool mode; use one of: all, toolbelt, search, search:K|search:0: K must be 1 to 50)/);
+    }
+    const r = await runCli(['bench', '--stdio', 'node x.js', '--tools', 'toolbelt']);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/--tools goes with --tasks/);
+    expect(() => resolveConfig({ tools: 'belt' })).toThrow(/tools: 'belt' is not a tool mode/);
+  }, 60_000);
 });
 
 describe('tool modes: BM25 over the tools', () => {
