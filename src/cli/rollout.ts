@@ -203,7 +203,7 @@ export function runSettings(values: SettingValues, group: number, reward: string
     reward,
     temperature: num(values.temperature),
     faults: faultsSetting(faultOptions(values)),
-    tools: toolModeFlag(values.tools) ? toolModeSetting(toolModeFlag(values.tools)) : null,
+    tools: toolModeSettingOrNull(values.tools),
     tool_format: values['tool-format'] ?? 'auto',
   };
 }
@@ -246,6 +246,12 @@ export const RUN_FLAGS = {
   tools: { type: 'string' },
   ...TAPE_FLAGS,
 } as const;
+
+/** `--tools` as run.json records it: null for all (or no flag). */
+function toolModeSettingOrNull(value: string | undefined): string | null {
+  const o = toolModeFlag(value);
+  return o ? toolModeSetting(o) : null;
+}
 
 /** `--tools MODE` (src/env/tool-modes.ts): the mode, undefined for all (or no flag); bad input is a usage error. */
 export function toolModeFlag(value: string | undefined): ToolModeOptions | undefined {

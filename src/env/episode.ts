@@ -354,11 +354,9 @@ export class Episode {
     };
     record.action.tool_calls.push({ id: c.id, name: c.name, arguments: step.arguments });
     record.tool_results.push(step);
-    if (target?.meta) {
-      this.tell({ role: 'tool', tool_call_id: c.id, name: c.name, content: step.text, ...(step.isError ? { is_error: true } : {}) });
-      return;
-    }
-    this.calls.push({ server: target?.server, tool: target?.tool, arguments: args, isError: step.isError, userTurn: this.userTurns.current });
+    // A meta-call is not one of the task's calls (the checks never see it).
+    if (!target?.meta)
+      this.calls.push({ server: target?.server, tool: target?.tool, arguments: args, isError: step.isError, userTurn: this.userTurns.current });
     this.tell({ role: 'tool', tool_call_id: c.id, name: c.name, content: step.text, ...(step.isError ? { is_error: true } : {}) });
   }
 
